@@ -1,0 +1,1 @@
+"""dynamo-oss: gpt-oss deployments on NVIDIA Dynamo from one graph file."""

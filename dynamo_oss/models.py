@@ -1,0 +1,94 @@
+"""The gpt-oss models this project serves, with their published shapes.
+
+One table used by everything that needs a shape: the model folder written for the
+frontend (assets), KV sizing for the mocker, and the performance model (perf).
+Source: the gpt-oss model cards and configs (see ../shared/facts/gpt-oss.md).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+BuiltinModelName = Literal["gpt-oss-20b", "gpt-oss-120b"]
+
+
+class ModelShape(BaseModel):
+    """Architecture constants of one gpt-oss checkpoint."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: BuiltinModelName
+    served_name: str  # the name clients send, as published on Hugging Face
+    num_layers: int
+    total_params: float
+    active_params: float
+    num_experts: int
+    experts_per_token: int
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int
+    max_context: int
+    sliding_window: int
+    checkpoint_bytes: float
+
+    @property
+    def full_attention_layers(self) -> int:
+        """Layers alternate sliding-window and full attention, starting with a window layer."""
+        return self.num_layers // 2
+
+    @property
+    def window_layers(self) -> int:
+        return self.num_layers - self.full_attention_layers
+
+    def kv_bytes_per_layer_token(self, bytes_per_element: float = 2.0) -> float:
+        """K and V for one token in one layer."""
+        return 2 * self.num_key_value_heads * self.head_dim * bytes_per_element
+
+    def kv_bytes_per_context_token(self, bytes_per_element: float = 2.0) -> float:
+        """KV bytes that grow with context: only the full-attention layers keep every token."""
+        return self.full_attention_layers * self.kv_bytes_per_layer_token(bytes_per_element)
+
+    def kv_bytes(self, context: int, bytes_per_element: float = 2.0) -> float:
+        """KV bytes of one sequence of `context` tokens, honouring the 128-token window."""
+        window = min(context, self.sliding_window)
+        per_layer = self.kv_bytes_per_layer_token(bytes_per_element)
+        return per_layer * (self.full_attention_layers * context + self.window_layers * window)
+
+
+GPT_OSS_20B = ModelShape(
+    name="gpt-oss-20b",
+    served_name="openai/gpt-oss-20b",
+    num_layers=24,
+    total_params=20.9e9,
+    active_params=3.6e9,
+    num_experts=32,
+    experts_per_token=4,
+    hidden_size=2880,
+    intermediate_size=2880,
+    num_attention_heads=64,
+    num_key_value_heads=8,
+    head_dim=64,
+    vocab_size=201_088,
+    max_context=131_072,
+    sliding_window=128,
+    checkpoint_bytes=13e9,
+)
+
+GPT_OSS_120B = GPT_OSS_20B.model_copy(
+    update=dict(
+        name="gpt-oss-120b",
+        served_name="openai/gpt-oss-120b",
+        num_layers=36,
+        total_params=116.8e9,
+        active_params=5.1e9,
+        num_experts=128,
+        checkpoint_bytes=61e9,
+    )
+)
+
+BUILTIN_MODELS: dict[str, ModelShape] = {m.name: m for m in (GPT_OSS_20B, GPT_OSS_120B)}
