@@ -1,0 +1,1 @@
+"""What a deployment is: the graph file schema and its resolution into a host plan."""

