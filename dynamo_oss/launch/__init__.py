@@ -1,0 +1,1 @@
+"""How a graph runs on one host: infrastructure, supervision, readiness, restart and drain."""

@@ -1,0 +1,93 @@
+"""Questions the launcher asks the running graph: is etcd up, who registered, is the model served.
+
+Each probe answers once and never raises for a service that is merely not up yet;
+`wait_until` turns a probe into a wait with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import time
+from collections.abc import Awaitable, Callable
+
+import httpx
+
+PROBE_TIMEOUT_S = 2.0
+
+
+class NotReady(TimeoutError):
+    """A condition did not hold before its deadline."""
+
+
+async def wait_until(condition: Callable[[], Awaitable[bool]], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not await condition():
+        if time.monotonic() > deadline:
+            raise NotReady(f"{what}: not reached within {timeout_s:.0f} s")
+        await asyncio.sleep(0.25)
+
+
+async def etcd_healthy(endpoint: str) -> bool:
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            response = await client.get(f"{endpoint}/health")
+        return response.status_code == 200 and response.json().get("health") == "true"
+    except (httpx.HTTPError, ValueError):
+        return False
+
+
+async def tcp_open(host: str, port: int) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    writer.close()
+    return True
+
+
+async def etcd_keys(endpoint: str, prefix: str) -> list[str]:
+    """Keys under a prefix, through etcd's JSON gateway (works for embedded and external etcd)."""
+    range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
+    body = {"key": _b64(prefix), "range_end": _b64(range_end), "keys_only": True}
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            response = await client.post(f"{endpoint}/v3/kv/range", json=body)
+        response.raise_for_status()
+        kvs = response.json().get("kvs", [])
+    except (httpx.HTTPError, ValueError):
+        return []
+    return [base64.b64decode(kv["key"]).decode() for kv in kvs]
+
+
+def instances_prefix(namespace: str, component: str) -> str:
+    """Where Dynamo registers the workers serving `dyn://namespace.component.generate`."""
+    return f"v1/instances/{namespace}/{component}/generate/"
+
+
+async def served_models(endpoint: str) -> list[str]:
+    """Model ids the OpenAI endpoint lists (empty while it is not up)."""
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            response = await client.get(f"{endpoint}/models")
+        response.raise_for_status()
+        return [model["id"] for model in response.json().get("data", [])]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return []
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when something already listens on host:port (a bind attempt, as a server would make)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

@@ -1,0 +1,108 @@
+"""One supervised child process: started in its own process group, its output prefixed
+with its name and kept in a log file, stopped politely and then firmly.
+
+Children run in their own session so a Ctrl-C at the terminal reaches only the
+supervisor, which then drains them in order; and each asks the kernel to kill it if the
+supervisor dies, so a crashed supervisor leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from dynamo_oss.graph.plan import ProcessPlan
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class ManagedProcess:
+    def __init__(self, plan: ProcessPlan, log_dir: Path, name_width: int) -> None:
+        self.plan = plan
+        self.log_path = log_dir / f"{plan.name}.log"
+        self.prefix = f"{plan.name:<{name_width}} | "
+        self.process: asyncio.subprocess.Process | None = None
+        self.started_at = 0.0
+        self.restarts = 0
+        self._pump: asyncio.Task | None = None
+
+    @property
+    def name(self) -> str:
+        return self.plan.name
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    @property
+    def running(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def start(self) -> None:
+        self.process = await asyncio.create_subprocess_exec(
+            *self.plan.argv,
+            env={**os.environ, **self.plan.env},
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+            limit=1 << 20,  # worker log lines can be long (request dumps)
+        )
+        self.started_at = time.monotonic()
+        self._pump = asyncio.create_task(self._pump_output(self.process))
+
+    async def wait(self) -> int:
+        assert self.process is not None
+        code = await self.process.wait()
+        if self._pump is not None:
+            await self._pump  # the last lines a crashing process printed are worth seeing
+        return code
+
+    async def stop(self, grace_s: float) -> None:
+        """SIGTERM the process group, give it `grace_s` to drain, then SIGKILL what is left."""
+        if not self.running:
+            return
+        assert self.process is not None
+        self._signal_group(signal.SIGTERM)
+        try:
+            await asyncio.wait_for(self.wait(), grace_s)
+        except asyncio.TimeoutError:
+            self.say(f"did not stop within {grace_s:.0f} s; killing it")
+            self._signal_group(signal.SIGKILL)
+            await self.wait()
+        # Children the process left in its group (engine helpers) go with it.
+        self._signal_group(signal.SIGKILL)
+
+    def say(self, message: str) -> None:
+        """A supervisor message about this process, in its own log stream."""
+        line = f"[dynamo-oss] {message}"
+        print(self.prefix + line, flush=True)
+        with self.log_path.open("a") as log:
+            log.write(line + "\n")
+
+    def _signal_group(self, sig: signal.Signals) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, sig)
+        except ProcessLookupError:
+            pass
+
+    async def _pump_output(self, process: asyncio.subprocess.Process) -> None:
+        assert process.stdout is not None
+        with self.log_path.open("a") as log:
+            async for raw in process.stdout:
+                line = raw.decode(errors="replace").rstrip("\n")
+                log.write(line + "\n")
+                log.flush()
+                sys.stdout.write(self.prefix + line + "\n")
+                sys.stdout.flush()

@@ -1,0 +1,189 @@
+"""Runs a host plan: infrastructure first, then frontend and workers; waits until the model is
+served; restarts what crashes, with backoff; drains everything in order on Ctrl-C or SIGTERM.
+
+A small asyncio supervisor rather than circus (which Dynamo 0.1-0.3 used): we need
+readiness gates between stages (etcd before workers, every worker registered before we
+say "ready"), an ordered drain (frontend first, so in-flight streams finish on live
+workers), and per-line log prefixes; each is a few lines here and a plugin there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+from collections import Counter
+
+from dynamo_oss.graph.plan import HostPlan, component_for
+from dynamo_oss.launch import probes
+from dynamo_oss.launch.process import ManagedProcess
+
+INFRA_READY_TIMEOUT_S = 30.0
+BACKOFF_FIRST_S = 1.0
+BACKOFF_MAX_S = 30.0
+HEALTHY_RUN_S = 60.0  # a process that ran this long starts its backoff over
+GRACE_S = {"frontend": 30.0, "worker": 20.0, "nats": 5.0, "etcd": 5.0}
+
+
+class StartupFailed(RuntimeError):
+    pass
+
+
+class Supervisor:
+    def __init__(self, plan: HostPlan) -> None:
+        self.plan = plan
+        log_dir = plan.run_dir / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        width = max(len(p.name) for p in plan.processes)
+        self.processes = [ManagedProcess(p, log_dir, width) for p in plan.processes]
+        self.stopping = asyncio.Event()
+        self.ready = False
+
+    def say(self, message: str) -> None:
+        print(f"[dynamo-oss] {message}", flush=True)
+
+    async def run(self, ready_timeout_s: float) -> int:
+        """Serve until asked to stop. Returns the exit status."""
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._on_signal)
+        watchers: list[asyncio.Task] = []
+        try:
+            started = time.monotonic()
+            await self._start_infrastructure()
+            for process in self.processes:
+                if process.plan.kind in ("frontend", "worker"):
+                    await process.start()
+                    self._write_state()
+            watchers = [asyncio.create_task(self._keep_running(p)) for p in self.processes]
+            await self._until_served(ready_timeout_s)
+            if self.stopping.is_set():
+                return 0
+            self.ready = True
+            self._write_state()
+            pools = Counter(p.role for p in self.plan.workers())
+            sizes = ", ".join(f"{role} x{count}" for role, count in pools.items())
+            self.say(
+                f"ready in {time.monotonic() - started:.1f} s: {self.plan.endpoint} serves "
+                f"{self.plan.served_name} ({sizes}). Ctrl-C stops."
+            )
+            await self.stopping.wait()
+            return 0
+        except (StartupFailed, probes.NotReady) as err:
+            self.say(f"start-up failed: {err}")
+            return 1
+        finally:
+            for watcher in watchers:
+                watcher.cancel()
+            await self._drain()
+
+    def _on_signal(self) -> None:
+        if self.stopping.is_set():
+            return
+        self.say("stopping: draining the frontend, then workers, then infrastructure")
+        self.stopping.set()
+
+    async def _start_infrastructure(self) -> None:
+        for process in self.processes:
+            if process.plan.kind not in ("etcd", "nats"):
+                continue
+            await process.start()
+            self._write_state()
+            ready = self._infra_ready(process)
+            exited = asyncio.create_task(process.wait())
+            waiting = asyncio.create_task(probes.wait_until(ready, INFRA_READY_TIMEOUT_S, f"{process.name} ready"))
+            done, _ = await asyncio.wait({exited, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if exited in done:
+                waiting.cancel()
+                raise StartupFailed(f"{process.name} exited with status {exited.result()}: see {process.log_path}")
+            exited.cancel()
+            waiting.result()
+
+    def _infra_ready(self, process: ManagedProcess):  # noqa: ANN202 - a probe closure
+        port = process.plan.ports[0]
+        if process.plan.kind == "etcd":
+            endpoint = f"http://{port.host}:{port.port}"
+            return lambda: probes.etcd_healthy(endpoint)
+        return lambda: probes.tcp_open(port.host, port.port)
+
+    async def _until_served(self, timeout_s: float) -> None:
+        """Every worker registered in discovery and the model listed by the frontend."""
+        expected = Counter(component_for(p.role) for p in self.plan.workers() if p.role)
+        etcd = self.plan.etcd_endpoints[0]
+
+        async def registered() -> bool:
+            for component, count in expected.items():
+                keys = await probes.etcd_keys(etcd, probes.instances_prefix(self.plan.namespace, component))
+                if len(keys) < count:
+                    return False
+            return True
+
+        async def served() -> bool:
+            return self.plan.served_name in await probes.served_models(self.plan.endpoint)
+
+        self.say(f"waiting for {sum(expected.values())} worker(s) to register and the model to be served")
+        await _unless_stopped(probes.wait_until(registered, timeout_s, "every worker registered"), self.stopping)
+        await _unless_stopped(probes.wait_until(served, timeout_s, "the model listed"), self.stopping)
+
+    async def _keep_running(self, process: ManagedProcess) -> None:
+        """Restart the process whenever it exits, waiting longer after each quick crash."""
+        backoff = BACKOFF_FIRST_S
+        while True:
+            code = await process.wait()
+            if self.stopping.is_set():
+                return
+            if time.monotonic() - process.started_at > HEALTHY_RUN_S:
+                backoff = BACKOFF_FIRST_S
+            reason = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+            process.restarts += 1
+            process.say(f"exited with {reason}; restarting in {backoff:.0f} s (restart {process.restarts})")
+            await asyncio.sleep(backoff)  # the backoff itself, not a synchronisation
+            if self.stopping.is_set():
+                return
+            await process.start()
+            self._write_state()
+            backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _drain(self) -> None:
+        """Frontend first (it finishes in-flight streams), then workers, then NATS and etcd."""
+        for kinds in (("frontend",), ("worker",), ("nats",), ("etcd",)):
+            group = [p for p in self.processes if p.plan.kind in kinds]
+            await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))
+        self._write_state()
+        self.say("stopped: every process has exited")
+
+    def _write_state(self) -> None:
+        """The run's live facts (pids, restarts, ports) for `dynamo status`, tests and operators."""
+        state = {
+            "graph": self.plan.graph,
+            "endpoint": self.plan.endpoint,
+            "ready": self.ready,
+            "processes": [
+                {
+                    "name": p.name,
+                    "pid": p.pid if p.running else None,
+                    "restarts": p.restarts,
+                    "ports": [use.port for use in p.plan.ports],
+                    "gpus": p.plan.gpus,
+                    "log": str(p.log_path),
+                }
+                for p in self.processes
+            ],
+        }
+        path = self.plan.run_dir / "state.json"
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps(state, indent=2))
+        temporary.replace(path)
+
+
+async def _unless_stopped(wait: asyncio.Future, stopping: asyncio.Event) -> None:
+    """Run a wait, but give up quietly when a stop is requested meanwhile."""
+    waiting = asyncio.ensure_future(wait)
+    stopped = asyncio.create_task(stopping.wait())
+    done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
+    for task in (waiting, stopped):
+        if task not in done:
+            task.cancel()
+    if waiting in done:
+        waiting.result()
