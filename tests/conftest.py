@@ -1,0 +1,150 @@
+"""Fixtures that run real graphs: `dynamo serve` as a subprocess, real etcd, NATS and Dynamo."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parent.parent
+DYNAMO = [sys.executable, "-m", "dynamo_oss.cli"]
+
+
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> object:
+    """Poll `condition` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def free_ports(count: int) -> list[int]:
+    """Distinct ports free right now (the kernel's choice), for graphs that must not collide."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_dynamo(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([*DYNAMO, *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
+
+
+@dataclass
+class ServedGraph:
+    """A `dynamo serve` process and what it reports about itself."""
+
+    process: subprocess.Popen
+    run_dir: Path
+    output: Path
+
+    def state(self) -> dict:
+        path = self.run_dir / "state.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def endpoint(self) -> str:
+        return self.state()["endpoint"]
+
+    def pid_of(self, name: str) -> int:
+        return next(p["pid"] for p in self.state()["processes"] if p["name"] == name)
+
+    def log_of(self, name: str) -> str:
+        return (self.run_dir / "logs" / f"{name}.log").read_text()
+
+    def stop(self, timeout_s: float = 90) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
+    output = run_dir.parent / f"{run_dir.name}.out"
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            [*DYNAMO, "serve", str(graph), "--engine", "mocker", "--run-dir", str(run_dir), *extra],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    return ServedGraph(process=process, run_dir=run_dir, output=output)
+
+
+def wait_ready(served: ServedGraph, timeout_s: float = 120) -> None:
+    def ready() -> bool:
+        if served.process.poll() is not None:
+            pytest.fail(f"dynamo serve exited with {served.process.returncode}:\n{served.output.read_text()[-4000:]}")
+        return served.state().get("ready", False)
+
+    wait_for(ready, timeout_s, "the graph to be served")
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie has exited; only its parent has not reaped it yet.
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "State:\tZ" not in status.read_text()
+
+
+def write_graph(folder: Path, **sections: object) -> Path:
+    """A small disaggregated mocker graph on free ports, with `sections` replacing top-level keys."""
+    etcd_client, etcd_peer, nats, frontend, prefill, decode = free_ports(6)
+    graph = {
+        "name": "test-graph",
+        "model": "gpt-oss-20b",
+        "hardware": {"gpu": "h200", "gpus": 2},
+        "infrastructure": {
+            "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
+            "nats": {"mode": "embedded", "port": nats},
+        },
+        "frontend": {"port": frontend},
+        "pools": {
+            "prefill": {"engine": "mocker", "system_port": prefill},
+            "decode": {"engine": "mocker", "system_port": decode},
+        },
+    }
+    graph.update(sections)
+    path = folder / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+@pytest.fixture
+def graph_folder(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
+def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    """graphs/disagg.yaml served on the mocker, shared by a module's tests, stopped at its end."""
+    served = start_serving(REPO / "graphs" / "disagg.yaml", tmp_path_factory.mktemp("disagg") / "run")
+    try:
+        wait_ready(served)
+        yield served
+    finally:
+        served.stop()

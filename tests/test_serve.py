@@ -1,0 +1,142 @@
+"""`dynamo serve graphs/disagg.yaml --engine mocker`: real etcd, NATS, Dynamo frontend and mocker
+workers, driven through the official openai client. The tests run in file order on one
+served graph; the last one stops it and checks nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import openai
+import pytest
+from conftest import REPO, ServedGraph, alive, run_dynamo, start_serving, wait_for
+
+from dynamo_oss.launch.probes import port_in_use
+
+NAMESPACE = "gpt-oss-120b-disagg"
+MODEL = "openai/gpt-oss-120b"
+ETCDCTL = str(Path(sys.prefix) / "bin" / "etcdctl")
+
+
+def client(served: ServedGraph) -> openai.OpenAI:
+    return openai.OpenAI(base_url=served.endpoint, api_key="not-needed", max_retries=0, timeout=60)
+
+
+def ask(served: ServedGraph, **extra: object):
+    return client(served).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Say hello."}], max_tokens=16, **extra
+    )
+
+
+def registered_instances(component: str) -> list[str]:
+    """Worker instance ids (hex) in the embedded etcd, read with etcd's own client."""
+    listing = subprocess.run(
+        [ETCDCTL, "--endpoints", "http://127.0.0.1:2379", "get", "--prefix", "--keys-only",
+         f"v1/instances/{NAMESPACE}/{component}/generate/"],
+        capture_output=True, text=True, check=True, env={**os.environ, "ETCDCTL_API": "3"},
+    )  # fmt: skip
+    return [line.rsplit("/", 1)[1] for line in listing.stdout.split() if line]
+
+
+def routed_workers(served: ServedGraph) -> list[tuple[int, int]]:
+    """(prefill worker id, decode worker id) of each request, from the frontend's request log."""
+    pattern = re.compile(r"prefill_worker_id=(\d+) decode_worker_id=(\d+)")
+    return [(int(p), int(d)) for p, d in pattern.findall(served.log_of("frontend"))]
+
+
+def test_model_is_listed(disagg: ServedGraph) -> None:
+    assert [m.id for m in client(disagg).models.list()] == [MODEL]
+
+
+def test_non_streaming_chat_completion(disagg: ServedGraph) -> None:
+    response = ask(disagg)
+    assert response.model == MODEL
+    assert response.choices[0].finish_reason in ("stop", "length")
+    assert response.usage.completion_tokens > 0
+    assert response.usage.prompt_tokens > 0
+
+
+def test_streaming_chat_completion(disagg: ServedGraph) -> None:
+    stream = client(disagg).chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Count to three."}], max_tokens=16, stream=True,
+        stream_options={"include_usage": True},
+    )  # fmt: skip
+    chunks = list(stream)
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finishes in (["length"], ["stop"])
+    assert sum(1 for c in chunks if c.choices) > 1  # tokens arrived as a stream, not one blob
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def test_workers_are_registered_in_the_embedded_etcd(disagg: ServedGraph) -> None:
+    assert len(registered_instances("prefill")) == 1
+    assert len(registered_instances("backend")) == 1
+
+
+def test_prefill_runs_on_the_prefill_pool_and_decode_on_the_decode_pool(disagg: ServedGraph) -> None:
+    ask(disagg)
+    prefill_ids = {int(h, 16) for h in registered_instances("prefill")}
+    decode_ids = {int(h, 16) for h in registered_instances("backend")}
+    routes = wait_for(lambda: routed_workers(disagg), 10, "the frontend to log the request's workers")
+    prefill, decode = routes[-1]
+    assert prefill in prefill_ids
+    assert decode in decode_ids
+    assert prefill != decode
+
+
+def test_bad_request_gets_a_4xx_and_the_graph_keeps_serving(disagg: ServedGraph) -> None:
+    with pytest.raises(openai.NotFoundError):
+        client(disagg).chat.completions.create(
+            model="no-such-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+        )
+    assert ask(disagg).usage.completion_tokens > 0
+
+
+def test_second_graph_on_the_same_ports_is_refused_before_starting(disagg: ServedGraph, tmp_path: Path) -> None:
+    result = run_dynamo("serve", "graphs/disagg.yaml", "--engine", "mocker", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 1
+    assert "frontend.port: 127.0.0.1:8000 is taken" in result.stdout
+    assert "infrastructure.etcd.client_port" in result.stdout
+    assert not (tmp_path / "run" / "logs").exists()  # nothing was started
+
+
+def test_killed_decode_worker_is_restarted_and_serves_again(disagg: ServedGraph) -> None:
+    old_pid = disagg.pid_of("decode-0")
+    old_instances = set(registered_instances("backend"))
+    os.kill(old_pid, signal.SIGKILL)
+
+    def restarted() -> bool:
+        pid = disagg.pid_of("decode-0")
+        return pid is not None and pid != old_pid
+
+    wait_for(restarted, 30, "the supervisor to restart decode-0")
+    assert "decode-0  | [dynamo-oss] exited with signal SIGKILL; restarting" in disagg.output.read_text()
+    new_instances = wait_for(
+        lambda: set(registered_instances("backend")) - old_instances, 60, "the new decode worker to register"
+    )
+    new_decode_ids = {int(h, 16) for h in new_instances}
+
+    def served_by_new_worker() -> bool:
+        try:
+            ask(disagg)
+        except openai.APIError:
+            return False  # the frontend may still hold the dead worker until its lease lapses
+        return routed_workers(disagg)[-1][1] in new_decode_ids
+
+    wait_for(served_by_new_worker, 60, "a completion decoded by the restarted worker")
+
+
+def test_stop_leaves_no_process_and_no_listening_port(disagg: ServedGraph) -> None:
+    processes = disagg.state()["processes"]
+    pids = [p["pid"] for p in processes]
+    ports = [port for p in processes for port in p["ports"]]
+    assert all(pids) and len(ports) == 6
+
+    assert disagg.stop() == 0
+    assert "stopped: every process has exited" in disagg.output.read_text()
+    assert [pid for pid in pids if alive(pid)] == []
+    assert [port for port in ports if port_in_use("127.0.0.1", port)] == []
