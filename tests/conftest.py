@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,13 +34,18 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> ob
 
 
 def free_ports(count: int) -> list[int]:
-    """Distinct ports free right now (the kernel's choice), for graphs that must not collide."""
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
+    """Distinct ports free right now, below 32768 (Dynamo's limit for worker system ports, and
+    below the kernel's ephemeral range, so no outgoing connection takes one meanwhile)."""
+    ports: list[int] = []
+    candidate = random.randrange(10_000, 30_000)
+    while len(ports) < count:
+        candidate += 1
+        with socket.socket() as probe:
+            try:
+                probe.bind(("0.0.0.0", candidate))
+            except OSError:
+                continue
+        ports.append(candidate)
     return ports
 
 

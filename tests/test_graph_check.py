@@ -147,3 +147,20 @@ def test_trtllm_without_gpus_is_refused_at_once_with_the_alternative() -> None:
     assert "dynamo serve graphs/disagg.yaml --engine mocker" in result.stdout
     assert "serving" not in result.stdout  # nothing was started
 
+
+
+def test_model_path_must_be_a_checkout(tmp_path: Path) -> None:
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "config.json").write_text("{}")
+    out = _broken(tmp_path, lambda g: g.update(model={"name": "my-gpt-oss", "path": "weights"}))
+    assert f"model.path: {tmp_path / 'weights'} has no tokenizer.json" in out
+
+
+def test_unknown_model_without_a_path(tmp_path: Path) -> None:
+    out = _broken(tmp_path, lambda g: g.update(model="gpt-oss-7b"))
+    assert 'model: Got name "gpt-oss-7b" with no path' in out
+
+
+def test_system_port_above_dynamos_limit(tmp_path: Path) -> None:
+    out = _broken(tmp_path, lambda g: g["pools"]["decode"].update(system_port=32767, workers=2))
+    assert "pools.decode: system ports 32767..32768 go past 32767" in out

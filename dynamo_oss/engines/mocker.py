@@ -27,6 +27,7 @@ class MockerEngine:
             "-m", "dynamo_oss.launch.mocker_worker",
             "--model-path", str(ctx.model_folder),
             "--model-name", ctx.served_name,
+            "--engine-type", "trtllm",  # schedule like the TensorRT-LLM engine it stands in for
             "--disaggregation-mode", ctx.role,
             "--endpoint", ctx.endpoint,
             "--block-size", str(mocker_block_size(ctx.engine_args)),

@@ -42,10 +42,28 @@ def load_graph(path: Path) -> Graph:
     except ValidationError as err:
         raise GraphError(source, [_problem(error) for error in err.errors()]) from None
     graph = Graph(spec=spec, source=path.resolve())
-    problems = _missing_engine_args(graph)
+    problems = _missing_model_files(graph) + _missing_engine_args(graph)
     if problems:
         raise GraphError(source, problems)
     return graph
+
+
+def _missing_model_files(graph: Graph) -> list[Problem]:
+    """A local model must be a checkout the frontend can read: config and tokenizer at least."""
+    if graph.spec.model.path is None:
+        return []
+    folder = graph.resolve(graph.spec.model.path)
+    if not folder.is_dir():
+        return [Problem(path="model.path", message=f"folder not found: {folder}")]
+    missing = [name for name in ("config.json", "tokenizer.json") if not (folder / name).is_file()]
+    if missing:
+        return [
+            Problem(
+                path="model.path",
+                message=f"{folder} has no {' or '.join(missing)}: expected a Hugging Face checkout of the model",
+            )
+        ]
+    return []
 
 
 def _missing_engine_args(graph: Graph) -> list[Problem]:

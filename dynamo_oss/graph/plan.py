@@ -254,6 +254,7 @@ def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[P
             "--listen-peer-urls", peer,
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{name}={peer}",
+            "--log-level", "warn",  # its info lines would drown the workers' logs
         ],  # fmt: skip
         env={},
         ports=[

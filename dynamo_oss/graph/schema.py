@@ -19,6 +19,8 @@ EngineName = Literal["trtllm", "mocker"]
 RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
 PoolRole = Literal["prefill", "decode", "agg"]
 Port = Annotated[int, Field(ge=1, le=65535)]
+# Dynamo parses DYN_SYSTEM_PORT as a signed 16-bit integer: a worker given a higher port exits at start.
+MAX_SYSTEM_PORT = 32767
 FilePath = Annotated[Path, Field(strict=False)]  # YAML gives strings; paths are the one coercion allowed
 
 
@@ -120,16 +122,22 @@ class PoolSection(Strict):
         default=None,
         description="Engine configuration YAML (TensorRT-LLM extra engine args), relative to the graph file.",
     )
-    system_port: Port | None = Field(
+    system_port: Annotated[int, Field(ge=1, le=MAX_SYSTEM_PORT)] | None = Field(
         default=None,
         description="First port of the workers' own /health and /metrics; worker i uses system_port + i. "
-        "Default: 8100 for prefill and agg, 8200 for decode.",
+        f"Default: 8100 for prefill and agg, 8200 for decode. At most {MAX_SYSTEM_PORT} (Dynamo reads it as a "
+        "16-bit signed integer).",
     )
 
     @model_validator(mode="after")
     def _trtllm_needs_engine_args(self) -> PoolSection:
         if self.engine == "trtllm" and self.engine_args is None:
             raise ValueError("engine trtllm needs engine_args: a TensorRT-LLM engine configuration YAML")
+        if self.system_port is not None and self.system_port + self.workers - 1 > MAX_SYSTEM_PORT:
+            raise ValueError(
+                f"system ports {self.system_port}..{self.system_port + self.workers - 1} go past {MAX_SYSTEM_PORT}, "
+                "the highest port Dynamo accepts for a worker (DYN_SYSTEM_PORT is a 16-bit signed integer)"
+            )
         return self
 
 

@@ -14,6 +14,8 @@ import json
 import signal
 import time
 from collections import Counter
+from collections.abc import Coroutine
+from typing import Any
 
 from dynamo_oss.graph.plan import HostPlan, component_for
 from dynamo_oss.launch import probes
@@ -23,6 +25,7 @@ INFRA_READY_TIMEOUT_S = 30.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTHY_RUN_S = 60.0  # a process that ran this long starts its backoff over
+STARTUP_CRASH_LIMIT = 3  # exits before the graph is ready that mean it never will be
 GRACE_S = {"frontend": 30.0, "worker": 20.0, "nats": 5.0, "etcd": 5.0}
 
 
@@ -38,6 +41,8 @@ class Supervisor:
         width = max(len(p.name) for p in plan.processes)
         self.processes = [ManagedProcess(p, log_dir, width) for p in plan.processes]
         self.stopping = asyncio.Event()
+        self.crash_looping = asyncio.Event()
+        self.crash_report = ""
         self.ready = False
 
     def say(self, message: str) -> None:
@@ -123,8 +128,21 @@ class Supervisor:
             return self.plan.served_name in await probes.served_models(self.plan.endpoint)
 
         self.say(f"waiting for {sum(expected.values())} worker(s) to register and the model to be served")
-        await _unless_stopped(probes.wait_until(registered, timeout_s, "every worker registered"), self.stopping)
-        await _unless_stopped(probes.wait_until(served, timeout_s, "the model listed"), self.stopping)
+        await self._unless_interrupted(probes.wait_until(registered, timeout_s, "every worker registered"))
+        await self._unless_interrupted(probes.wait_until(served, timeout_s, "the model listed"))
+
+    async def _unless_interrupted(self, wait: Coroutine[Any, Any, None]) -> None:
+        """Run a start-up wait; give up quietly on a stop request, loudly when a process crash-loops."""
+        waiting = asyncio.ensure_future(wait)
+        stopped = asyncio.create_task(self.stopping.wait())
+        crashed = asyncio.create_task(self.crash_looping.wait())
+        done, pending = await asyncio.wait({waiting, stopped, crashed}, return_when=asyncio.FIRST_COMPLETED)
+        for task in pending:
+            task.cancel()
+        if crashed in done:
+            raise StartupFailed(self.crash_report)
+        if waiting in done:
+            waiting.result()
 
     async def _keep_running(self, process: ManagedProcess) -> None:
         """Restart the process whenever it exits, waiting longer after each quick crash."""
@@ -137,6 +155,13 @@ class Supervisor:
                 backoff = BACKOFF_FIRST_S
             reason = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
             process.restarts += 1
+            if not self.ready and process.restarts >= STARTUP_CRASH_LIMIT:
+                self.crash_report = (
+                    f"{process.name} exited {process.restarts} times before the graph was ready "
+                    f"(last: {reason}); its output is above and in {process.log_path}"
+                )
+                self.crash_looping.set()
+                return
             process.say(f"exited with {reason}; restarting in {backoff:.0f} s (restart {process.restarts})")
             await asyncio.sleep(backoff)  # the backoff itself, not a synchronisation
             if self.stopping.is_set():
@@ -176,14 +201,3 @@ class Supervisor:
         temporary.write_text(json.dumps(state, indent=2))
         temporary.replace(path)
 
-
-async def _unless_stopped(wait: asyncio.Future, stopping: asyncio.Event) -> None:
-    """Run a wait, but give up quietly when a stop is requested meanwhile."""
-    waiting = asyncio.ensure_future(wait)
-    stopped = asyncio.create_task(stopping.wait())
-    done, _ = await asyncio.wait({waiting, stopped}, return_when=asyncio.FIRST_COMPLETED)
-    for task in (waiting, stopped):
-        if task not in done:
-            task.cancel()
-    if waiting in done:
-        waiting.result()

@@ -1,0 +1,75 @@
+"""Graphs side by side on one host, and a supervisor that dies taking its processes with it."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import openai
+import pytest
+import yaml
+from conftest import alive, start_serving, wait_for, wait_ready, write_graph
+
+from dynamo_oss.graph.errors import GraphError
+from dynamo_oss.graph.plan import plan_graph_file
+
+
+def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = start_serving(write_graph(tmp_path / "a", name="graph-a"), tmp_path / "a" / "run")
+    second = start_serving(write_graph(tmp_path / "b", name="graph-b", model="gpt-oss-120b"), tmp_path / "b" / "run")
+    try:
+        wait_ready(first)
+        wait_ready(second)
+        for served, model in ((first, "openai/gpt-oss-20b"), (second, "openai/gpt-oss-120b")):
+            client = openai.OpenAI(base_url=served.endpoint, api_key="-", max_retries=0, timeout=60)
+            assert [m.id for m in client.models.list()] == [model]
+            reply = client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": "hi"}], max_tokens=8
+            )
+            assert reply.usage.completion_tokens > 0
+    finally:
+        assert first.stop() == 0
+        assert second.stop() == 0
+
+
+def test_killed_supervisor_takes_every_process_with_it(tmp_path: Path) -> None:
+    served = start_serving(write_graph(tmp_path), tmp_path / "run")
+    try:
+        wait_ready(served)
+        pids = [p["pid"] for p in served.state()["processes"]]
+        assert len(pids) == 5 and all(pids)
+        os.kill(served.process.pid, signal.SIGKILL)
+        served.process.wait(30)
+        wait_for(lambda: not any(alive(pid) for pid in pids), 30, "every child of the killed supervisor to exit")
+    finally:
+        served.stop()
+
+
+def test_missing_etcd_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("dynamo_oss.graph.plan.find_binary", lambda name: None)
+    with pytest.raises(GraphError) as error:
+        plan_graph_file(write_graph(tmp_path), run_dir=tmp_path / "run")
+    message = str(error.value)
+    assert "infrastructure.etcd: etcd is not installed: run `uv sync`" in message
+    assert "infrastructure.nats: nats-server is not installed" in message
+
+
+def test_worker_that_keeps_crashing_fails_start_up_fast(tmp_path: Path) -> None:
+    # Engine arguments the graph schema cannot judge but the engine rejects at start.
+    (tmp_path / "engine.yaml").write_text("kv_cache_config: {tokens_per_block: 0}\n")
+    graph = write_graph(tmp_path)
+    with_bad_engine = yaml.safe_load(graph.read_text())
+    with_bad_engine["pools"]["decode"]["engine_args"] = "engine.yaml"
+    graph.write_text(yaml.safe_dump(with_bad_engine))
+    served = start_serving(graph, tmp_path / "run")
+    try:
+        assert served.process.wait(90) == 1
+        output = served.output.read_text()
+        assert "decode-0 exited 3 times before the graph was ready" in output
+        assert "block_size must be positive" in output
+        assert "stopped: every process has exited" in output
+    finally:
+        served.stop()
