@@ -26,6 +26,7 @@ class WorkerContext(BaseModel):
     engine_args: dict
     endpoint: str  # dyn://namespace.component.generate
     gpus_per_worker: int
+    response_trace: Path | None = None  # recorded responses the mocker replays (JSONL), by request annotation
 
 
 class Engine(Protocol):

@@ -34,7 +34,13 @@ class MockerEngine:
         ]  # fmt: skip
         for flag, value in mocker_limits(ctx.engine_args, ctx.gpus_per_worker).items():
             argv += [flag, str(value)]
+        if ctx.response_trace is not None:
+            argv += ["--response-replay-trace-path", str(ctx.response_trace)]
         shape = BUILTIN_MODELS.get(ctx.builtin_model or "")
+        max_len = ctx.engine_args.get("max_seq_len") or (shape.max_context if shape else None)
+        if max_len:
+            # The context length goes on the model card, where the frontend checks prompts against it.
+            argv += ["--max-model-len", str(max_len)]
         if shape is not None:
             kv_dtype = ctx.engine_args.get("kv_cache_config", {}).get("dtype", "auto")
             bytes_per_token = shape.kv_bytes_per_context_token(KV_DTYPE_BYTES.get(kv_dtype, 2.0))

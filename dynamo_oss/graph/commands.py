@@ -14,11 +14,19 @@ from dynamo_oss.graph.plan import HostPlan, plan_graph_file
 ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "DYN_SYSTEM_PORT", "TRTLLM_ENABLE_PDL")
 
 
-def add_engine_flag(parser: argparse.ArgumentParser) -> None:
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
         choices=["mocker"],
         help="run every pool on Dynamo's mocker (simulated engine, no GPU needed) instead of the graph's engines",
+    )
+    parser.add_argument(
+        "--mocker-responses",
+        type=Path,
+        metavar="TRACE.jsonl",
+        help="recorded responses mocker workers replay, token for token, for requests that carry "
+        'nvext {"annotations": ["output_replay_id:ID"]} (rows: request_id, output_length, output_token_ids); '
+        "other requests get random tokens",
     )
 
 
@@ -30,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "line of every process `dynamo serve` would start. Exits 1 if the graph cannot run.",
     )
     parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
-    add_engine_flag(parser)
+    add_engine_flags(parser)
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=check)
 
@@ -38,7 +46,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def check(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="dynamo-oss-check-") as run_dir:
         try:
-            plan = plan_graph_file(args.graph, run_dir=Path(run_dir), engine_override=args.engine)
+            plan = plan_graph_file(
+                args.graph,
+                run_dir=Path(run_dir),
+                engine_override=args.engine,
+                mocker_responses=args.mocker_responses,
+            )
         except GraphError as err:
             print(err)
             return 1

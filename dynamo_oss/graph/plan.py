@@ -73,6 +73,7 @@ def plan_host(
     model_folder: Path,
     encodings_dir: Path,
     engine_override: EngineName | None = None,
+    mocker_responses: Path | None = None,
 ) -> HostPlan:
     """Resolve a validated graph into processes; raise GraphError if it cannot run on one host."""
     spec = graph.spec
@@ -117,7 +118,7 @@ def plan_host(
         env=shared_env,
         ports=[PortUse(field="frontend.port", host=frontend.host, port=frontend.port)],
     )
-    workers = _worker_processes(graph, model_folder, shared_env, engine_override, problems)
+    workers = _worker_processes(graph, model_folder, shared_env, engine_override, mocker_responses, problems)
     processes = [*infra, frontend_process, *workers]
     problems += _port_clashes(processes)
     if problems:
@@ -140,6 +141,7 @@ def _worker_processes(
     model_folder: Path,
     shared_env: dict[str, str],
     engine_override: EngineName | None,
+    mocker_responses: Path | None,
     problems: list[Problem],
 ) -> list[ProcessPlan]:
     spec = graph.spec
@@ -161,6 +163,7 @@ def _worker_processes(
             engine_args=engine_args,
             endpoint=f"dyn://{spec.name}.{component_for(role)}.generate",
             gpus_per_worker=pool.gpus_per_worker,
+            response_trace=mocker_responses,
         )
         for index in range(pool.workers):
             gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
@@ -284,7 +287,13 @@ def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) ->
     )
 
 
-def plan_graph_file(path: Path, *, run_dir: Path, engine_override: EngineName | None = None) -> HostPlan:
+def plan_graph_file(
+    path: Path,
+    *,
+    run_dir: Path,
+    engine_override: EngineName | None = None,
+    mocker_responses: Path | None = None,
+) -> HostPlan:
     """Load, validate and resolve a graph file; builds the offline model folder for a built-in model."""
     from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
     from dynamo_oss.models import BUILTIN_MODELS
@@ -298,4 +307,5 @@ def plan_graph_file(path: Path, *, run_dir: Path, engine_override: EngineName | 
         model_folder=folder,
         encodings_dir=tiktoken_encodings_dir(),
         engine_override=engine_override,
+        mocker_responses=mocker_responses,
     )

@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from dynamo_oss.engines import engine_for
-from dynamo_oss.graph.commands import add_engine_flag
+from dynamo_oss.graph.commands import add_engine_flags
 from dynamo_oss.graph.errors import GraphError
 from dynamo_oss.graph.plan import HostPlan, plan_graph_file
 from dynamo_oss.launch.probes import port_in_use
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "and stop everything.",
     )
     parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
-    add_engine_flag(parser)
+    add_engine_flags(parser)
     parser.add_argument(
         "--run-dir",
         type=Path,
@@ -54,11 +54,16 @@ def serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] preparing {args.graph} (model folder, host plan)", flush=True)
     try:
-        plan = plan_graph_file(args.graph, run_dir=run_dir, engine_override=args.engine)
+        plan = plan_graph_file(
+            args.graph,
+            run_dir=run_dir,
+            engine_override=args.engine,
+            mocker_responses=args.mocker_responses.resolve() if args.mocker_responses else None,
+        )
     except GraphError as err:
         print(err)
         return 1
-    refusal = _engine_refusal(plan, args.graph) or _ports_taken(plan)
+    refusal = _replay_refusal(plan, args.mocker_responses) or _engine_refusal(plan, args.graph) or _ports_taken(plan)
     if refusal:
         print(refusal)
         return 1
@@ -67,6 +72,16 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     engines = {p.engine for p in plan.workers()}
     timeout = args.ready_timeout or max(READY_TIMEOUT_S[e] for e in engines if e)
     return asyncio.run(Supervisor(plan).run(ready_timeout_s=timeout))
+
+
+def _replay_refusal(plan: HostPlan, trace: Path | None) -> str | None:
+    if trace is None:
+        return None
+    if not trace.is_file():
+        return f"--mocker-responses: file not found: {trace}"
+    if not any(p.engine == "mocker" for p in plan.workers()):
+        return "--mocker-responses: no pool runs the mocker; add --engine mocker to replay recorded responses"
+    return None
 
 
 def _engine_refusal(plan: HostPlan, graph: Path) -> str | None:
