@@ -1,0 +1,63 @@
+"""`dynamo conformance URL`: check any OpenAI-compatible gpt-oss endpoint against harmony."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from dynamo_oss.conformance.replay import write_replay_trace
+from dynamo_oss.conformance.runner import format_table, run_suite
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "conformance",
+        help="check an OpenAI endpoint's gpt-oss harmony handling",
+        description="Run the harmony conformance suite against any OpenAI-compatible endpoint (this project's, "
+        "vLLM, a TensorRT-LLM server) and print a pass/fail table with the reason for each failure. Exits 1 "
+        "if any case fails. To run it against `dynamo serve --engine mocker`, serve with "
+        "--mocker-responses FILE written by --write-mocker-responses.",
+    )
+    parser.add_argument("url", nargs="?", help="base URL of the OpenAI API, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
+    parser.add_argument("--api-key", default="not-needed", help="bearer token, if the endpoint wants one")
+    parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument(
+        "--write-mocker-responses",
+        type=Path,
+        metavar="TRACE.jsonl",
+        help="write the suite's harmony completions as a mocker replay trace and exit",
+    )
+    parser.set_defaults(handler=conformance)
+
+
+def conformance(args: argparse.Namespace) -> int:
+    if args.write_mocker_responses:
+        print(f"wrote {write_replay_trace(args.write_mocker_responses)}")
+        return 0
+    if not args.url:
+        print("dynamo conformance: give the endpoint URL, e.g. http://127.0.0.1:8000/v1")
+        return 2
+    model = args.model or _first_model(args.url, args.api_key)
+    if model is None:
+        print(f"{args.url}: /models lists no model; pass --model")
+        return 2
+    results = run_suite(args.url, model, api_key=args.api_key)
+    if args.json:
+        print(json.dumps([r.model_dump() for r in results], indent=2))
+    else:
+        print(f"conformance of {args.url} ({model})")
+        print(format_table(results))
+    return 1 if any(r.verdict == "fail" for r in results) else 0
+
+
+def _first_model(url: str, api_key: str) -> str | None:
+    import openai
+
+    try:
+        models = openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=30).models.list()
+    except openai.APIError as err:
+        print(f"{url}: cannot list models: {err}")
+        return None
+    return next((m.id for m in models), None)

@@ -1,0 +1,32 @@
+"""The mocker's side of the suite: each case's harmony completion as a response-replay trace row.
+
+`dynamo serve GRAPH --engine mocker --mocker-responses TRACE` then answers each case's
+request (it carries `output_replay_id:<case>`) with exactly these tokens, as a gpt-oss
+model would emit them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from dynamo_oss.conformance.cases import CASES
+from dynamo_oss.harmony_reference import harmony_encoding
+
+
+def replay_annotation(case_name: str) -> dict:
+    """The nvext field that makes Dynamo's mocker replay a case's completion (ignored elsewhere)."""
+    return {"nvext": {"annotations": [f"output_replay_id:{case_name}"]}}
+
+
+def write_replay_trace(path: Path) -> Path:
+    """Write one JSONL row per case: request_id, output_length, output_token_ids."""
+    encoding = harmony_encoding()
+    with path.open("w") as trace:
+        for case in CASES:
+            if case.replay is None:
+                continue
+            tokens = encoding.encode(case.replay, allowed_special="all")
+            row = {"request_id": case.name, "output_length": len(tokens), "output_token_ids": tokens}
+            trace.write(json.dumps(row) + "\n")
+    return path
