@@ -13,7 +13,7 @@ from pathlib import Path
 
 import openai
 import pytest
-from conftest import REPO, ServedGraph, alive, run_dynamo, start_serving, wait_for
+from conftest import ServedGraph, alive, run_dynamo, wait_for
 
 from dynamo_oss.launch.probes import port_in_use
 
