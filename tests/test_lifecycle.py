@@ -73,3 +73,23 @@ def test_worker_that_keeps_crashing_fails_start_up_fast(tmp_path: Path) -> None:
         assert "stopped: every process has exited" in output
     finally:
         served.stop()
+
+
+def test_stop_drains_a_stream_in_flight(tmp_path: Path) -> None:
+    served = start_serving(write_graph(tmp_path), tmp_path / "run")
+    try:
+        wait_ready(served)
+        client = openai.OpenAI(base_url=served.endpoint, api_key="-", max_retries=0, timeout=60)
+        stream = client.chat.completions.create(
+            model="openai/gpt-oss-20b", messages=[{"role": "user", "content": "hi"}],
+            max_tokens=300, stream=True, extra_body={"ignore_eos": True},
+        )  # fmt: skip
+        chunks = iter(stream)
+        first = next(chunks)  # the stream is live
+        served.process.send_signal(signal.SIGTERM)
+        rest = list(chunks)
+        finishes = [c.choices[0].finish_reason for c in [first, *rest] if c.choices and c.choices[0].finish_reason]
+        assert finishes == ["length"]  # the stream ran to max_tokens although a stop came mid-way
+        assert served.process.wait(60) == 0
+    finally:
+        served.stop()
