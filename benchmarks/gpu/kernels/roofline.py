@@ -1,0 +1,92 @@
+"""FLOPs and bytes of each gpt-oss building block, from the model's shapes, and the floor they imply.
+
+Why: a measured time means little alone; over the time the card's measured ceilings allow
+for the same work (METHOD.md's "two numbers") it says how much is left on the table.
+Bytes are the fewest a kernel must move: each input read once, each output written once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from dynamo_oss.models import ModelShape
+
+BF16_BYTES = 2
+
+
+@dataclass(frozen=True)
+class Cost:
+    """Work of one call: floating-point operations and the fewest device-memory bytes."""
+
+    flops: float
+    bytes: float
+
+
+@dataclass(frozen=True)
+class Ceilings:
+    """The card's rates, measured in the same call: a large bf16 GEMM and streaming memory bandwidth."""
+
+    tflops: float
+    gbps: float
+    detail: dict[str, float] = field(default_factory=dict)  # each measurement the two rates were taken from
+
+    def floor_s(self, cost: Cost) -> float:
+        """The least time the work can take: the larger of its compute time and its memory time."""
+        return max(cost.flops / (self.tflops * 1e12), cost.bytes / (self.gbps * 1e9))
+
+    def bound(self, cost: Cost) -> str:
+        return "compute" if cost.flops / (self.tflops * 1e12) >= cost.bytes / (self.gbps * 1e9) else "memory"
+
+
+def linear(tokens: int, d_in: int, d_out: int, bias: bool = True) -> Cost:
+    """y = x W^T + b for `tokens` rows."""
+    elements = tokens * d_in + d_in * d_out + tokens * d_out + (d_out if bias else 0)
+    return Cost(2.0 * tokens * d_in * d_out, BF16_BYTES * elements)
+
+
+def qkv_projection(m: ModelShape, tokens: int) -> Cost:
+    return linear(tokens, m.hidden_size, (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim)
+
+
+def output_projection(m: ModelShape, tokens: int) -> Cost:
+    return linear(tokens, m.num_attention_heads * m.head_dim, m.hidden_size)
+
+
+def router(m: ModelShape, tokens: int) -> Cost:
+    """The router's logits; top-k over 128 values per token is noise beside them."""
+    return linear(tokens, m.hidden_size, m.num_experts)
+
+
+def expert_gate_up(m: ModelShape, routed_rows: int, experts_touched: int) -> Cost:
+    """Grouped GEMM hidden -> 2 x intermediate over the routed rows; only touched experts' weights are read."""
+    d_in, d_out = m.hidden_size, 2 * m.intermediate_size
+    elements = routed_rows * d_in + experts_touched * d_in * d_out + routed_rows * d_out
+    return Cost(2.0 * routed_rows * d_in * d_out, BF16_BYTES * elements)
+
+
+def expert_down(m: ModelShape, routed_rows: int, experts_touched: int) -> Cost:
+    """Grouped GEMM intermediate -> hidden over the routed rows."""
+    d_in, d_out = m.intermediate_size, m.hidden_size
+    elements = routed_rows * d_in + experts_touched * d_in * d_out + routed_rows * d_out
+    return Cost(2.0 * routed_rows * d_in * d_out, BF16_BYTES * elements)
+
+
+def attended_pairs(queries: int, window: int | None) -> int:
+    """(query, key) pairs a causal prefill of `queries` tokens scores, with an optional sliding window."""
+    if window is None or queries <= window:
+        return queries * (queries + 1) // 2
+    return window * (window + 1) // 2 + (queries - window) * window
+
+
+def attention_prefill(m: ModelShape, tokens: int, window: int | None) -> Cost:
+    """Causal self-attention of one `tokens`-long prompt: QK^T and PV, 2 FLOPs per multiply-add each."""
+    flops = 4.0 * m.num_attention_heads * m.head_dim * attended_pairs(tokens, window)
+    elements = tokens * m.head_dim * (2 * m.num_attention_heads + 2 * m.num_key_value_heads)
+    return Cost(flops, BF16_BYTES * elements)
+
+
+def attention_decode(m: ModelShape, batch: int, context: int) -> Cost:
+    """One new token per sequence over `context` cached tokens: reading K and V dominates."""
+    flops = 4.0 * m.num_attention_heads * m.head_dim * batch * context
+    elements = batch * (2 * m.num_key_value_heads * context * m.head_dim + 2 * m.num_attention_heads * m.head_dim)
+    return Cost(flops, BF16_BYTES * elements)
