@@ -119,7 +119,7 @@ def alive(pid: int) -> bool:
 
 def write_graph(folder: Path, **sections: object) -> Path:
     """A small disaggregated mocker graph on free ports, with `sections` replacing top-level keys."""
-    etcd_client, etcd_peer, nats, frontend, prefill, decode = free_ports(6)
+    etcd_client, etcd_peer, nats, frontend, dynamo, prefill, decode = free_ports(7)
     graph = {
         "name": "test-graph",
         "model": "gpt-oss-20b",
@@ -128,7 +128,7 @@ def write_graph(folder: Path, **sections: object) -> Path:
             "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
             "nats": {"mode": "embedded", "port": nats},
         },
-        "frontend": {"port": frontend},
+        "frontend": {"port": frontend, "dynamo_port": dynamo},
         "pools": {
             "prefill": {"engine": "mocker", "system_port": prefill},
             "decode": {"engine": "mocker", "system_port": decode},

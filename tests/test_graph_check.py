@@ -23,13 +23,14 @@ def test_check_prints_placement_and_command_lines() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     plan = __import__("json").loads(result.stdout)
     by_name = {p["name"]: p for p in plan["processes"]}
-    assert set(by_name) == {"etcd", "nats", "frontend", "prefill-0", "decode-0"}
+    assert set(by_name) == {"etcd", "nats", "frontend", "gateway", "prefill-0", "decode-0"}
     assert by_name["prefill-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     assert by_name["decode-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     prefill_argv = by_name["prefill-0"]["argv"]
     assert prefill_argv[prefill_argv.index("--disaggregation-mode") + 1] == "prefill"
     assert "dynamo.trtllm" in prefill_argv
-    assert by_name["frontend"]["ports"][0]["port"] == 8000
+    assert by_name["gateway"]["ports"][0]["port"] == 8000  # clients meet the gateway
+    assert by_name["frontend"]["ports"][0] == {"field": "frontend.dynamo_port", "host": "127.0.0.1", "port": 8001}
 
 
 def test_check_with_mocker_swaps_engines_only() -> None:

@@ -40,7 +40,7 @@ def test_killed_supervisor_takes_every_process_with_it(tmp_path: Path) -> None:
     try:
         wait_ready(served)
         pids = [p["pid"] for p in served.state()["processes"]]
-        assert len(pids) == 5 and all(pids)
+        assert len(pids) == 6 and all(pids)
         os.kill(served.process.pid, signal.SIGKILL)
         served.process.wait(30)
         wait_for(lambda: not any(alive(pid) for pid in pids), 30, "every child of the killed supervisor to exit")

@@ -11,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from conftest import ServedGraph, alive, run_dynamo, wait_for
@@ -43,9 +44,13 @@ def registered_instances(component: str) -> list[str]:
 
 
 def routed_workers(served: ServedGraph) -> list[tuple[int, int]]:
-    """(prefill worker id, decode worker id) of each request, from the frontend's request log."""
-    pattern = re.compile(r"prefill_worker_id=(\d+) decode_worker_id=(\d+)")
-    return [(int(p), int(d)) for p, d in pattern.findall(served.log_of("frontend"))]
+    """(prefill worker id, decode worker id) of each request, from the KV router's routing log lines
+    (`phase=Prefill worker_id=...` and `phase=Decode worker_id=...`, keyed by request id)."""
+    route = re.compile(r"route request completed .* request_id=([0-9a-f-]+) .*phase=(Prefill|Decode) worker_id=(\d+)")
+    phases: dict[str, dict[str, int]] = {}
+    for request_id, phase, worker in route.findall(served.log_of("frontend")):
+        phases.setdefault(request_id, {})[phase] = int(worker)
+    return [(p["Prefill"], p["Decode"]) for p in phases.values() if {"Prefill", "Decode"} <= p.keys()]
 
 
 def test_model_is_listed(disagg: ServedGraph) -> None:
@@ -88,12 +93,74 @@ def test_prefill_runs_on_the_prefill_pool_and_decode_on_the_decode_pool(disagg: 
     assert prefill != decode
 
 
-def test_bad_request_gets_a_4xx_and_the_graph_keeps_serving(disagg: ServedGraph) -> None:
-    with pytest.raises(openai.NotFoundError):
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+HELLO = [{"role": "user", "content": "hi"}]
+BAD_REQUESTS = {
+    "unknown model": ("chat/completions", {"model": "no-such-model", "messages": HELLO}, 404, "model"),
+    "unknown role": ("chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]},
+                     400, "messages[0].role"),
+    "messages not a list": ("chat/completions", {"model": MODEL, "messages": "hi"}, 400, "messages"),
+    "tool message without id": ("chat/completions", {"model": MODEL, "messages": [*HELLO, {"role": "tool",
+                                "content": "12"}]}, 400, "messages[1].tool_call_id"),
+    "tool schema not JSON Schema": ("chat/completions", {"model": MODEL, "messages": HELLO, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "banana"}}}]},
+        400, "tools[0].function.parameters"),
+    "tool schema not an object": ("chat/completions", {"model": MODEL, "messages": HELLO, "tools": [
+        {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
+        400, "tools[0].function.parameters"),
+    "prompt longer than the context": ("chat/completions", {"model": MODEL, "messages": [
+        {"role": "user", "content": "hello " * 140_000}]}, 400, "messages"),
+    "max_tokens zero": ("chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 0}, 400, "max_tokens"),
+    "max_tokens past the context": ("chat/completions", {"model": MODEL, "messages": HELLO,
+                                    "max_tokens": 200_000}, 400, "max_tokens"),
+    "max_tokens not a number": ("chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": "ten"},
+                                400, "max_tokens"),
+    "responses tool schema": ("responses", {"model": MODEL, "input": "hi", "tools": [
+        {"type": "function", "name": "f", "parameters": {"type": "object", "required": "city"}}]},
+        400, "tools[0].parameters"),
+    "completions max_tokens": ("completions", {"model": MODEL, "prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
+def test_bad_request_gets_an_openai_error_naming_the_field(disagg: ServedGraph, case: str) -> None:
+    path, body, status, param = BAD_REQUESTS[case]
+    response = httpx.post(f"{disagg.endpoint}/{path}", json=body, timeout=60)
+    assert response.status_code == status, response.text
+    error = response.json()["error"]
+    assert error["param"] == param
+    assert error["type"] == ("not_found_error" if status == 404 else "invalid_request_error")
+    assert error["message"]
+
+
+def test_errors_dynamo_raises_itself_come_back_in_openai_shape(disagg: ServedGraph) -> None:
+    """A mistake the gateway leaves to Dynamo's frontend (here a string temperature)."""
+    response = httpx.post(
+        f"{disagg.endpoint}/chat/completions", json={"model": MODEL, "messages": HELLO, "temperature": "hot"}
+    )
+    assert response.status_code == 400
+    error = response.json()["error"]
+    assert error["type"] == "invalid_request_error"
+    assert "hot" in error["message"]
+
+
+def test_the_openai_client_raises_the_matching_errors(disagg: ServedGraph) -> None:
+    with pytest.raises(openai.NotFoundError) as missing:
+        client(disagg).chat.completions.create(model="no-such-model", messages=HELLO, max_tokens=4)
+    assert missing.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
         client(disagg).chat.completions.create(
-            model="no-such-model", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+            model=MODEL, messages=[{"role": "user", "content": "hello " * 140_000}], max_tokens=4
         )
+    assert too_long.value.code == "context_length_exceeded"
+    assert "maximum context length is 131072 tokens" in too_long.value.message
+
+
+def test_bad_requests_take_no_worker_down(disagg: ServedGraph) -> None:
+    for path, body, _, _ in BAD_REQUESTS.values():
+        httpx.post(f"{disagg.endpoint}/{path}", json=body, timeout=60)
     assert ask(disagg).usage.completion_tokens > 0
+    assert [p["restarts"] for p in disagg.state()["processes"]] == [0] * len(disagg.state()["processes"])
 
 
 def test_second_graph_on_the_same_ports_is_refused_before_starting(disagg: ServedGraph, tmp_path: Path) -> None:
@@ -134,7 +201,7 @@ def test_stop_leaves_no_process_and_no_listening_port(disagg: ServedGraph) -> No
     processes = disagg.state()["processes"]
     pids = [p["pid"] for p in processes]
     ports = [port for p in processes for port in p["ports"]]
-    assert all(pids) and len(ports) == 6
+    assert all(pids) and len(ports) == 7
 
     assert disagg.stop() == 0
     assert "stopped: every process has exited" in disagg.output.read_text()

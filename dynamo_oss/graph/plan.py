@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from dynamo_oss.engines import WorkerContext, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph, load_graph
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EngineName, PoolRole
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EngineName, FrontendSection, PoolRole
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
 LOOPBACK = "127.0.0.1"
@@ -35,7 +35,7 @@ class PortUse(BaseModel):
 
 class ProcessPlan(BaseModel):
     name: str
-    kind: Literal["etcd", "nats", "frontend", "worker"]
+    kind: Literal["etcd", "nats", "frontend", "worker", "gateway"]
     role: PoolRole | None = None
     engine: EngineName | None = None
     argv: list[str]
@@ -103,26 +103,13 @@ def plan_host(
         "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
     }
-    frontend = spec.frontend
-    frontend_process = ProcessPlan(
-        name="frontend",
-        kind="frontend",
-        argv=[
-            sys.executable, "-m", "dynamo.frontend",
-            "--http-host", frontend.host,
-            "--http-port", str(frontend.port),
-            "--router-mode", frontend.router,
-            "--migration-limit", str(frontend.migration_limit),
-            "--namespace", spec.name,
-        ],  # fmt: skip
-        env=shared_env,
-        ports=[PortUse(field="frontend.port", host=frontend.host, port=frontend.port)],
-    )
+    frontend_processes = _frontend_processes(spec.frontend, spec.name, shared_env, model_folder)
     workers = _worker_processes(graph, model_folder, shared_env, engine_override, mocker_responses, problems)
-    processes = [*infra, frontend_process, *workers]
+    processes = [*infra, *frontend_processes, *workers]
     problems += _port_clashes(processes)
     if problems:
         raise GraphError(str(graph.source), problems)
+    frontend = spec.frontend
     client_host = LOOPBACK if frontend.host in ("0.0.0.0", "::") else frontend.host
     return HostPlan(
         graph=spec.name,
@@ -134,6 +121,50 @@ def plan_host(
         run_dir=run_dir,
         processes=processes,
     )
+
+
+def _frontend_processes(
+    frontend: FrontendSection, namespace: str, shared_env: dict[str, str], model_folder: Path
+) -> list[ProcessPlan]:
+    """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`."""
+    dynamo_host, dynamo_port = frontend.host, frontend.port
+    dynamo_field = "frontend.port"
+    if frontend.gateway:
+        dynamo_host, dynamo_port = LOOPBACK, frontend.dynamo_port or frontend.port + 1
+        dynamo_field = "frontend.dynamo_port"
+    processes = [
+        ProcessPlan(
+            name="frontend",
+            kind="frontend",
+            argv=[
+                sys.executable, "-m", "dynamo.frontend",
+                "--http-host", dynamo_host,
+                "--http-port", str(dynamo_port),
+                "--router-mode", frontend.router,
+                "--migration-limit", str(frontend.migration_limit),
+                "--namespace", namespace,
+            ],  # fmt: skip
+            env=shared_env,
+            ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
+        )
+    ]
+    if frontend.gateway:
+        processes.append(
+            ProcessPlan(
+                name="gateway",
+                kind="gateway",
+                argv=[
+                    sys.executable, "-m", "dynamo_oss.gateway",
+                    "--host", frontend.host,
+                    "--port", str(frontend.port),
+                    "--upstream", f"http://{LOOPBACK}:{dynamo_port}",
+                    "--model-folder", str(model_folder),
+                ],  # fmt: skip
+                env={},
+                ports=[PortUse(field="frontend.port", host=frontend.host, port=frontend.port)],
+            )
+        )
+    return processes
 
 
 def _worker_processes(

@@ -110,6 +110,16 @@ class FrontendSection(Strict):
     migration_limit: int = Field(
         default=3, ge=0, le=100, description="Times a stream may move to another worker when its worker dies."
     )
+    gateway: bool = Field(
+        default=True,
+        description="Put dynamo-oss's request gateway on `port`: it refuses bad requests with OpenAI-style 4xx "
+        "errors (unknown model, malformed messages, invalid tool schemas, prompts past the context) before "
+        "they reach a worker. Off: Dynamo's frontend listens on `port` itself.",
+    )
+    dynamo_port: Port | None = Field(
+        default=None,
+        description="Loopback port of Dynamo's own frontend behind the gateway (default: port + 1).",
+    )
 
 
 class PoolSection(Strict):

@@ -26,7 +26,7 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTHY_RUN_S = 60.0  # a process that ran this long starts its backoff over
 STARTUP_CRASH_LIMIT = 3  # exits before the graph is ready that mean it never will be
-GRACE_S = {"frontend": 30.0, "worker": 20.0, "nats": 5.0, "etcd": 5.0}
+GRACE_S = {"gateway": 30.0, "frontend": 30.0, "worker": 20.0, "nats": 5.0, "etcd": 5.0}
 
 
 class StartupFailed(RuntimeError):
@@ -58,7 +58,7 @@ class Supervisor:
             started = time.monotonic()
             await self._start_infrastructure()
             for process in self.processes:
-                if process.plan.kind in ("frontend", "worker"):
+                if process.plan.kind in ("frontend", "worker", "gateway"):
                     await process.start()
                     self._write_state()
             watchers = [asyncio.create_task(self._keep_running(p)) for p in self.processes]
@@ -86,7 +86,7 @@ class Supervisor:
     def _on_signal(self) -> None:
         if self.stopping.is_set():
             return
-        self.say("stopping: draining the frontend, then workers, then infrastructure")
+        self.say("stopping: draining the gateway and frontend, then workers, then infrastructure")
         self.stopping.set()
 
     async def _start_infrastructure(self) -> None:
@@ -171,8 +171,8 @@ class Supervisor:
             backoff = min(backoff * 2, BACKOFF_MAX_S)
 
     async def _drain(self) -> None:
-        """Frontend first (it finishes in-flight streams), then workers, then NATS and etcd."""
-        for kinds in (("frontend",), ("worker",), ("nats",), ("etcd",)):
+        """Gateway and frontend first (they finish in-flight streams), then workers, then NATS and etcd."""
+        for kinds in (("gateway",), ("frontend",), ("worker",), ("nats",), ("etcd",)):
             group = [p for p in self.processes if p.plan.kind in kinds]
             await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))
         self._write_state()

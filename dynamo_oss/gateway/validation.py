@@ -1,0 +1,126 @@
+"""The checks a request passes before it reaches Dynamo's frontend. Each failure names the
+field (`param`, as OpenAI does), says what was expected, and costs no worker anything."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jsonschema import Draft202012Validator, SchemaError
+
+from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.prompt import PromptCounter
+
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+TOKEN_LIMIT_FIELDS = {
+    "chat": ("max_tokens", "max_completion_tokens"),
+    "completions": ("max_tokens",),
+    "responses": ("max_output_tokens",),
+}
+
+
+def check_request(
+    api: str, body: object, models: dict[str, int], counter: PromptCounter | None
+) -> None:
+    """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses)."""
+    if not isinstance(body, dict):
+        raise ApiError(400, "The request body must be a JSON object.")
+    context = _check_model(body, models)
+    limit = _check_token_limits(api, body, context)
+    if api == "chat":
+        _check_messages(body.get("messages"))
+    _check_tools(api, body.get("tools"))
+    if api == "chat" and counter is not None and context:
+        _check_context(body, counter, context, limit)
+
+
+def _check_model(body: dict, models: dict[str, int]) -> int:
+    model = body.get("model")
+    if not isinstance(model, str) or not model:
+        raise ApiError(400, "You must provide a model name as a string.", param="model")
+    if model not in models:
+        served = ", ".join(sorted(models)) or "none"
+        raise ApiError(404, f"The model '{model}' does not exist. This endpoint serves: {served}.",
+                       param="model", code="model_not_found")  # fmt: skip
+    return models[model]
+
+
+def _check_token_limits(api: str, body: dict, context: int) -> int:
+    limit = 0
+    for field in TOKEN_LIMIT_FIELDS[api]:
+        value = body.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ApiError(400, f"Invalid '{field}': {value!r}. Expected an integer of at least 1.", param=field)
+        if context and value > context:
+            raise ApiError(400, f"Invalid '{field}': {value}. It must not exceed the model's context of "
+                           f"{context} tokens.", param=field, code="integer_above_max_value")  # fmt: skip
+        limit = max(limit, value)
+    return limit
+
+
+def _check_messages(messages: object) -> None:
+    if not isinstance(messages, list) or not messages:
+        raise ApiError(400, "'messages' must be a non-empty array of message objects.", param="messages")
+    for index, message in enumerate(messages):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise ApiError(400, f"Invalid '{where}': expected an object with a role.", param=where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise ApiError(400, f"Invalid '{where}.role': {role!r}. Expected one of: {', '.join(ROLES)}.",
+                           param=f"{where}.role")  # fmt: skip
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise ApiError(400, f"Invalid '{where}.content': expected a string or an array of content parts.",
+                           param=f"{where}.content")  # fmt: skip
+        if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+            raise ApiError(400, f"'{where}' is a tool message without a 'tool_call_id'.",
+                           param=f"{where}.tool_call_id")  # fmt: skip
+
+
+def _check_tools(api: str, tools: object) -> None:
+    if tools is None:
+        return
+    if not isinstance(tools, list):
+        raise ApiError(400, "'tools' must be an array of tool objects.", param="tools")
+    for index, tool in enumerate(tools):
+        where = f"tools[{index}]"
+        # Chat nests the function ({"type", "function": {...}}); the Responses API flattens it.
+        function = tool.get("function") if api == "chat" and isinstance(tool, dict) else tool
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            raise ApiError(400, f"Invalid '{where}': expected a function with a name.", param=where)
+        prefix = f"{where}.function" if api == "chat" else where
+        parameters = function.get("parameters")
+        if parameters is None:
+            continue
+        param = f"{prefix}.parameters"
+        if not isinstance(parameters, dict):
+            raise ApiError(400, f"Invalid '{param}': expected a JSON Schema object.", param=param)
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except SchemaError as err:
+            raise ApiError(400, f"Invalid '{param}': not a valid JSON Schema: {err.message}.",
+                           param=param, code="invalid_function_parameters") from None  # fmt: skip
+        if parameters.get("type", "object") != "object":
+            raise ApiError(400, f"Invalid '{param}': function parameters must be a schema of type 'object'.",
+                           param=param, code="invalid_function_parameters")  # fmt: skip
+
+
+def _check_context(body: dict, counter: PromptCounter, context: int, limit: int) -> None:
+    if counter.upper_bound(body) + limit <= context:
+        return
+    try:
+        prompt = counter.count(body)
+    except Exception as err:  # noqa: BLE001 - a template error is the request's fault, and says why
+        raise ApiError(400, f"The messages could not be rendered with the model's chat template: {err}",
+                       param="messages") from None  # fmt: skip
+    if prompt + limit > context:
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {context} tokens. However, you requested "
+            f"{prompt + limit} tokens ({prompt} in the messages, {limit} in the completion). "
+            "Please reduce the length of the messages or completion.",
+            param="messages",
+            code="context_length_exceeded",
+        )
