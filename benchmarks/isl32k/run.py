@@ -1,0 +1,336 @@
+"""The 32k-ISL study: is disaggregation up to 4x more interactive at 32k input on Blackwell?
+
+gpt-oss-120b on 8 GPUs at ISL 32,768 with OSL 256 (the workload of Dynamo's own gpt-oss
+benchmark) and OSL 1,024, on B200, H200 and GB200: the best aggregated layouts against the
+best disaggregated splits (P:D ratio and TP per pool searched by dynamo_oss.perf.search),
+concurrency swept, replayed in Dynamo's offline simulator at the calibrated model's speed.
+Then the published recipes as they are, the comparison over ISL, and the sensitivity to
+prefill speed, the one input no published figure pins down.
+
+Run from the repository root; writes results.json, results.csv, results.md and pareto.png
+beside this file:
+
+    uv run python benchmarks/isl32k/run.py
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import matplotlib
+import numpy as np
+
+from dynamo_oss.perf.costs import Factors, fitted_factors
+from dynamo_oss.perf.hardware import HARDWARE
+from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
+from dynamo_oss.perf.replay import ServingPoint
+from dynamo_oss.perf.search import LayoutPoint, SearchResult, search, sweep
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # after choosing the file-only backend
+
+HERE = Path(__file__).parent
+MODEL, GPUS, ISL = "gpt-oss-120b", 8, 32768
+OSLS = (256, 1024)
+HARDWARES = ("b200", "h200", "gb200")
+CONCURRENCIES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+TTFT_LIMIT_MS = 2000.0  # a 32k prompt answered within 2 s (median)
+PRECISION = Precision(kv_cache="fp8")  # FP8 KV cache, as Dynamo's gpt-oss-120b recipes run it
+ISL_SWEEP = (8192, 65536, 114688)  # B200, OSL 256; 114,688 + 256 stays inside the 131,072 context
+SWEEP_CONCURRENCIES = (4, 16, 64, 256, 512)
+SLOW_PREFILL = 0.45  # compute efficiency for the sensitivity case: prefill about 1.7x slower
+# The published pair on 8 x B200 (facts/dynamo.md; graphs/agg.yaml and graphs/disagg.yaml): the
+# aggregated recipe (2 x TP4/EP4/attention DP, 16k-token steps) and Dynamo's gpt-oss guide for its
+# 32k benchmark (1 prefill TP4/EP4, 20k-token steps + 1 decode TP4/EP4/attention DP, 128 per rank).
+REFERENCE = (
+    Layout(hardware="b200", precision=PRECISION,
+           pools={"agg": PoolLayout(workers=2, tp=4, attention_dp=True, max_batch=256, max_num_tokens=16384)}),
+    Layout(hardware="b200", precision=PRECISION,
+           pools={"prefill": PoolLayout(tp=4, max_batch=32, max_num_tokens=20000),
+                  "decode": PoolLayout(tp=4, attention_dp=True, max_batch=128)}),
+)  # fmt: skip
+
+# Two ways to read "interactivity": aiperf's mean tok/s/user, and the stutter users notice
+# (tokens per second at the p99 inter-token gap).
+SPEEDS: dict[str, Callable[[ServingPoint], float]] = {
+    "mean": lambda s: s.tok_s_user,
+    "p99": lambda s: 1e3 / s.itl_p99_ms,
+}
+
+
+def ratios(agg: list[LayoutPoint], disagg: list[LayoutPoint], speed: Callable[[ServingPoint], float]) -> np.ndarray:
+    """Disaggregated over aggregated `speed` at equal tok/s/GPU, over the range both fronts
+    reach, each interpolated log-linearly between replayed concurrencies: rows (tok/s/GPU, ratio)."""
+    curves = [np.array([(p.serving.tok_s_gpu, speed(p.serving)) for p in reversed(f)]) for f in (agg, disagg)]
+    if any(len(c) < 2 for c in curves):
+        return np.empty((0, 2))
+    low, high = max(c[0, 0] for c in curves), min(c[-1, 0] for c in curves)
+    if high <= low:
+        return np.empty((0, 2))
+    x = np.geomspace(low, high, 32)
+    at = [np.exp(np.interp(np.log(x), np.log(c[:, 0]), np.log(c[:, 1]))) for c in curves]
+    return np.column_stack([x, at[1] / at[0]])
+
+
+def ratio_summary(r: np.ndarray) -> dict[str, float | None]:
+    """The ratio at 50% and 90% of the highest tok/s/GPU both fronts reach, and its maximum."""
+    if not len(r):
+        return {"at_50pct": None, "at_90pct": None, "max": None, "max_at_tok_s_gpu": None}
+
+    def at(fraction: float) -> float | None:
+        x = fraction * r[-1, 0]
+        return round(float(np.interp(x, r[:, 0], r[:, 1])), 2) if x >= r[0, 0] else None
+
+    best = int(np.argmax(r[:, 1]))
+    return {
+        "at_50pct": at(0.5),
+        "at_90pct": at(0.9),
+        "max": round(float(r[best, 1]), 2),
+        "max_at_tok_s_gpu": round(float(r[best, 0])),
+    }
+
+
+def summarise(result: SearchResult, limit: float | None) -> dict[str, object]:
+    """Fronts and interactivity ratios of one case within one TTFT limit."""
+    out: dict[str, object] = {"ttft_limit_ms": limit}
+    for name, speed in SPEEDS.items():
+        fronts = {mode: result.front(mode, ttft_ms=limit, speed=speed) for mode in ("agg", "disagg")}
+        out[name] = {
+            "fronts": {
+                m: [{"layout": p.layout.describe(), **p.serving.model_dump()} for p in f] for m, f in fronts.items()
+            },
+            "best_tok_s_gpu": {m: round(max((p.serving.tok_s_gpu for p in f), default=0)) for m, f in fronts.items()},
+            **ratio_summary(ratios(fronts["agg"], fronts["disagg"], speed)),
+        }
+    return out
+
+
+def describe(result: SearchResult, hardware: str, label: str) -> dict[str, object]:
+    w = result.workload
+    return {
+        "label": label,
+        "hardware": hardware,
+        "isl": w.isl,
+        "osl": w.osl,
+        "points": [
+            {"mode": p.layout.mode, "layout": p.layout.describe(), **p.serving.model_dump()} for p in result.points
+        ],
+        "layouts": {p.layout.describe(): p.layout.model_dump() for p in result.points},
+        "unlimited": summarise(result, None),
+        "limited": summarise(result, TTFT_LIMIT_MS),
+    }
+
+
+def run_case(
+    hardware: str, isl: int, osl: int, concurrencies: tuple[int, ...], factors: Factors, label: str = ""
+) -> dict:
+    result = search(
+        MODEL, hardware, GPUS, Workload(isl=isl, osl=osl), concurrencies,
+        ttft_limits=(None, TTFT_LIMIT_MS), precision=PRECISION, factors=factors,
+    )  # fmt: skip
+    return describe(result, hardware, label or f"{HARDWARE[hardware].label}, ISL {isl:,} / OSL {osl}")
+
+
+def reference_case(factors: Factors) -> dict:
+    """The published aggregated and disaggregated recipes on 8 x B200 at 32k/256, as they are."""
+    workload = Workload(isl=ISL, osl=OSLS[0])
+    points = [point for layout in REFERENCE for point in sweep(layout, workload, CONCURRENCIES, factors)]
+    return describe(
+        SearchResult(workload=workload, gpus=GPUS, points=points),
+        "b200",
+        "B200, published recipes, ISL 32,768 / OSL 256",
+    )
+
+
+# ---- output ---------------------------------------------------------------------------
+LIMIT = f"TTFT <= {TTFT_LIMIT_MS / 1000:g} s"
+
+
+def _ratio_cell(s: dict) -> str:
+    return " / ".join("-" if s[k] is None else f"{s[k]}x" for k in ("at_50pct", "at_90pct", "max"))
+
+
+def _row(c: dict) -> str:
+    l, u = c["limited"], c["unlimited"]
+    best = l["mean"]["best_tok_s_gpu"]
+    return (
+        f"| {c['label']} | {best['agg']:,} / {best['disagg']:,} | {_ratio_cell(l['mean'])} | {_ratio_cell(l['p99'])} "
+        f"| {_ratio_cell(u['mean'])} |"
+    )
+
+
+def _front_text(front: list[dict]) -> str:
+    return "<br>".join(
+        f"{p['layout']} c{p['concurrency']}: {p['tok_s_user']:.0f} @ {p['tok_s_gpu']:.0f}" for p in front
+    )
+
+
+def write_markdown(cases: list[dict], extra: list[dict], sweep_cases: list[dict], seconds: float) -> str:
+    head = [
+        (
+            f"| case | best tok/s/GPU agg / disagg ({LIMIT}) | mean tok/s/user ratio, {LIMIT}: at 50% / 90% / max "
+            f"| p99-ITL ratio, {LIMIT}: at 50% / 90% / max | mean tok/s/user ratio, no TTFT limit: at 50% / 90% / max |"
+        ),
+        "|---|---:|---:|---:|---:|",
+    ]
+    lines = [
+        f"# {MODEL} on 8 GPUs: aggregated against disaggregated at long input",
+        "",
+        (
+            "Generated by `uv run python benchmarks/isl32k/run.py`. A ratio is disaggregated over aggregated "
+            "interactivity at equal output tok/s/GPU, each mode's Pareto front (best layouts of the search) "
+            "interpolated between replayed concurrencies, at 50% and 90% of the highest tok/s/GPU both fronts "
+            "reach, and its maximum. Interactivity is aiperf's mean tok/s/user, or 1000 / p99 ITL (ms) for the "
+            f"stutter a user sees. '{LIMIT}' keeps only points whose median TTFT is within it."
+        ),
+        "",
+        "## 32k input, searched layouts",
+        "",
+        *head,
+        *[_row(c) for c in cases],
+        "",
+        "## Published recipes as they are, and slower prefill",
+        "",
+        *head,
+        *[_row(c) for c in extra],
+        "",
+        "## Over ISL (B200, OSL 256)",
+        "",
+        *head,
+        *[_row(c) for c in sweep_cases],
+        "",
+        f"## Pareto fronts, mean tok/s/user @ tok/s/GPU, {LIMIT}",
+        "",
+        "| case | aggregated | disaggregated |",
+        "|---|---|---|",
+    ]
+    for c in cases + extra:
+        f = c["limited"]["mean"]["fronts"]
+        lines.append(f"| {c['label']} | {_front_text(f['agg'])} | {_front_text(f['disagg'])} |")
+    lines += ["", f"Runtime: {seconds:.0f} s on this machine (2 cores)."]
+    return "\n".join(lines) + "\n"
+
+
+def _draw_fronts(ax: plt.Axes, case: dict) -> None:
+    for mode, colour in (("agg", "tab:blue"), ("disagg", "tab:red")):
+        every = [p for p in case["points"] if p["mode"] == mode]
+        ax.scatter([p["tok_s_gpu"] for p in every], [p["tok_s_user"] for p in every], s=8, color=colour, alpha=0.25)
+        for key, style, label in (("unlimited", ":", "no TTFT limit"), ("limited", "-", LIMIT)):
+            front = case[key]["mean"]["fronts"][mode]
+            ax.plot([p["tok_s_gpu"] for p in front], [p["tok_s_user"] for p in front], style, color=colour,
+                    marker="o", ms=3, label=f"{mode}, {label}")  # fmt: skip
+        p99 = case["limited"]["p99"]["fronts"][mode]
+        ax.plot([p["tok_s_gpu"] for p in p99], [1e3 / p["itl_p99_ms"] for p in p99], "--", color=colour, lw=0.8,
+                label=f"{mode}, 1000/p99 ITL, {LIMIT}")  # fmt: skip
+    s = case["limited"]["mean"]
+    ax.set_title(f"{case['label']}: {_ratio_cell(s)} (50%/90%/max)", fontsize=8)
+    ax.set_xlabel("output tok/s/GPU")
+    ax.set_ylabel("tok/s/user")
+    ax.set_yscale("log")
+    ax.grid(alpha=0.3)
+
+
+def plot(cases: list[dict], reference: dict, sweep_cases: list[dict], path: Path) -> None:
+    fig, axes = plt.subplots(len(HARDWARES) + 1, len(OSLS), figsize=(11, 16), squeeze=False)
+    for c in cases:
+        _draw_fronts(axes[HARDWARES.index(c["hardware"])][OSLS.index(c["osl"])], c)
+    _draw_fronts(axes[-1][0], reference)
+    ax = axes[-1][1]
+    isl = [c["isl"] for c in sweep_cases]
+    for speed, key, style in (("mean", "max", "-o"), ("mean", "at_90pct", "--s"), ("p99", "at_90pct", "-^")):
+        ax.plot(
+            isl,
+            [c["limited"][speed][key] or np.nan for c in sweep_cases],
+            style,
+            label=f"{speed} tok/s/user, {key}, {LIMIT}",
+        )
+    ax.plot(
+        isl,
+        [c["unlimited"]["mean"]["max"] or np.nan for c in sweep_cases],
+        "-x",
+        color="grey",
+        label="mean, max, no TTFT limit",
+    )
+    ax.axhline(4, color="black", lw=0.8, ls="--")
+    ax.set_xscale("log", base=2)
+    ax.set_title(f"B200, OSL {OSLS[0]}: disaggregated / aggregated interactivity over ISL", fontsize=8)
+    ax.set_xlabel("ISL")
+    ax.set_ylabel("ratio")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6)
+    axes[0][0].legend(fontsize=6)
+    fig.suptitle(f"{MODEL} on 8 GPUs: Pareto fronts from Dynamo's replay at the calibrated model's speed")
+    fig.tight_layout(rect=(0, 0, 1, 0.98))
+    fig.savefig(path, dpi=100)
+
+
+def _rounded(value: object) -> object:
+    """Figures to 0.01: results.json stays small enough to commit."""
+    if isinstance(value, float):
+        return round(value, 2)
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
+def write_csv(cases: list[dict], path: Path) -> None:
+    fields = [
+        "case",
+        "mode",
+        "layout",
+        "concurrency",
+        "tok_s_user",
+        "tok_s_gpu",
+        "ttft_p50_ms",
+        "ttft_p99_ms",
+        "itl_p50_ms",
+        "itl_p99_ms",
+    ]
+    with path.open("w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        for c in cases:
+            for p in c["points"]:
+                writer.writerow(
+                    {"case": c["label"], **{k: round(v, 2) if isinstance(v, float) else v for k, v in p.items()}}
+                )
+
+
+def main() -> None:
+    start = time.monotonic()
+    factors = fitted_factors()
+    cases = []
+    for hardware in HARDWARES:
+        for osl in OSLS:
+            cases.append(run_case(hardware, ISL, osl, CONCURRENCIES, factors))
+            print(f"{cases[-1]['label']}: {time.monotonic() - start:.0f} s", flush=True)
+    reference = reference_case(factors)
+    slow = run_case("b200", ISL, OSLS[0], CONCURRENCIES, factors.model_copy(update={"compute_efficiency": SLOW_PREFILL}),
+                    f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}")  # fmt: skip
+    main_b200 = cases[HARDWARES.index("b200") * len(OSLS)]
+    sweep_cases = sorted([run_case("b200", isl, OSLS[0], SWEEP_CONCURRENCIES, factors) for isl in ISL_SWEEP] + [main_b200],
+                         key=lambda c: c["isl"])  # fmt: skip
+    seconds = time.monotonic() - start
+    everything = {
+        "cases": cases,
+        "reference": reference,
+        "slow_prefill": slow,
+        "isl_sweep": sweep_cases,
+        "seconds": round(seconds),
+    }
+    (HERE / "results.json").write_text(json.dumps(_rounded(everything)) + "\n")
+    write_csv(cases + [reference, slow] + [c for c in sweep_cases if c is not main_b200], HERE / "results.csv")
+    (HERE / "results.md").write_text(write_markdown(cases, [reference, slow], sweep_cases, seconds))
+    plot(cases, reference, sweep_cases, HERE / "pareto.png")
+    print((HERE / "results.md").read_text().split("## Pareto fronts")[0])
+    print(f"total {time.monotonic() - start:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

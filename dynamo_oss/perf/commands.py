@@ -1,0 +1,230 @@
+"""`dynamo simulate`, `dynamo plan` and `dynamo calibrate`: the performance model on the command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+from dynamo_oss.models import BUILTIN_MODELS
+from dynamo_oss.perf.calibration import TOLERANCE, compare, refit, table_markdown
+from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, fitted_factors
+from dynamo_oss.perf.graph import graph_files, layout_from_file
+from dynamo_oss.perf.hardware import HARDWARE
+from dynamo_oss.perf.layout import (
+    PREFILL_MAX_NUM_TOKENS,
+    Layout,
+    PoolLayout,
+    Precision,
+    Workload,
+)
+from dynamo_oss.perf.replay import ServingPoint, check_step_times, simulate
+from dynamo_oss.perf.search import LayoutPoint, search
+
+DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
+
+
+def _concurrencies(text: str) -> list[int]:
+    try:
+        values = [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'Got "{text}". It must be a comma-separated list of integers.') from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f'Got "{text}". Each concurrency must be at least 1.')
+    return values
+
+
+def _add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="gpt-oss-120b")
+    parser.add_argument("--hardware", choices=sorted(HARDWARE), default="b200")
+    parser.add_argument("--kv-cache", choices=["bf16", "fp8"], default="fp8", help="KV cache precision")
+    parser.add_argument("--isl", type=int, required=True, help="input tokens per request")
+    parser.add_argument("--osl", type=int, required=True, help="output tokens per request")
+    parser.add_argument("--json", action="store_true", help="print JSON for machines")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    simulate_parser = subparsers.add_parser(
+        "simulate",
+        help="replay a layout in Dynamo's offline simulator at the modelled speed of its GPUs",
+        description="Run Dynamo's offline replay (dynamo.replay) of fixed-length requests at each "
+        "concurrency, with mocker timing profiles from the performance model.",
+    )
+    simulate_parser.add_argument("graph", nargs="?", help="graph file (YAML); else the layout flags below")
+    _add_model_args(simulate_parser)
+    simulate_parser.add_argument("--mode", choices=["agg", "disagg"], default="agg")
+    simulate_parser.add_argument("--engine", choices=["trtllm", "vllm"], default="trtllm")
+    for prefix, label in (("", "aggregated"), ("prefill-", "prefill"), ("decode-", "decode")):
+        simulate_parser.add_argument(f"--{prefix}tp", type=int, default=1, help=f"GPUs per {label} worker")
+        simulate_parser.add_argument(
+            f"--{prefix}ep", type=int, help=f"MoE expert parallelism of {label} workers (default: tp)"
+        )
+        simulate_parser.add_argument(
+            f"--{prefix}attention-dp", action="store_true", help=f"attention data-parallel {label} workers"
+        )
+        simulate_parser.add_argument(f"--{prefix}workers", type=int, help=f"{label} workers")
+    simulate_parser.add_argument("--gpus", type=int, help="aggregated GPUs in all (workers = gpus / tp)")
+    simulate_parser.add_argument("--concurrency", type=_concurrencies, default=_concurrencies(DEFAULT_CONCURRENCY))
+    simulate_parser.add_argument("--requests", type=int, help="requests per concurrency (default 10 x concurrency)")
+    simulate_parser.set_defaults(handler=run_simulate)
+
+    plan_parser = subparsers.add_parser(
+        "plan",
+        help="search aggregated and disaggregated layouts of a GPU budget for the best few",
+        description="Screen every layout of --gpus GPUs (aggregated TP/EP/attention-DP; disaggregated "
+        "P:D splits with TP per pool), replay the most promising, and print the Pareto front of "
+        "tok/s/user against tok/s/GPU within the targets, best tok/s/GPU first, with graph files.",
+    )
+    _add_model_args(plan_parser)
+    plan_parser.add_argument("--gpus", type=int, required=True)
+    plan_parser.add_argument("--ttft-ms", type=float, help="median TTFT target")
+    plan_parser.add_argument("--itl-ms", type=float, help="median ITL target")
+    plan_parser.add_argument("--concurrency", type=_concurrencies, default=_concurrencies(DEFAULT_CONCURRENCY + ",512"))
+    plan_parser.add_argument("--keep", type=int, default=4, help="most layouts replayed per mode")
+    plan_parser.add_argument("--top", type=int, default=5, help="points printed")
+    plan_parser.add_argument("--out", type=Path, help="write the graph files of the printed layouts into this folder")
+    plan_parser.set_defaults(handler=run_plan)
+
+    calibrate_parser = subparsers.add_parser(
+        "calibrate",
+        help="compare the performance model with published figures (and refit it)",
+        description=f"Print each published figure, the model's prediction through Dynamo's replay and "
+        f"the error, then the replay-against-model step-time check. --refit fits the overheads first "
+        f"and writes {FITTED_FACTORS_PATH.name}.",
+    )
+    calibrate_parser.add_argument("--refit", action="store_true")
+    calibrate_parser.set_defaults(handler=run_calibrate)
+
+
+def layout_from_args(args: argparse.Namespace) -> Layout:
+    """The layout `dynamo simulate` was given: a graph file, or the flags."""
+    if args.graph:
+        return layout_from_file(args.graph)
+
+    flags = vars(args)
+
+    def pool(prefix: str, workers: int, **extra: int) -> PoolLayout:
+        return PoolLayout(
+            workers=workers,
+            tp=flags[f"{prefix}tp"],
+            ep=flags[f"{prefix}ep"],
+            attention_dp=flags[f"{prefix}attention_dp"],
+            **extra,
+        )
+
+    if args.mode == "agg":
+        pools = {"agg": pool("", args.workers or (args.gpus // args.tp if args.gpus else 1))}
+    else:
+        pools = {
+            "prefill": pool("prefill_", args.prefill_workers or 1, max_num_tokens=PREFILL_MAX_NUM_TOKENS),
+            "decode": pool("decode_", args.decode_workers or 1),
+        }
+    return Layout(
+        model=args.model,
+        hardware=args.hardware,
+        engine=args.engine,
+        precision=Precision(kv_cache=args.kv_cache),
+        pools=pools,
+    )
+
+
+def _table(rows: Sequence[tuple[str, ServingPoint]]) -> str:
+    head = f"{'layout':<34} {'conc':>5} {'tok/s/user':>10} {'tok/s/GPU':>10} {'TTFT p50':>9} {'TTFT p99':>9} {'ITL p50':>8} {'ITL p99':>8}"
+    lines = [head, "-" * len(head)]
+    for label, p in rows:
+        lines.append(
+            f"{label:<34} {p.concurrency:>5} {p.tok_s_user:>10.1f} {p.tok_s_gpu:>10.1f} {p.ttft_p50_ms:>9.0f} "
+            f"{p.ttft_p99_ms:>9.0f} {p.itl_p50_ms:>8.1f} {p.itl_p99_ms:>8.1f}"
+        )
+    return "\n".join(lines + ["(TTFT and ITL in ms)"])
+
+
+def run_simulate(args: argparse.Namespace) -> int:
+    layout = layout_from_args(args)
+    workload = Workload(isl=args.isl, osl=args.osl)
+    points = simulate(layout, workload, args.concurrency, requests=args.requests)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "layout": layout.model_dump(),
+                    "workload": workload.model_dump(),
+                    "gpus": layout.gpus,
+                    "points": [p.model_dump() for p in points],
+                },
+                indent=2,
+            )
+        )
+        return 0
+    print(f"{layout.model} on {layout.gpus} x {layout.gpu.label}, {layout.describe()}, ISL {args.isl} / OSL {args.osl}")
+    print(_table([(layout.describe(), p) for p in points]))
+    return 0
+
+
+def run_plan(args: argparse.Namespace) -> int:
+    workload = Workload(isl=args.isl, osl=args.osl)
+    result = search(
+        args.model,
+        args.hardware,
+        args.gpus,
+        workload,
+        args.concurrency,
+        keep=args.keep,
+        ttft_limits=(args.ttft_ms,),
+        precision=Precision(kv_cache=args.kv_cache),
+    )
+    best: list[LayoutPoint] = result.front(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)[: args.top]
+    if args.json:
+        print(
+            json.dumps(
+                {"workload": workload.model_dump(), "gpus": args.gpus, "best": [p.model_dump() for p in best]}, indent=2
+            )
+        )
+        return 0 if best else 1
+    targets = ", ".join(f"{k} <= {v:g} ms" for k, v in (("TTFT p50", args.ttft_ms), ("ITL p50", args.itl_ms)) if v)
+    print(
+        f"{args.model} on {args.gpus} x {HARDWARE[args.hardware].label}, ISL {args.isl} / OSL {args.osl}"
+        + (f", targets {targets}" if targets else "")
+    )
+    if not best:
+        print("No replayed layout meets the targets.")
+        return 1
+    print(_table([(p.layout.describe(), p.serving) for p in best]))
+    layouts = list({p.layout.describe(): p.layout for p in best}.values())
+    for rank, layout in enumerate(layouts, 1):
+        files = graph_files(layout, f"{layout.model}-{layout.hardware}-{layout.mode}-{rank}")
+        print(f"\n# {layout.describe()}")
+        for relative, text in files.items():
+            print(f"# --- {relative}\n{text}", end="")
+            if args.out:
+                (args.out / relative).parent.mkdir(parents=True, exist_ok=True)
+                (args.out / relative).write_text(text)
+    return 0
+
+
+def run_calibrate(args: argparse.Namespace) -> int:
+    factors = refit() if args.refit else fitted_factors()
+    if args.refit:
+        print(f"wrote {FITTED_FACTORS_PATH}")
+    print("factors:", factors.model_dump_json())
+    comparisons = compare(factors)
+    print(table_markdown(comparisons))
+    layouts = [
+        Layout(
+            hardware="b200",
+            precision=Precision(kv_cache="fp8"),
+            pools={
+                "prefill": PoolLayout(tp=2, max_num_tokens=PREFILL_MAX_NUM_TOKENS),
+                "decode": PoolLayout(tp=4, attention_dp=True),
+            },
+        ),
+        Layout(hardware="b200", pools={"agg": PoolLayout(tp=2)}),
+    ]
+    print("\nReplay against the model's own step times (gpt-oss-120b, B200, 32k prompts, 16 in flight):")
+    for layout in layouts:
+        for check in check_step_times(layout, 32768, 16, factors):
+            print(
+                f"- {layout.describe()}: {check.step}: model {check.model_ms:.2f} ms, replay {check.replay_ms:.2f} ms ({check.error:+.1%})"
+            )
+    return 0 if all(abs(c.error) <= TOLERANCE for c in comparisons if c.covered) else 1

@@ -1,0 +1,385 @@
+"""Step costs of gpt-oss on one worker: a roofline per kernel group, plus named overheads.
+
+One engine step runs every decoder layer once over the step's tokens: new prompt tokens
+(prefill, possibly a chunk of a longer prompt) and one token per decoding sequence. Each
+kernel group (attention projections, attention itself, the MoE experts, the output head)
+costs the larger of its FLOPs at the reachable tensor rate and its bytes at the reachable
+HBM bandwidth; the groups run one after another. Collectives between the worker's GPUs
+and fixed overheads come on top. Only `Factors` are not derived from shapes
+(`models.ModelShape`) and datasheets (`hardware.Hardware`).
+
+All times are for one attention rank (the whole worker unless attention is data-parallel)
+with every rank of the worker equally loaded, in milliseconds. Inputs may be numpy arrays:
+profiles evaluate whole grids at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from numpy.typing import ArrayLike
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamo_oss.models import ModelShape
+from dynamo_oss.perf.hardware import ComputeDtype, Hardware
+from dynamo_oss.perf.layout import Engine, Layout, PoolLayout, Precision, Role
+
+BYTES_PER_ELEMENT = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8}  # MXFP4: 4 bits + an 8-bit scale per 32
+DENSE_BYTES = 2.0  # attention, embedding and head weights and activations are BF16
+
+# Memory left for the KV cache: TensorRT-LLM gives it this fraction of what is free after the
+# weights (kv_cache_free_gpu_memory_fraction of blog 9's max-throughput config) ...
+KV_MEMORY_FRACTION = 0.9
+# ... after this reserve for the CUDA context, activations, CUDA graphs and workspaces (an
+# assumption: no published figure splits it out).
+RUNTIME_RESERVE_BYTES = 6e9
+
+
+class Factors(BaseModel):
+    """Everything the model does not derive: how close engines get to the hardware.
+
+    Defaults are the priors; `calibration` fits the overheads to published serving figures
+    and stores them in fitted_factors.json (see `fitted_factors`).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute_efficiency: float = Field(
+        0.76,
+        gt=0,
+        le=1,
+        description="Fraction of peak tensor FLOP/s that GEMMs and attention reach. Measured: a bf16 GEMM "
+        "8192x2880x5760 ran at about 750 of 989 TFLOP/s on a lent H200 (facts/performance.md).",
+    )
+    memory_efficiency: float = Field(
+        0.90,
+        gt=0,
+        le=1,
+        description="Fraction of HBM bandwidth that streaming weights and KV reach. Measured: device copy "
+        "about 4.3 of 4.8 TB/s on a lent H200.",
+    )
+    link_efficiency: float = Field(
+        0.87,
+        gt=0,
+        le=1,
+        description="Fraction of NVLink bandwidth reached by collectives and KV transfers. Measured: peer "
+        "copy 391 of 450 GB/s between two NVLinked H200s.",
+    )
+    layer_overhead_us: float = Field(
+        40.0,
+        ge=0,
+        description="Fixed time per decoder layer per step: launch gaps and the floor of the dozen small "
+        "kernels (norms, RoPE, routing, quantisation, sampling prep) that no roofline term covers, even "
+        "under CUDA graphs. Fitted.",
+    )
+    collective_latency_us: float = Field(
+        8.0,
+        ge=0,
+        description="Latency of one collective between a worker's GPUs (two per layer when tp > 1), on "
+        "top of its bytes over NVLink: about that of TensorRT-LLM's one-shot NVLink all-reduce for small "
+        "messages. A prior, not fitted: the published points cannot tell it from the layer overhead "
+        "(every multi-GPU point pays both, the one TP1 point is bound by HBM).",
+    )
+    sequence_overhead_us: float = Field(
+        20.0,
+        ge=0,
+        description="Host time per running sequence per step: scheduling, sampling, detokenising and "
+        "streaming, which grows with the batch. Fitted.",
+    )
+    engine_overhead_factor: dict[Engine, float] = Field(
+        default_factory=lambda: {"trtllm": 1.0, "vllm": 1.5},
+        description="Per-engine factor: the engine's fixed costs (the three overheads above) relative to "
+        "TensorRT-LLM's, which the model targets. Rooflines do not depend on the engine. vLLM's is fitted "
+        "on the published vLLM rows (all on Hopper).",
+    )
+    client_ttft_overhead_ms: float = Field(
+        25.0,
+        ge=0,
+        description="Request path outside the engine that client-side TTFT includes and the mocker does "
+        "not simulate: HTTP, tokenisation, scheduling hand-off, first chunk back. Fitted; added only when "
+        "comparing with published TTFT.",
+    )
+
+
+FITTED_FACTORS_PATH = Path(__file__).with_name("fitted_factors.json")
+
+
+def fitted_factors() -> Factors:
+    """The factors last fitted by `dynamo calibrate --refit` (the priors if never fitted)."""
+    if FITTED_FACTORS_PATH.exists():
+        return Factors.model_validate_json(FITTED_FACTORS_PATH.read_text())
+    return Factors()
+
+
+def kv_shards(pool: PoolLayout, shape: ModelShape) -> int:
+    """GPUs that split one sequence's KV: its KV heads split up to their count, then replicate;
+    under attention DP a sequence lives on one GPU."""
+    return 1 if pool.attention_dp else min(pool.tp, shape.num_key_value_heads)
+
+
+def window_key_sum(position: ArrayLike, window: int) -> np.ndarray:
+    """Keys attended by the first `position` tokens of a sequence in a sliding-window layer, summed."""
+    x = np.asarray(position, dtype=float)
+    return np.where(x <= window, x * (x + 1) / 2, window * (window + 1) / 2 + (x - window) * window)
+
+
+def attention_spans(cached: ArrayLike, new: ArrayLike, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """Mean keys each of `new` tokens attends in full and in window layers, after `cached` tokens."""
+    cached = np.asarray(cached, dtype=float)
+    new = np.maximum(np.asarray(new, dtype=float), 1e-9)
+    full = cached + (new + 1) / 2
+    windowed = (window_key_sum(cached + new, window) - window_key_sum(cached, window)) / new
+    return full, windowed
+
+
+class CostModel:
+    """Step times of one pool's worker for a model, a GPU and a precision."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        gpu: Hardware,
+        pool: PoolLayout,
+        precision: Precision | None = None,
+        engine: Engine = "trtllm",
+        factors: Factors | None = None,
+    ) -> None:
+        self.shape, self.gpu, self.pool, self.precision = shape, gpu, pool, precision or Precision()
+        self.factors = factors or Factors()
+        self.overhead_factor = self.factors.engine_overhead_factor[engine]
+
+    @classmethod
+    def for_pool(cls, layout: Layout, role: Role, factors: Factors | None = None) -> CostModel:
+        return cls(layout.shape, layout.gpu, layout.pools[role], layout.precision, layout.engine, factors)
+
+    # ---- shapes -----------------------------------------------------------------------
+    @property
+    def attention_params_per_layer(self) -> float:
+        """Q, K, V and O projections plus the router: the dense weights of one layer."""
+        s = self.shape
+        q = s.num_attention_heads * s.head_dim
+        kv = 2 * s.num_key_value_heads * s.head_dim
+        return s.hidden_size * (q + kv) + q * s.hidden_size + s.hidden_size * s.num_experts
+
+    @property
+    def expert_params(self) -> float:
+        """One expert: fused gate and up projection (SwiGLU) and down projection."""
+        return 3 * self.shape.hidden_size * self.shape.intermediate_size
+
+    @property
+    def vocab_params(self) -> float:
+        return self.shape.vocab_size * self.shape.hidden_size
+
+    @property
+    def kv_element_bytes(self) -> float:
+        return BYTES_PER_ELEMENT[self.precision.kv_cache]
+
+    def kv_bytes_per_context_token(self) -> float:
+        """KV bytes that grow with context (full-attention layers only), whole worker."""
+        return self.shape.kv_bytes_per_context_token(self.kv_element_bytes)
+
+    def kv_bytes(self, context: int) -> float:
+        """KV bytes of one sequence, honouring the 128-token window of half the layers."""
+        return self.shape.kv_bytes(context, self.kv_element_bytes)
+
+    # ---- sharding ---------------------------------------------------------------------
+    @property
+    def _attention_shards(self) -> int:
+        """GPUs that split one sequence's attention weights and FLOPs (1 under attention DP)."""
+        return 1 if self.pool.attention_dp else self.pool.tp
+
+    @property
+    def _kv_shards(self) -> int:
+        return kv_shards(self.pool, self.shape)
+
+    @property
+    def _moe_dtype(self) -> ComputeDtype:
+        """MXFP4 experts run as W4A8 (MXFP8 activations) on Blackwell and as W4A16 on Hopper
+        (TensorRT-LLM blog 9, 'Using the MXFP4 checkpoints')."""
+        experts = self.precision.experts
+        if experts == "mxfp4":
+            return "fp8" if self.gpu.has_fp4 else "bf16"
+        return experts
+
+    @property
+    def _attention_dtype(self) -> ComputeDtype:
+        return "fp8" if self.precision.kv_cache == "fp8" else "bf16"
+
+    def weight_bytes_per_gpu(self) -> float:
+        """Weights resident on each GPU: experts split over all GPUs, the rest per attention shard."""
+        s = self.shape
+        dense = (self.attention_params_per_layer * s.num_layers + 2 * self.vocab_params) * DENSE_BYTES
+        experts = s.num_experts * s.num_layers * self.expert_params * BYTES_PER_ELEMENT[self.precision.experts]
+        return dense / self._attention_shards + experts / self.pool.tp
+
+    def kv_capacity_tokens(self) -> int:
+        """Context tokens the KV cache of one attention rank holds.
+
+        The window layers' KV is reserved for a full batch (max_batch sequences of 128 tokens);
+        the rest holds full-attention KV, which grows with every token.
+        """
+        free = self.gpu.hbm_bytes - self.weight_bytes_per_gpu() - RUNTIME_RESERVE_BYTES
+        budget = KV_MEMORY_FRACTION * free * self._kv_shards
+        s = self.shape
+        window = (
+            self.pool.max_batch * s.window_layers * s.sliding_window * s.kv_bytes_per_layer_token(self.kv_element_bytes)
+        )
+        return max(0, int((budget - window) / self.kv_bytes_per_context_token()))
+
+    # ---- one step -----------------------------------------------------------------------
+    def _roofline(self, flops: np.ndarray, nbytes: np.ndarray, dtype: ComputeDtype) -> np.ndarray:
+        f = self.factors
+        return np.maximum(
+            flops / (self.gpu.flops(dtype) * f.compute_efficiency),
+            nbytes / (self.gpu.hbm_bandwidth * f.memory_efficiency),
+        )
+
+    def step_terms(
+        self,
+        *,
+        prefill_tokens: ArrayLike = 0.0,
+        prefill_full_span: ArrayLike = 0.0,
+        prefill_window_span: ArrayLike = 0.0,
+        prefill_seqs: ArrayLike = 0.0,
+        decode_seqs: ArrayLike = 0.0,
+        decode_context: ArrayLike = 0.0,
+    ) -> dict[str, np.ndarray]:
+        """Each named term of one step, in seconds; the step time is their sum.
+
+        prefill_tokens: new prompt tokens in the step; their mean attention spans in full and
+        window layers come from `attention_spans`; prefill_seqs: prompts whose last token is in
+        the step (they need the output head); decode_seqs: sequences decoding one token at mean
+        context decode_context.
+        """
+        s, f, pool = self.shape, self.factors, self.pool
+        n = np.asarray(prefill_tokens, dtype=float)
+        b = np.asarray(decode_seqs, dtype=float)
+        ctx = np.asarray(decode_context, dtype=float)
+        tokens = n + b
+        moe_tokens = tokens * pool.ranks  # the MoE of a worker sees every rank's tokens
+        shards = self._attention_shards
+        heads_dim = s.num_attention_heads * s.head_dim
+        full, win = s.full_attention_layers, s.window_layers
+
+        attention_keys = n * (full * np.asarray(prefill_full_span) + win * np.asarray(prefill_window_span)) + b * (
+            full * ctx + win * np.minimum(ctx, s.sliding_window)
+        )
+        kv_layer_token = s.kv_bytes_per_layer_token(self.kv_element_bytes)
+        kv_bytes = (b * (full * ctx + win * np.minimum(ctx, s.sliding_window)) + n * s.num_layers) * kv_layer_token
+
+        touched = s.num_experts * (1 - (1 - s.experts_per_token / s.num_experts) ** moe_tokens)
+        expert_bytes = self.expert_params * BYTES_PER_ELEMENT[self.precision.experts]
+        head_rows = b + np.asarray(prefill_seqs, dtype=float)
+
+        terms = {
+            "attention_projections": self._roofline(
+                2 * self.attention_params_per_layer * s.num_layers * tokens / shards,
+                np.full_like(tokens, self.attention_params_per_layer * s.num_layers * DENSE_BYTES / shards),
+                "bf16",
+            ),
+            "attention": self._roofline(
+                4 * heads_dim * attention_keys / shards, kv_bytes / self._kv_shards, self._attention_dtype
+            ),
+            "experts": self._roofline(
+                2 * self.expert_params * s.experts_per_token * s.num_layers * moe_tokens / pool.tp,
+                touched * expert_bytes * s.num_layers / pool.tp,
+                self._moe_dtype,
+            ),
+            "output_head": self._roofline(
+                2 * self.vocab_params * head_rows / shards,
+                np.where(head_rows > 0, self.vocab_params * DENSE_BYTES / shards, 0.0),
+                "bf16",
+            ),
+            "collectives": s.num_layers * self._collective_seconds(tokens),
+            "layer_overhead": np.full_like(tokens, s.num_layers * f.layer_overhead_us * 1e-6 * self.overhead_factor),
+            "sequence_overhead": head_rows * f.sequence_overhead_us * 1e-6 * self.overhead_factor,
+        }
+        return terms
+
+    def _collective_seconds(self, tokens: np.ndarray) -> np.ndarray:
+        """Two collectives per layer between the worker's GPUs, for the step's activations.
+
+        Tensor-parallel attention all-reduces the hidden states after attention and after the
+        MoE (ring: 2(tp-1)/tp of the bytes over each link). Attention-DP dispatches each token
+        to its 4 experts' GPUs and combines the results (all-to-all).
+        """
+        pool, s, f = self.pool, self.shape, self.factors
+        if pool.tp == 1:
+            return np.zeros_like(tokens)
+        link = self.gpu.nvlink_bandwidth * f.link_efficiency
+        hidden_bytes = tokens * s.hidden_size * DENSE_BYTES
+        if pool.attention_dp:
+            moved = 2 * hidden_bytes * s.experts_per_token * (pool.tp - 1) / pool.tp
+        else:
+            moved = 2 * hidden_bytes * 2 * (pool.tp - 1) / pool.tp
+        return moved / link + 2 * f.collective_latency_us * 1e-6 * self.overhead_factor
+
+    def step_ms(self, **batch: ArrayLike) -> np.ndarray:
+        """Time of one step in milliseconds (see `step_terms` for the arguments)."""
+        return 1e3 * sum(self.step_terms(**batch).values())
+
+    # ---- the three kinds of step ----------------------------------------------------
+    def prefill_ms(self, new_tokens: ArrayLike, cached_tokens: ArrayLike = 0) -> np.ndarray:
+        """A prefill step of one prompt: `new_tokens` after `cached_tokens` of context."""
+        full, win = attention_spans(cached_tokens, new_tokens, self.shape.sliding_window)
+        return self.step_ms(prefill_tokens=new_tokens, prefill_full_span=full, prefill_window_span=win, prefill_seqs=1)
+
+    def prompt_ms(self, prompt_tokens: int) -> float:
+        """Prefill of one whole prompt alone, in the pool's chunks of at most max_num_tokens."""
+        chunks = -(-prompt_tokens // self.pool.max_num_tokens)
+        full, win = attention_spans(0, prompt_tokens, self.shape.sliding_window)
+        return chunks * float(
+            self.step_ms(
+                prefill_tokens=prompt_tokens / chunks,
+                prefill_full_span=full,
+                prefill_window_span=win,
+                prefill_seqs=1 / chunks,
+            )
+        )
+
+    def decode_ms(self, batch: ArrayLike, context: ArrayLike) -> np.ndarray:
+        """A decode step of `batch` sequences at mean context `context`, per attention rank."""
+        return self.step_ms(decode_seqs=batch, decode_context=context)
+
+    def mixed_ms(
+        self, new_tokens: ArrayLike, cached_tokens: ArrayLike, batch: ArrayLike, context: ArrayLike
+    ) -> np.ndarray:
+        """An aggregated engine's step: a prefill chunk beside a decode batch, in one pass."""
+        full, win = attention_spans(cached_tokens, new_tokens, self.shape.sliding_window)
+        return self.step_ms(
+            prefill_tokens=new_tokens,
+            prefill_full_span=full,
+            prefill_window_span=win,
+            prefill_seqs=1,
+            decode_seqs=batch,
+            decode_context=context,
+        )
+
+
+HandoffLink = Literal["nvlink", "nic"]
+
+
+def handoff_link(layout: Layout) -> HandoffLink:
+    """Prefill and decode GPUs inside one NVLink domain hand KV over NVLink, else over the NIC."""
+    return "nvlink" if layout.gpus <= layout.gpu.nvlink_domain else "nic"
+
+
+def kv_handoff_bandwidth(layout: Layout, factors: Factors | None = None) -> float:
+    """Bytes/s from a prefill worker to a decode worker.
+
+    Each GPU holding a KV shard sends it over its own link, so as many links work in
+    parallel as the pool with fewer shards has.
+    """
+    factors = factors or Factors()
+    prefill, decode = layout.pools["prefill"], layout.pools["decode"]
+    senders = min(kv_shards(prefill, layout.shape), kv_shards(decode, layout.shape))
+    per_gpu = layout.gpu.nvlink_bandwidth if handoff_link(layout) == "nvlink" else layout.gpu.nic_bandwidth
+    return senders * per_gpu * factors.link_efficiency
+
+
+def kv_handoff_ms(layout: Layout, prompt_tokens: int, factors: Factors | None = None) -> float:
+    """Time to move one prompt's KV from the prefill pool to the decode pool."""
+    nbytes = layout.shape.kv_bytes(prompt_tokens, BYTES_PER_ELEMENT[layout.precision.kv_cache])
+    return 1e3 * nbytes / kv_handoff_bandwidth(layout, factors)

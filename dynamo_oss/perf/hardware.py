@@ -1,0 +1,81 @@
+"""The GPUs the performance model knows: memory, bandwidths and dense tensor rates.
+
+Every number is a published datasheet figure as collected in
+../shared/facts/performance.md ("Hardware", dense rates without sparsity). How much
+of these peaks an engine reaches is not a hardware fact: it lives in the efficiency
+factors of `costs.Factors`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HardwareName = Literal["h100", "h200", "b200", "gb200"]
+ComputeDtype = Literal["bf16", "fp8", "fp4"]
+
+
+class Hardware(BaseModel):
+    """One GPU as the cost model sees it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: HardwareName
+    label: str
+    hbm_bytes: float = Field(description="HBM capacity per GPU, bytes")
+    hbm_bandwidth: float = Field(description="HBM bandwidth per GPU, bytes/s")
+    tensor_flops: dict[ComputeDtype, float] = Field(
+        description="dense tensor-core peak per GPU, FLOP/s, per input precision"
+    )
+    nvlink_bandwidth: float = Field(
+        description="NVLink bandwidth per GPU and direction, bytes/s (half the datasheet's bidirectional figure)"
+    )
+    nvlink_domain: int = Field(description="GPUs that reach each other over NVLink")
+    nic_bandwidth: float = Field(description="network bandwidth per GPU, bytes/s")
+
+    def flops(self, dtype: ComputeDtype) -> float:
+        if dtype not in self.tensor_flops:
+            raise ValueError(f"{self.label} has no {dtype} tensor cores")
+        return self.tensor_flops[dtype]
+
+    @property
+    def has_fp4(self) -> bool:
+        return "fp4" in self.tensor_flops
+
+
+_TB = 1e12
+_NIC_400G = 400e9 / 8  # one 400 Gb/s NIC per GPU (facts: "about 24 ms over one 400 Gb/s NIC")
+
+H100 = Hardware(
+    name="h100",
+    label="H100 SXM",
+    hbm_bytes=80e9,
+    hbm_bandwidth=3.35 * _TB,
+    tensor_flops={"bf16": 989e12, "fp8": 1979e12},
+    nvlink_bandwidth=450e9,
+    nvlink_domain=8,
+    nic_bandwidth=_NIC_400G,
+)
+H200 = H100.model_copy(update={"name": "h200", "label": "H200", "hbm_bytes": 141e9, "hbm_bandwidth": 4.8 * _TB})
+B200 = Hardware(
+    name="b200",
+    label="B200",
+    hbm_bytes=180e9,
+    hbm_bandwidth=8 * _TB,
+    tensor_flops={"bf16": 2250e12, "fp8": 4500e12, "fp4": 9000e12},
+    nvlink_bandwidth=900e9,
+    nvlink_domain=8,
+    nic_bandwidth=_NIC_400G,
+)
+GB200 = B200.model_copy(
+    update={
+        "name": "gb200",
+        "label": "GB200 NVL72",
+        "hbm_bytes": 186e9,
+        "tensor_flops": {"bf16": 2500e12, "fp8": 5000e12, "fp4": 10000e12},
+        "nvlink_domain": 72,
+    }
+)
+
+HARDWARE: dict[str, Hardware] = {h.name: h for h in (H100, H200, B200, GB200)}

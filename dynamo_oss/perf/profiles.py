@@ -1,0 +1,182 @@
+"""A pool as Dynamo's mocker sees it: a timing profile (.npz) and the mocker's engine args.
+
+How the mocker of ai-dynamo 1.6.0 uses a `dynamo_profile` (read from its perf_model and
+tried with its offline replay; see tests/test_perf_profiles.py):
+
+- a prefill pass costs prefill_ttft_ms interpolated at the pass's new tokens (batch times
+  new tokens per prompt, prefix hits excluded), extrapolated linearly; a prompt longer than
+  max_num_batched_tokens pays that per chunk, intercept included;
+- a decode step costs decode_itl bilinearly interpolated at (tokens of context summed over
+  the batch, mean context), at least 1 ms;
+- an aggregated step costs the prefill chunk's time plus the decode batch's;
+- with dp_size > 1 every attention rank schedules its own batch on its own KV blocks.
+
+So the tables below are per attention rank, and the prefill curve is built for the
+workload's prompt length: a pass of n new tokens is charged the attention of tokens spread
+over whole prompts, so that the chunks of a prompt add up to the prompt's prefill. An
+aggregated worker's prefill curve is the chunk's marginal cost beside a decode batch
+(the mixed step minus the decode step): weights read and fixed overheads are paid once
+per step, not once for the chunk and again for the batch.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynamo_oss.perf.costs import (
+    BYTES_PER_ELEMENT,
+    CostModel,
+    Factors,
+    attention_spans,
+    fitted_factors,
+    kv_handoff_bandwidth,
+)
+from dynamo_oss.perf.layout import Layout, Role
+
+BLOCK_SIZE = 32  # KV block in tokens: TensorRT-LLM's tokens_per_block, the engine the mocker stands in for
+WORKER_TYPE: dict[Role, str] = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
+
+
+def _grid(top: float, points: int) -> np.ndarray:
+    """1 .. top, geometric: step costs bend most at small batches and short contexts."""
+    return np.unique(np.geomspace(1.0, max(top, 2.0), points).round(3))
+
+
+def profile_tables(cost: CostModel, role: Role, prompt_tokens: int | None = None) -> dict[str, np.ndarray]:
+    """The five arrays of a dynamo_profile for one pool role.
+
+    prompt_tokens: the workload's prompt length, over which a pass's new tokens are spread;
+    None charges each pass as one whole prompt of that many tokens.
+    """
+    shape = cost.shape
+    new = _grid(4 * max(cost.pool.max_num_tokens, prompt_tokens or 0), 64)
+    prompt = new if prompt_tokens is None else np.full_like(new, float(prompt_tokens))
+    full, window = attention_spans(0.0, prompt, shape.sliding_window)
+    chunk = {
+        "prefill_tokens": new,
+        "prefill_full_span": full,
+        "prefill_window_span": window,
+        "prefill_seqs": new / prompt,
+    }
+    prefill = cost.step_ms(**chunk)
+    if role == "agg":
+        beside = {"decode_seqs": 1.0, "decode_context": prompt}
+        prefill = cost.step_ms(**chunk, **beside) - cost.step_ms(**beside)
+
+    context = _grid(shape.max_context, 40)
+    active = _grid(1.05 * max(cost.kv_capacity_tokens(), shape.max_context), 72)
+    kv, ctx = np.meshgrid(active, context, indexing="ij")
+    decode = cost.decode_ms(kv / ctx, ctx)
+    return {
+        "prefill_isl": new,
+        "prefill_ttft_ms": np.maximum(prefill, 0.0),
+        "decode_active_kv_tokens": active,
+        "decode_context_length": context,
+        "decode_itl": decode,
+    }
+
+
+def write_mocker_profile(
+    path: str | Path,
+    layout: Layout,
+    role: Role,
+    *,
+    prompt_tokens: int | None = None,
+    factors: Factors | None = None,
+) -> Path:
+    """Write the timing profile of `layout`'s `role` pool, for the mocker's --planner-profile-data
+    or its timing_model {type: external, provider: dynamo_profile}."""
+    cost = CostModel.for_pool(layout, role, factors or fitted_factors())
+    tables = profile_tables(cost, role, prompt_tokens)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    about = {"layout": layout.model_dump(), "role": role, "prompt_tokens": prompt_tokens}
+    np.savez(path, **{k: v.astype(np.float64) for k, v in tables.items()}, dynamo_oss=np.asarray(json.dumps(about)))
+    return path
+
+
+def kv_transfer_bytes_per_token(layout: Layout, prompt_tokens: int | None = None) -> int:
+    """KV bytes per prompt token for the prefill mocker's --kv-bytes-per-token.
+
+    The mocker charges a constant per token; gpt-oss's window layers add a fixed 128 tokens
+    per sequence, spread here over `prompt_tokens` (none when not given: they matter only
+    for short prompts).
+    """
+    element = BYTES_PER_ELEMENT[layout.precision.kv_cache]
+    if prompt_tokens is None:
+        return round(layout.shape.kv_bytes_per_context_token(element))
+    return round(layout.shape.kv_bytes(prompt_tokens, element) / prompt_tokens)
+
+
+def kv_transfer_bandwidth_gbps(layout: Layout, factors: Factors | None = None) -> float:
+    """Decimal GB/s from a prefill to a decode worker, for the mocker's --kv-transfer-bandwidth."""
+    return kv_handoff_bandwidth(layout, factors or fitted_factors()) / 1e9
+
+
+def mocker_engine_args(
+    layout: Layout,
+    role: Role,
+    profile: str | Path,
+    *,
+    prompt_tokens: int | None = None,
+    factors: Factors | None = None,
+) -> dict[str, Any]:
+    """The mocker's canonical engine config for one worker of a pool (what
+    `dynamo.mocker --extra-engine-args` reads and the replay takes as engine args)."""
+    factors = factors or fitted_factors()
+    pool = layout.pools[role]
+    cost = CostModel.for_pool(layout, role, factors)
+    engine: dict[str, Any] = {
+        "worker_type": WORKER_TYPE[role],
+        "backend": layout.engine,
+        "block_size": BLOCK_SIZE,
+        "num_gpu_blocks": max(1, cost.kv_capacity_tokens() // BLOCK_SIZE),
+        "max_num_seqs": pool.max_batch,
+        "max_num_batched_tokens": pool.max_num_tokens,
+        "timing_model": {"type": "external", "provider": "dynamo_profile", "config": {"path": str(profile)}},
+    }
+    if role == "prefill":
+        engine["kv_transfer_bandwidth"] = kv_transfer_bandwidth_gbps(layout, factors)
+        engine["kv_transfer_bytes_per_token"] = kv_transfer_bytes_per_token(layout, prompt_tokens)
+    return {
+        "tensor_parallel_size": 1 if pool.attention_dp else pool.tp,
+        "dp_size": pool.ranks,
+        "engine": engine,
+    }
+
+
+_FLAGS = {  # mocker_engine_args key -> `python -m dynamo.mocker` flag
+    "block_size": "--block-size",
+    "num_gpu_blocks": "--num-gpu-blocks-override",
+    "max_num_seqs": "--max-num-seqs",
+    "max_num_batched_tokens": "--max-num-batched-tokens",
+    "kv_transfer_bandwidth": "--kv-transfer-bandwidth",
+    "kv_transfer_bytes_per_token": "--kv-bytes-per-token",
+}
+
+
+def mocker_flags(
+    layout: Layout,
+    role: Role,
+    profile: str | Path,
+    *,
+    prompt_tokens: int | None = None,
+    factors: Factors | None = None,
+) -> list[str]:
+    """The same configuration as `mocker_engine_args`, as `python -m dynamo.mocker` flags.
+
+    The profile is per attention rank, so an attention-DP worker must run one scheduler per
+    rank (--data-parallel-size), each with its own KV blocks and max_num_seqs.
+    """
+    config = mocker_engine_args(layout, role, profile, prompt_tokens=prompt_tokens, factors=factors)
+    engine = config["engine"]
+    flags = ["--planner-profile-data", str(profile), "--engine-type", engine["backend"],
+             "--disaggregation-mode", role, "--data-parallel-size", str(config["dp_size"])]  # fmt: skip
+    for key, flag in _FLAGS.items():
+        if key in engine:
+            flags += [flag, str(engine[key])]
+    return flags

@@ -1,0 +1,149 @@
+"""Serving figures of a layout from Dynamo's offline replay (dynamo.replay), driven by the
+mocker profiles of `profiles`.
+
+The replay is a discrete-event simulation of the router and the mocker workers with no
+wall-clock waiting; a closed loop keeps `concurrency` requests in flight, as aiperf does.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
+from dynamo_oss.perf.layout import Layout, Workload
+from dynamo_oss.perf.profiles import mocker_engine_args, write_mocker_profile
+
+os.environ.setdefault("DYN_LOG", "warn")  # the replay logs every profile load at info
+
+
+class ServingPoint(BaseModel):
+    """What a benchmark at one concurrency reports, as the replay simulates it."""
+
+    concurrency: int
+    requests: int
+    tok_s_user: float = Field(description="mean output tokens/s per request after its first (aiperf's per-user)")
+    tok_s_gpu: float = Field(description="output tokens/s over all GPUs of the layout, per GPU")
+    output_tok_s: float
+    ttft_mean_ms: float
+    ttft_p50_ms: float
+    ttft_p99_ms: float
+    itl_p50_ms: float
+    itl_p99_ms: float
+
+
+def default_requests(concurrency: int) -> int:
+    """Requests per run: ten per slot, as InferenceMAX sends (num_prompts = 10 x concurrency),
+    at least 40 so that low concurrencies are not a handful of samples."""
+    return max(40, 10 * concurrency)
+
+
+def replay_args(layout: Layout, workload: Workload, folder: Path, factors: Factors) -> dict[str, object]:
+    """Engine arguments and worker counts for `run_synthetic_trace_replay`, profiles written to folder."""
+    args: dict[str, object] = {}
+    for role, pool in layout.pools.items():
+        profile = write_mocker_profile(
+            folder / f"{role}.npz", layout, role, prompt_tokens=workload.isl, factors=factors
+        )
+        engine = mocker_engine_args(layout, role, profile, prompt_tokens=workload.isl, factors=factors)
+        if role == "agg":
+            args.update(extra_engine_args=engine, num_workers=pool.workers)
+        else:
+            args.update({f"{role}_engine_args": engine, f"num_{role}_workers": pool.workers})
+    return args
+
+
+def simulate(
+    layout: Layout,
+    workload: Workload,
+    concurrencies: Iterable[int],
+    *,
+    requests: int | None = None,
+    factors: Factors | None = None,
+) -> list[ServingPoint]:
+    """Replay `workload` on `layout` at each concurrency."""
+    from dynamo.replay import run_synthetic_trace_replay
+
+    factors = factors or fitted_factors()
+    points = []
+    with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
+        args = replay_args(layout, workload, Path(tmp), factors)
+        for concurrency in concurrencies:
+            count = requests or default_requests(concurrency)
+            summary = run_synthetic_trace_replay(
+                workload.isl, workload.osl, count, replay_concurrency=concurrency, **args
+            ).summary
+            points.append(
+                ServingPoint(
+                    concurrency=concurrency,
+                    requests=count,
+                    tok_s_user=summary["mean_output_token_throughput_per_user"],
+                    tok_s_gpu=summary["output_throughput_tok_s"] / layout.gpus,
+                    output_tok_s=summary["output_throughput_tok_s"],
+                    ttft_mean_ms=summary["mean_ttft_ms"],
+                    ttft_p50_ms=summary["median_ttft_ms"],
+                    ttft_p99_ms=summary["p99_ttft_ms"],
+                    itl_p50_ms=summary["median_itl_ms"],
+                    itl_p99_ms=summary["p99_itl_ms"],
+                )
+            )
+    return points
+
+
+class StepCheck(BaseModel):
+    """One step time as the cost model gives it and as the replay of a simple workload shows it."""
+
+    step: str
+    model_ms: float
+    replay_ms: float
+
+    @property
+    def error(self) -> float:
+        return self.replay_ms / self.model_ms - 1
+
+
+def check_step_times(layout: Layout, isl: int, batch: int, factors: Factors | None = None) -> list[StepCheck]:
+    """Replay simple workloads and read the cost model's step times back out of them.
+
+    Disaggregated `layout`: one request alone gives TTFT = prompt prefill + KV handoff + one
+    decode step, and its ITL the decode step at batch 1; `batch` long requests sent at once
+    decode together, so their median ITL is the decode step at that batch (split over the
+    attention ranks). Aggregated: the slowest step while prompts arrive beside `batch`
+    decoding requests is a full prefill chunk beside the decode batch.
+    """
+    factors = factors or fitted_factors()
+    short, long = Workload(isl=isl, osl=64), Workload(isl=isl, osl=2048)
+    if layout.mode == "agg":
+        cost = CostModel.for_pool(layout, "agg", factors)
+        chunk = layout.pools["agg"].max_num_tokens
+        point = simulate(layout, short, [batch], requests=4 * batch, factors=factors)[0]
+        # The profile charges a chunk the mean attention span of its whole prompt.
+        mixed = float(cost.mixed_ms(chunk, (isl - chunk) / 2, batch - 1, isl + 32))
+        return [
+            StepCheck(
+                step=f"{chunk}-token chunk beside {batch - 1} decodes (ITL p99)",
+                model_ms=mixed,
+                replay_ms=point.itl_p99_ms,
+            )
+        ]
+    prefill = CostModel.for_pool(layout, "prefill", factors)
+    decode = CostModel.for_pool(layout, "decode", factors)
+    alone = simulate(layout, short, [1], requests=4, factors=factors)[0]
+    together = simulate(layout, long, [batch], requests=batch, factors=factors)[0]
+    per_rank = batch / (layout.pools["decode"].ranks * layout.pools["decode"].workers)
+    ttft = prefill.prompt_ms(isl) + kv_handoff_ms(layout, isl, factors) + float(decode.decode_ms(1, isl))
+    return [
+        StepCheck(step=f"TTFT of one {isl}-token prompt", model_ms=ttft, replay_ms=alone.ttft_p50_ms),
+        StepCheck(
+            step="decode step, batch 1", model_ms=float(decode.decode_ms(1, isl + 32)), replay_ms=alone.itl_p50_ms
+        ),
+        StepCheck(
+            step=f"decode step, {per_rank:g} per rank (ITL p50)",
+            model_ms=float(decode.decode_ms(per_rank, isl + 1024)),
+            replay_ms=together.itl_p50_ms,
+        ),
+    ]

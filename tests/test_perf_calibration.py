@@ -1,0 +1,32 @@
+"""Calibration: every covered published figure within 25% with the committed factors."""
+
+from __future__ import annotations
+
+from dynamo_oss.perf.calibration import LEFT_OUT, PUBLISHED, TOLERANCE, compare, table_markdown
+from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, Factors, fitted_factors
+
+
+def test_fitted_factors_are_committed_and_load():
+    assert FITTED_FACTORS_PATH.exists()
+    assert fitted_factors() != Factors()
+
+
+def test_covered_published_figures_within_tolerance():
+    covered = [row for row in PUBLISHED if row.covered]
+    assert len(covered) >= 6
+    comparisons = compare(rows=covered)
+    assert len(comparisons) == sum(len(row.published) for row in covered)
+    worst = max(comparisons, key=lambda c: abs(c.error))
+    assert abs(worst.error) <= TOLERANCE, f"{worst.key} {worst.metric}: {worst.error:+.0%}"
+
+
+def test_every_row_is_sourced_and_every_omission_explained():
+    assert all(row.source and row.published for row in PUBLISHED)
+    assert all(row.assumption for row in PUBLISHED if not row.covered)
+    assert LEFT_OUT and all(LEFT_OUT.values())
+
+
+def test_table_names_each_figure():
+    row = next(r for r in PUBLISHED if r.key == "b200-tp8-c4-1k1k")
+    text = table_markdown(compare(rows=[row]))
+    assert text.count(row.key) == len(row.published) and "Left out:" in text
