@@ -15,13 +15,14 @@ def build_parser() -> argparse.ArgumentParser:
     from dynamo_oss.conformance import commands as conformance_commands
     from dynamo_oss.graph import commands as graph_commands
     from dynamo_oss.launch import commands as launch_commands
+    from dynamo_oss.perf import commands as perf_commands
 
     parser = argparse.ArgumentParser(
         prog="dynamo",
         description="Run, check and size gpt-oss deployments on NVIDIA Dynamo from one graph file.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (graph_commands, launch_commands, conformance_commands):
+    for module in (graph_commands, launch_commands, perf_commands, conformance_commands):
         module.register(subparsers)
     return parser
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
 import openai
 import pytest
-import yaml
 from conftest import alive, start_serving, wait_for, wait_ready, write_graph
 
 from dynamo_oss.graph.errors import GraphError
@@ -58,18 +58,14 @@ def test_missing_etcd_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest
 
 
 def test_worker_that_keeps_crashing_fails_start_up_fast(tmp_path: Path) -> None:
-    # Engine arguments the graph schema cannot judge but the engine rejects at start.
-    (tmp_path / "engine.yaml").write_text("kv_cache_config: {tokens_per_block: 0}\n")
-    graph = write_graph(tmp_path)
-    with_bad_engine = yaml.safe_load(graph.read_text())
-    with_bad_engine["pools"]["decode"]["engine_args"] = "engine.yaml"
-    graph.write_text(yaml.safe_dump(with_bad_engine))
-    served = start_serving(graph, tmp_path / "run")
+    # A replay trace the mocker cannot read: every worker exits at start, every time.
+    trace = tmp_path / "corrupt.jsonl"
+    trace.write_text("not json\n")
+    served = start_serving(write_graph(tmp_path), tmp_path / "run", "--mocker-responses", str(trace))
     try:
         assert served.process.wait(90) == 1
         output = served.output.read_text()
-        assert "decode-0 exited 3 times before the graph was ready" in output
-        assert "block_size must be positive" in output
+        assert re.search(r"(prefill|decode)-0 exited 3 times before the graph was ready", output)
         assert "stopped: every process has exited" in output
     finally:
         served.stop()

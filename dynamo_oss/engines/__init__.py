@@ -12,6 +12,7 @@ from typing import Protocol
 from pydantic import BaseModel
 
 from dynamo_oss.graph.schema import EngineName, PoolRole
+from dynamo_oss.perf.layout import Layout
 
 
 class WorkerContext(BaseModel):
@@ -27,6 +28,8 @@ class WorkerContext(BaseModel):
     endpoint: str  # dyn://namespace.component.generate
     gpus_per_worker: int
     response_trace: Path | None = None  # recorded responses the mocker replays (JSONL), by request annotation
+    layout: Layout | None = None  # the graph as the performance model sees it (built-in models only)
+    run_dir: Path  # where per-run files (mocker timing profiles) go
 
 
 class Engine(Protocol):

@@ -1,8 +1,10 @@
 """Dynamo's mocker: the worker contract with a simulated engine, so a graph runs without GPUs.
 
-The mocker mirrors the TensorRT-LLM engine configuration it stands in for (batch limits,
-token budget, KV block size and precision) so the router and KV accounting see the same
-shapes a real pool would.
+For a built-in gpt-oss model the mocker runs at the modelled speed of the graph's hardware
+and layout: the performance model (dynamo_oss.perf) writes its timing profile, KV capacity,
+batch limits and KV-transfer cost, and an attention-DP worker gets one scheduler per rank.
+Otherwise it copies the TensorRT-LLM engine configuration's limits and keeps the mocker's
+default timing.
 """
 
 from __future__ import annotations
@@ -11,9 +13,9 @@ from typing import Literal
 
 from dynamo_oss.engines import WorkerContext
 from dynamo_oss.models import BUILTIN_MODELS
+from dynamo_oss.perf.profiles import mocker_flags, write_mocker_profile
 
 TRTLLM_DEFAULT_BLOCK_SIZE = 32  # tokens per KV block in TensorRT-LLM
-KV_DTYPE_BYTES = {"fp8": 1.0, "auto": 2.0, "bfloat16": 2.0, "float16": 2.0}
 
 
 class MockerEngine:
@@ -27,40 +29,35 @@ class MockerEngine:
             "-m", "dynamo_oss.launch.mocker_worker",
             "--model-path", str(ctx.model_folder),
             "--model-name", ctx.served_name,
-            "--engine-type", "trtllm",  # schedule like the TensorRT-LLM engine it stands in for
-            "--disaggregation-mode", ctx.role,
             "--endpoint", ctx.endpoint,
-            "--block-size", str(mocker_block_size(ctx.engine_args)),
         ]  # fmt: skip
-        for flag, value in mocker_limits(ctx.engine_args, ctx.gpus_per_worker).items():
-            argv += [flag, str(value)]
-        if ctx.response_trace is not None:
-            argv += ["--response-replay-trace-path", str(ctx.response_trace)]
+        if ctx.layout is not None:
+            profile = write_mocker_profile(ctx.run_dir / "profiles" / f"{ctx.role}.npz", ctx.layout, ctx.role)
+            argv += mocker_flags(ctx.layout, ctx.role, profile)
+        else:
+            argv += ["--engine-type", "trtllm", "--disaggregation-mode", ctx.role]
+            argv += _engine_limits(ctx.engine_args, ctx.gpus_per_worker)
         shape = BUILTIN_MODELS.get(ctx.builtin_model or "")
         max_len = ctx.engine_args.get("max_seq_len") or (shape.max_context if shape else None)
         if max_len:
             # The context length goes on the model card, where the frontend checks prompts against it.
             argv += ["--max-model-len", str(max_len)]
-        if shape is not None:
-            kv_dtype = ctx.engine_args.get("kv_cache_config", {}).get("dtype", "auto")
-            bytes_per_token = shape.kv_bytes_per_context_token(KV_DTYPE_BYTES.get(kv_dtype, 2.0))
-            argv += ["--kv-bytes-per-token", str(int(bytes_per_token))]
+        if ctx.response_trace is not None:
+            argv += ["--response-replay-trace-path", str(ctx.response_trace)]
         return argv
 
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
         return {}
 
 
-def mocker_block_size(engine_args: dict) -> int:
-    return int(engine_args.get("kv_cache_config", {}).get("tokens_per_block", TRTLLM_DEFAULT_BLOCK_SIZE))
-
-
-def mocker_limits(engine_args: dict, gpus_per_worker: int) -> dict[str, int]:
-    """TensorRT-LLM batch limits as mocker flags; with attention DP each rank has its own batch."""
-    limits = {}
+def _engine_limits(engine_args: dict, gpus_per_worker: int) -> list[str]:
+    """TensorRT-LLM's KV block size and batch limits as mocker flags; with attention DP each
+    rank batches on its own."""
+    block_size = engine_args.get("kv_cache_config", {}).get("tokens_per_block", TRTLLM_DEFAULT_BLOCK_SIZE)
+    flags = ["--block-size", str(block_size)]
     if "max_batch_size" in engine_args:
         ranks = gpus_per_worker if engine_args.get("enable_attention_dp") else 1
-        limits["--max-num-seqs"] = int(engine_args["max_batch_size"]) * ranks
+        flags += ["--max-num-seqs", str(int(engine_args["max_batch_size"]) * ranks)]
     if "max_num_tokens" in engine_args:
-        limits["--max-num-batched-tokens"] = int(engine_args["max_num_tokens"])
-    return limits
+        flags += ["--max-num-batched-tokens", str(int(engine_args["max_num_tokens"]))]
+    return flags

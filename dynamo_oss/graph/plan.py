@@ -19,7 +19,15 @@ from pydantic import BaseModel
 from dynamo_oss.engines import WorkerContext, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph, load_graph
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EngineName, FrontendSection, PoolRole
+from dynamo_oss.graph.schema import (
+    EmbeddedEtcd,
+    EmbeddedNats,
+    EngineName,
+    FrontendSection,
+    PoolRole,
+)
+from dynamo_oss.perf.graph import layout_from_graph
+from dynamo_oss.perf.layout import Layout
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
 LOOPBACK = "127.0.0.1"
@@ -104,7 +112,9 @@ def plan_host(
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
     }
     frontend_processes = _frontend_processes(spec.frontend, spec.name, shared_env, model_folder)
-    workers = _worker_processes(graph, model_folder, shared_env, engine_override, mocker_responses, problems)
+    workers = _worker_processes(
+        graph, model_folder, shared_env, engine_override, mocker_responses, run_dir, problems
+    )
     processes = [*infra, *frontend_processes, *workers]
     problems += _port_clashes(processes)
     if problems:
@@ -173,11 +183,13 @@ def _worker_processes(
     shared_env: dict[str, str],
     engine_override: EngineName | None,
     mocker_responses: Path | None,
+    run_dir: Path,
     problems: list[Problem],
 ) -> list[ProcessPlan]:
     spec = graph.spec
     processes = []
     next_gpu = 0
+    layout = _performance_layout(graph, engine_override, problems)
     for role, pool in spec.pools.items():
         engine_args_file = graph.engine_args_file(pool)
         engine_args = yaml.safe_load(engine_args_file.read_text()) if engine_args_file else {}
@@ -195,6 +207,8 @@ def _worker_processes(
             endpoint=f"dyn://{spec.name}.{component_for(role)}.generate",
             gpus_per_worker=pool.gpus_per_worker,
             response_trace=mocker_responses,
+            layout=layout,
+            run_dir=run_dir,
         )
         for index in range(pool.workers):
             gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
@@ -226,6 +240,18 @@ def _worker_processes(
             )
         )
     return processes
+
+
+def _performance_layout(graph: Graph, engine_override: EngineName | None, problems: list[Problem]) -> Layout | None:
+    """The layout the mocker's timing comes from: only for built-in models, only when a pool mocks."""
+    mocked = engine_override == "mocker" or any(pool.engine == "mocker" for _, pool in graph.spec.pools.items())
+    if not mocked or graph.spec.model.builtin is None:
+        return None
+    try:
+        return layout_from_graph(graph)
+    except ValueError as err:
+        problems.append(Problem(path="pools", message=f"the performance model cannot time this layout: {err}"))
+        return None
 
 
 def _parallelism_mismatch(

@@ -13,8 +13,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from dynamo_oss.models import BUILTIN_MODELS
+from dynamo_oss.perf.hardware import HardwareName
 
-GpuKind = Literal["h100", "h200", "b200", "gb200"]
 EngineName = Literal["trtllm", "mocker"]
 RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
 PoolRole = Literal["prefill", "decode", "agg"]
@@ -61,7 +61,7 @@ class ModelSection(Strict):
 
 
 class HardwareSection(Strict):
-    gpu: GpuKind = Field(description="GPU model of the host; sizes engine configs and the performance model.")
+    gpu: HardwareName = Field(description="GPU model of the host; sizes engine configs and the performance model.")
     gpus: int = Field(ge=1, le=72, description="GPUs on this host available to the graph.")
 
 
