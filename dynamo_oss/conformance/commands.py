@@ -6,8 +6,6 @@ import argparse
 import json
 from pathlib import Path
 
-from dynamo_oss.conformance.replay import write_replay_trace
-from dynamo_oss.conformance.runner import format_table, run_suite
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -33,6 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def conformance(args: argparse.Namespace) -> int:
+    # Imported here: the openai client and harmony take a second to load, which every other
+    # `dynamo` command would otherwise pay.
+    from dynamo_oss.conformance.replay import write_replay_trace
+    from dynamo_oss.conformance.runner import format_table, run_suite
+
     if args.write_mocker_responses:
         print(f"wrote {write_replay_trace(args.write_mocker_responses)}")
         return 0
