@@ -7,7 +7,6 @@ import json
 from pathlib import Path
 
 
-
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "conformance",

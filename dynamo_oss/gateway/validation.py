@@ -3,7 +3,6 @@ field (`param`, as OpenAI does), says what was expected, and costs no worker any
 
 from __future__ import annotations
 
-
 from jsonschema import Draft202012Validator, SchemaError
 
 from dynamo_oss.gateway.errors import ApiError
