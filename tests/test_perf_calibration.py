@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from dynamo_oss.perf.calibration import LEFT_OUT, PUBLISHED, TOLERANCE, compare, table_markdown
+from dynamo_oss.perf.calibration import (
+    LEFT_OUT,
+    PUBLISHED,
+    TOLERANCE,
+    Comparison,
+    compare,
+    misses,
+    table_markdown,
+    verdict,
+)
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, Factors, fitted_factors
 
 
@@ -17,7 +26,8 @@ def test_covered_published_figures_within_tolerance():
     comparisons = compare(rows=covered)
     assert len(comparisons) == sum(len(row.published) for row in covered)
     worst = max(comparisons, key=lambda c: abs(c.error))
-    assert abs(worst.error) <= TOLERANCE, f"{worst.key} {worst.metric}: {worst.error:+.0%}"
+    assert abs(worst.error) <= TOLERANCE, f"{worst.key} {worst.metric}: {worst.error:+.1%}"
+    assert not misses(comparisons)
 
 
 def test_every_row_is_sourced_and_every_omission_explained():
@@ -30,3 +40,10 @@ def test_table_names_each_figure():
     row = next(r for r in PUBLISHED if r.key == "b200-tp8-c4-1k1k")
     text = table_markdown(compare(rows=[row]))
     assert text.count(row.key) == len(row.published) and "Left out:" in text
+
+
+def test_verdicts_flag_misses():
+    missed = Comparison(key="h100-vllm-tp2-c64-1k1k", metric="tok_s_user", published=66, predicted=49, covered=True)
+    within = missed.model_copy(update={"predicted": 60})
+    assert verdict(missed) == "OVER 25%" and verdict(within) == "ok"
+    assert misses([missed, within]) == [missed]

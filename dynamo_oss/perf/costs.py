@@ -6,7 +6,9 @@ kernel group (attention projections, attention itself, the MoE experts, the outp
 costs the larger of its FLOPs at the reachable tensor rate and its bytes at the reachable
 HBM bandwidth; the groups run one after another. Collectives between the worker's GPUs
 and fixed overheads come on top. Only `Factors` are not derived from shapes
-(`models.ModelShape`) and datasheets (`hardware.Hardware`).
+(`models.ModelShape`) and datasheets (`hardware.Hardware`); how close kernels and links get
+to the datasheet is an `Efficiencies` per GPU generation: measured on H200s for Hopper
+(hopper_measured.json), priors for Blackwell.
 
 All times are for one attention rank (the whole worker unless attention is data-parallel)
 with every rank of the worker equally loaded, in milliseconds. Inputs may be numpy arrays:
@@ -15,6 +17,7 @@ profiles evaluate whole grids at once.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -37,11 +40,49 @@ KV_MEMORY_FRACTION = 0.9
 RUNTIME_RESERVE_BYTES = 6e9
 
 
+_FRACTION = {"gt": 0, "le": 1}
+
+
+class Efficiencies(BaseModel):
+    """How close one GPU generation's kernels and links get to its datasheet (`hardware.Hardware`).
+
+    `compute`, `memory` and `link` are fractions of the datasheet rates; the expert and attention
+    fields are fractions of the `compute` or `memory` rate that those kernels reach on top, so 1.0
+    means "as fast as a plain GEMM / a copy".
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    compute: float = Field(description="fraction of peak tensor FLOP/s that dense GEMMs reach", **_FRACTION)
+    memory: float = Field(description="fraction of HBM bandwidth that streaming weight and KV reads reach", **_FRACTION)
+    link: float = Field(description="fraction of NVLink (or NIC) bandwidth that collectives reach", **_FRACTION)
+    kv_handoff: float = Field(
+        description="fraction of NVLink bandwidth that a prefill-to-decode KV handoff reaches", **_FRACTION
+    )
+    expert_compute: float = Field(
+        1.0, description="MoE expert GEMMs when compute-bound, share of `compute`", **_FRACTION
+    )
+    expert_memory: float = Field(1.0, description="MoE expert weight reads, share of `memory`", **_FRACTION)
+    attention_compute: float = Field(1.0, description="attention FLOPs (prefill), share of `compute`", **_FRACTION)
+
+
+HOPPER_MEASURED_PATH = Path(__file__).with_name("hopper_measured.json")
+MEASURED_GPUS = ("h200",)  # where hopper_measured.json's efficiencies were measured
+
+
+def hopper_measured() -> Efficiencies:
+    """Hopper's efficiencies as measured on H200s (benchmarks/gpu/CALIBRATION.md): written by
+    `uv run python benchmarks/gpu/hopper_factors.py` from the two results.json files there."""
+    return Efficiencies.model_validate(json.loads(HOPPER_MEASURED_PATH.read_text())["efficiencies"])
+
+
 class Factors(BaseModel):
     """Everything the model does not derive: how close engines get to the hardware.
 
     Defaults are the priors; `calibration` fits the overheads to published serving figures
-    and stores them in fitted_factors.json (see `fitted_factors`).
+    and stores them in fitted_factors.json (see `fitted_factors`). Hopper GPUs use the
+    efficiencies measured on H200s (`hopper`, from hopper_measured.json, not refitted);
+    the three efficiencies below apply to the others (Blackwell).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -50,22 +91,29 @@ class Factors(BaseModel):
         0.76,
         gt=0,
         le=1,
-        description="Fraction of peak tensor FLOP/s that GEMMs and attention reach. Measured: a bf16 GEMM "
-        "8192x2880x5760 ran at about 750 of 989 TFLOP/s on a lent H200 (facts/performance.md).",
+        description="Fraction of peak tensor FLOP/s that GEMMs and attention reach, where no generation's "
+        "measurements apply (Blackwell). A prior from a first H200 check: a bf16 GEMM 8192x2880x5760 at about "
+        "750 of 989 TFLOP/s (facts/performance.md).",
     )
     memory_efficiency: float = Field(
         0.90,
         gt=0,
         le=1,
-        description="Fraction of HBM bandwidth that streaming weights and KV reach. Measured: device copy "
-        "about 4.3 of 4.8 TB/s on a lent H200.",
+        description="Fraction of HBM bandwidth that streaming weights and KV reach (Blackwell). A prior: device "
+        "copy about 4.3 of 4.8 TB/s on a lent H200.",
     )
     link_efficiency: float = Field(
         0.87,
         gt=0,
         le=1,
-        description="Fraction of NVLink bandwidth reached by collectives and KV transfers. Measured: peer "
-        "copy 391 of 450 GB/s between two NVLinked H200s.",
+        description="Fraction of NVLink bandwidth reached by collectives and KV transfers (Blackwell; NIC "
+        "transfers everywhere). A prior: peer copy 391 of 450 GB/s between two NVLinked H200s.",
+    )
+    hopper: Efficiencies | None = Field(
+        default_factory=hopper_measured,
+        exclude=True,  # stored in hopper_measured.json, not in fitted_factors.json
+        description="Efficiencies measured on H200s, used for the H200 (MEASURED_GPUS); None gives it the "
+        "three priors above, as the model had them before the measurements.",
     )
     layer_overhead_us: float = Field(
         40.0,
@@ -101,6 +149,19 @@ class Factors(BaseModel):
         "not simulate: HTTP, tokenisation, scheduling hand-off, first chunk back. Fitted; added only when "
         "comparing with published TTFT.",
     )
+
+    def efficiencies(self, gpu: Hardware) -> Efficiencies:
+        """The efficiencies `gpu` runs at: measured ones where we measured (H200), else the priors.
+        H100 keeps the priors: its HBM3 and its kernels were not measured, and the H200 values
+        put the published H100 figures past the tolerance."""
+        if gpu.name in MEASURED_GPUS and self.hopper is not None:
+            return self.hopper
+        return Efficiencies(
+            compute=self.compute_efficiency,
+            memory=self.memory_efficiency,
+            link=self.link_efficiency,
+            kv_handoff=self.link_efficiency,
+        )
 
 
 FITTED_FACTORS_PATH = Path(__file__).with_name("fitted_factors.json")
@@ -148,6 +209,7 @@ class CostModel:
     ) -> None:
         self.shape, self.gpu, self.pool, self.precision = shape, gpu, pool, precision or Precision()
         self.factors = factors or Factors()
+        self.efficiency = self.factors.efficiencies(gpu)
         self.overhead_factor = self.factors.engine_overhead_factor[engine]
 
     @classmethod
@@ -229,11 +291,15 @@ class CostModel:
         return max(0, int((budget - window) / self.kv_bytes_per_context_token()))
 
     # ---- one step -----------------------------------------------------------------------
-    def _roofline(self, flops: np.ndarray, nbytes: np.ndarray, dtype: ComputeDtype) -> np.ndarray:
-        f = self.factors
+    def _roofline(
+        self, flops: np.ndarray, nbytes: np.ndarray, dtype: ComputeDtype, compute: float = 1.0, memory: float = 1.0
+    ) -> np.ndarray:
+        """Time of a kernel group: its FLOPs or its bytes, whichever takes longer; `compute` and
+        `memory` are the group's own share of the GEMM and copy rates (`Efficiencies`)."""
+        e = self.efficiency
         return np.maximum(
-            flops / (self.gpu.flops(dtype) * f.compute_efficiency),
-            nbytes / (self.gpu.hbm_bandwidth * f.memory_efficiency),
+            flops / (self.gpu.flops(dtype) * e.compute * compute),
+            nbytes / (self.gpu.hbm_bandwidth * e.memory * memory),
         )
 
     def step_terms(
@@ -280,12 +346,17 @@ class CostModel:
                 "bf16",
             ),
             "attention": self._roofline(
-                4 * heads_dim * attention_keys / shards, kv_bytes / self._kv_shards, self._attention_dtype
+                4 * heads_dim * attention_keys / shards,
+                kv_bytes / self._kv_shards,
+                self._attention_dtype,
+                compute=self.efficiency.attention_compute,
             ),
             "experts": self._roofline(
                 2 * self.expert_params * s.experts_per_token * s.num_layers * moe_tokens / pool.tp,
                 touched * expert_bytes * s.num_layers / pool.tp,
                 self._moe_dtype,
+                compute=self.efficiency.expert_compute,
+                memory=self.efficiency.expert_memory,
             ),
             "output_head": self._roofline(
                 2 * self.vocab_params * head_rows / shards,
@@ -308,7 +379,7 @@ class CostModel:
         pool, s, f = self.pool, self.shape, self.factors
         if pool.tp == 1:
             return np.zeros_like(tokens)
-        link = self.gpu.nvlink_bandwidth * f.link_efficiency
+        link = self.gpu.nvlink_bandwidth * self.efficiency.link
         hidden_bytes = tokens * s.hidden_size * DENSE_BYTES
         if pool.attention_dp:
             moved = 2 * hidden_bytes * s.experts_per_token * (pool.tp - 1) / pool.tp
@@ -370,13 +441,16 @@ def kv_handoff_bandwidth(layout: Layout, factors: Factors | None = None) -> floa
     """Bytes/s from a prefill worker to a decode worker.
 
     Each GPU holding a KV shard sends it over its own link, so as many links work in
-    parallel as the pool with fewer shards has.
+    parallel as the pool with fewer shards has. Over NVLink a handoff reaches the
+    generation's `kv_handoff` efficiency (NIXL's, measured on H200s), over a NIC `link`.
     """
     factors = factors or Factors()
+    efficiency = factors.efficiencies(layout.gpu)
     prefill, decode = layout.pools["prefill"], layout.pools["decode"]
     senders = min(kv_shards(prefill, layout.shape), kv_shards(decode, layout.shape))
-    per_gpu = layout.gpu.nvlink_bandwidth if handoff_link(layout) == "nvlink" else layout.gpu.nic_bandwidth
-    return senders * per_gpu * factors.link_efficiency
+    if handoff_link(layout) == "nvlink":
+        return senders * layout.gpu.nvlink_bandwidth * efficiency.kv_handoff
+    return senders * layout.gpu.nic_bandwidth * efficiency.link
 
 
 def kv_handoff_ms(layout: Layout, prompt_tokens: int, factors: Factors | None = None) -> float:

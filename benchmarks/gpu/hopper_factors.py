@@ -1,0 +1,163 @@
+"""The performance model's Hopper efficiencies, derived from the H200 measurements.
+
+Reads kernels/results.json (gpt-oss-120b layer building blocks on one H200) and
+kv_handoff/results.json (NIXL KV handoff between two NVLinked H200s) and writes
+dynamo_oss/perf/hopper_measured.json, which `dynamo_oss.perf.costs` loads for the H200 (the
+H100 was not measured and keeps the priors). Datasheet rates come from `dynamo_oss.perf.hardware` (H200). Run from
+the repository root:
+
+    uv run python benchmarks/gpu/hopper_factors.py           # write hopper_measured.json
+    uv run python benchmarks/gpu/hopper_factors.py --check   # exit 1 if the committed file differs
+
+benchmarks/gpu/CALIBRATION.md says which measured number feeds which factor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dynamo_oss.perf.costs import HOPPER_MEASURED_PATH
+from dynamo_oss.perf.hardware import H200
+
+HERE = Path(__file__).parent
+KERNELS = HERE / "kernels" / "results.json"
+HANDOFF = HERE / "kv_handoff" / "results.json"
+DIGITS = 4
+
+MOE_OPS = ("moe_gate_up_grouped_mm", "moe_down_grouped_mm")
+MOE_MEMORY_TOKENS = (16, 64, 256, 1024)  # memory-bound; 1 token is launch-bound, 4096 sits where both limits meet
+MOE_COMPUTE_TOKENS = (16384,)  # the one compute-bound size
+ATTENTION_MIN_TOKENS = 8192  # full-attention prefill from 8k tokens, where it is compute-bound and settled
+
+
+def _share(rows: list[dict[str, Any]]) -> float:
+    """Roofline floor over measured time, summed over rows: the time-weighted share of the floor reached."""
+    return sum(r["floor_us"] for r in rows) / sum(r["time_us"] for r in rows)
+
+
+def _describe(rows: list[dict[str, Any]], *keys: str) -> list[str]:
+    return [
+        f"{r['op']} "
+        + ", ".join(f"{k}={r[k]}" for k in keys)
+        + f": {r['time_us']:.1f} us, floor {r['floor_us']:.1f} us"
+        for r in rows
+    ]
+
+
+def derive(kernels: dict[str, Any], handoff: dict[str, Any]) -> dict[str, Any]:
+    """The document hopper_measured.json holds: efficiencies and how each was derived."""
+    peak_flops, hbm, nvlink = H200.tensor_flops["bf16"], H200.hbm_bandwidth, H200.nvlink_bandwidth
+    ceilings = kernels["ceilings"]
+    gemm, copy = ceilings["bf16_gemm_tflops"] * 1e12, ceilings["memory_gbps"] * 1e9
+    rows = kernels["rows"]
+
+    moe_memory = [r for r in rows if r["op"] in MOE_OPS and r["tokens"] in MOE_MEMORY_TOKENS]
+    moe_compute = [r for r in rows if r["op"] in MOE_OPS and r["tokens"] in MOE_COMPUTE_TOKENS]
+    attention = [
+        r
+        for r in rows
+        if r["op"] == "prefill_flex_sinks" and r["window"] is None and r["tokens"] >= ATTENTION_MIN_TOKENS
+    ]
+    assert all(r["bound"] == "memory" for r in moe_memory) and all(r["bound"] == "compute" for r in moe_compute)
+    assert all(r["bound"] == "compute" for r in attention) and moe_memory and moe_compute and attention
+
+    top = max(r["tokens"] for r in handoff["rows"])
+    contiguous = [r for r in handoff["rows"] if r["allocation"] == "contiguous" and r["tokens"] == top]
+    peer = contiguous[0]["peer_copy_gbps"]  # torch copy_ of the same bytes as one range, cuda:0 -> cuda:1
+    assert all(r["peer_copy_gbps"] == peer for r in contiguous)
+    scattered = [
+        r
+        for r in handoff["rows"]
+        if r["allocation"] == "scattered" and r["tokens"] == top and r["block_tokens"] == 32
+        and r["element_bytes"] == 2 and r["parts"] == 1
+    ]  # fmt: skip
+    nixl = float(np.mean([r["gbps"] for r in contiguous])) * 1e9
+    nixl_scattered = float(np.mean([r["gbps"] for r in scattered])) * 1e9
+    # The scattered model RESULTS.md fits: time = descriptors x a + bytes / b, over UCX defaults' scattered READs.
+    fit_rows = [
+        r for r in handoff["rows"]
+        if r["name"] == "UCX defaults" and r["op"] == "READ" and r["allocation"] == "scattered" and r["parts"] == 1
+    ]  # fmt: skip
+    (per_descriptor_s, per_byte_s), *_ = np.linalg.lstsq(
+        np.array([[r["blocks"], r["bytes"]] for r in fit_rows], dtype=float),
+        np.array([r["median_s"] for r in fit_rows]),
+        rcond=None,
+    )
+
+    def r4(x: float) -> float:
+        return round(float(x), DIGITS)
+
+    efficiencies = {
+        "compute": r4(gemm / peak_flops),
+        "memory": r4(copy / hbm),
+        "link": r4(peer * 1e9 / nvlink),
+        "kv_handoff": r4(nixl / nvlink),
+        "expert_compute": r4(_share(moe_compute)),
+        "expert_memory": r4(_share(moe_memory)),
+        "attention_compute": r4(_share(attention)),
+    }
+    derivation = {
+        "compute": f"bf16 GEMM 8192^3 ceiling {gemm / 1e12:.1f} TFLOP/s / {peak_flops / 1e12:.0f} TFLOP/s datasheet "
+        "(kernels: ceilings.bf16_gemm_tflops); dense projections from 1024 tokens run at 95-98% of it",
+        "memory": f"copy kernel {copy / 1e9:.0f} GB/s read + written / {hbm / 1e9:.0f} GB/s datasheet "
+        "(kernels: ceilings.memory_gbps); SDPA decode attention reads at 89-108% of it from batch 16 at 8k+ context",
+        "link": f"torch peer copy {peer:.0f} GB/s, {contiguous[0]['bytes'] / 2**30:.3f} GiB as one range, "
+        f"cuda:0 -> cuda:1 / {nvlink / 1e9:.0f} GB/s NVLink per direction (kv_handoff: peer_copy); "
+        "collectives were not measured",
+        "kv_handoff": f"NIXL, blocks consecutive on both sides, {top:,}-token prompts: mean of "
+        + ", ".join(f"{r['gbps']:.0f}" for r in contiguous)
+        + f" GB/s ({len(contiguous)} settings: {'; '.join(r['setting'] for r in contiguous)})"
+        + f" / {nvlink / 1e9:.0f} GB/s. "
+        "TensorRT-LLM gathers a request's blocks into one buffer before sending (TRTLLM_TRY_ZCOPY_FOR_KVCACHE_TRANSFER "
+        "defaults to 0), so its transfer is the contiguous case",
+        "expert_compute": "MoE grouped GEMMs (torch._grouped_mm, BF16 weights), compute-bound rows, floor over time "
+        "against the GEMM ceiling: " + "; ".join(_describe(moe_compute, "tokens", "experts_touched")),
+        "expert_memory": "MoE grouped GEMMs (torch._grouped_mm, BF16 weights), memory-bound rows 16-1024 tokens, floor "
+        "(weights read once) over time against the copy ceiling: "
+        + "; ".join(_describe(moe_memory, "tokens", "experts_touched")),
+        "attention_compute": f"prefill attention of full layers with sinks (FlexAttention), rows from "
+        f"{ATTENTION_MIN_TOKENS} tokens, floor (causal FLOPs) over time against the GEMM ceiling: "
+        + "; ".join(_describe(attention, "tokens")),
+    }
+    return {
+        "about": "Efficiencies of the H200 measured on H200s (H100 keeps the priors); dynamo_oss.perf.costs.Efficiencies "
+        "says what each means. Written by `uv run python benchmarks/gpu/hopper_factors.py` from "
+        "benchmarks/gpu/kernels/results.json and benchmarks/gpu/kv_handoff/results.json; do not edit by hand.",
+        "measured_on": f"{kernels['device']}, PyTorch {kernels['torch']} (kernels); two NVLinked H200s (kv_handoff)",
+        "efficiencies": efficiencies,
+        "derivation": derivation,
+        "not_used": {
+            "kv_handoff_scattered": r4(nixl_scattered / nvlink),
+            "kv_handoff_scattered_note": f"NIXL with one descriptor per 32-token BF16 block scattered through both "
+            f"pools, {top:,}-token prompts, mean of {len(scattered)} settings ({nixl_scattered / 1e9:.0f} GB/s); "
+            f"fit over UCX defaults' scattered READs: {per_descriptor_s * 1e6:.2f} us per descriptor + bytes at "
+            f"{1 / per_byte_s / 1e9:.0f} GB/s. What vLLM's NixlConnector (per-block descriptors) or a zero-copy "
+            "TensorRT-LLM would see; the model's TensorRT-LLM handoff uses the contiguous rate.",
+        },
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="compare with the committed file instead of writing")
+    args = parser.parse_args(argv)
+    document = derive(json.loads(KERNELS.read_text()), json.loads(HANDOFF.read_text()))
+    text = json.dumps(document, indent=2) + "\n"
+    if args.check:
+        same = HOPPER_MEASURED_PATH.exists() and json.loads(HOPPER_MEASURED_PATH.read_text()) == document
+        print(f"{HOPPER_MEASURED_PATH}: {'up to date' if same else 'DIFFERS from the measurements'}")
+        return 0 if same else 1
+    HOPPER_MEASURED_PATH.write_text(text)
+    print(f"wrote {HOPPER_MEASURED_PATH}")
+    print(json.dumps(document["efficiencies"], indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Hopper's measured efficiencies: the committed file is what the measurements give, and H200
+step times (only theirs: H100 was not measured) run at them."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.gpu.hopper_factors import HANDOFF, KERNELS, derive
+from dynamo_oss.models import GPT_OSS_120B
+from dynamo_oss.perf.costs import (
+    HOPPER_MEASURED_PATH,
+    CostModel,
+    Efficiencies,
+    Factors,
+    attention_spans,
+    fitted_factors,
+    hopper_measured,
+    kv_handoff_ms,
+)
+from dynamo_oss.perf.hardware import HARDWARE
+from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
+from dynamo_oss.perf.profiles import kv_transfer_bandwidth_gbps
+
+MEASURED = hopper_measured()
+MEASURED_FACTORS = fitted_factors()  # the committed factors: Hopper at MEASURED
+PRIORS = MEASURED_FACTORS.model_copy(update={"hopper": None})  # Hopper as before the H200 measurements
+
+
+def test_committed_file_is_what_the_measurements_give():
+    derived = derive(json.loads(KERNELS.read_text()), json.loads(HANDOFF.read_text()))
+    assert json.loads(HOPPER_MEASURED_PATH.read_text()) == derived
+    assert MEASURED == Efficiencies(**derived["efficiencies"])
+    kernels = json.loads(KERNELS.read_text())
+    assert MEASURED.compute == pytest.approx(kernels["ceilings"]["bf16_gemm_tflops"] / 989, abs=1e-4)
+    assert MEASURED.memory == pytest.approx(kernels["ceilings"]["memory_gbps"] / 4800, abs=1e-4)
+    # RESULTS.md's summaries: MoE grouped GEMMs at 60-66% of the weight-read floor, 67% compute-bound;
+    # attention with sinks at 51-56% of the GEMM ceiling; NIXL contiguous at 71-77% of the 393 GB/s peer copy.
+    assert 0.60 <= MEASURED.expert_memory <= 0.66 and MEASURED.expert_compute == pytest.approx(0.67, abs=0.01)
+    assert 0.51 <= MEASURED.attention_compute <= 0.56
+    assert 0.71 <= MEASURED.kv_handoff / MEASURED.link <= 0.77
+
+
+def test_the_h200_runs_at_the_measured_efficiencies_and_the_others_at_the_priors():
+    factors = fitted_factors()
+    assert factors.efficiencies(HARDWARE["h200"]) == MEASURED
+    for name in ("h100", "b200", "gb200"):
+        priors = factors.efficiencies(HARDWARE[name])
+        assert (priors.compute, priors.memory, priors.link) == (0.76, 0.90, 0.87)
+        assert priors.expert_memory == priors.attention_compute == 1.0
+        assert priors == PRIORS.efficiencies(HARDWARE[name])
+    assert PRIORS.efficiencies(HARDWARE["h200"]).compute == 0.76
+    assert "hopper" not in factors.model_dump()  # kept in hopper_measured.json, not fitted_factors.json
+
+
+def _terms(gpu: str, factors: Factors, **batch: float) -> dict[str, float]:
+    cost = CostModel(GPT_OSS_120B, HARDWARE[gpu], PoolLayout(), Precision(kv_cache="fp8"), factors=factors)
+    return {k: float(v) for k, v in cost.step_terms(**batch).items()}
+
+
+def test_h200_step_terms_scale_by_the_measured_efficiencies():
+    full, window = attention_spans(0, 16384, GPT_OSS_120B.sliding_window)
+    prefill = {"prefill_tokens": 16384, "prefill_full_span": full, "prefill_window_span": window, "prefill_seqs": 1}
+    after, before = _terms("h200", MEASURED_FACTORS, **prefill), _terms("h200", PRIORS, **prefill)
+    # A 16k-token chunk is compute-bound in the experts, the attention and the projections.
+    assert after["experts"] / before["experts"] == pytest.approx(0.76 / (MEASURED.compute * MEASURED.expert_compute))
+    assert after["attention"] / before["attention"] == pytest.approx(
+        0.76 / (MEASURED.compute * MEASURED.attention_compute)
+    )
+    assert after["attention_projections"] / before["attention_projections"] == pytest.approx(0.76 / MEASURED.compute)
+    # A decode step at batch 64 reads the experts' weights: memory-bound.
+    decode = {"decode_seqs": 64, "decode_context": 32768}
+    after, before = _terms("h200", MEASURED_FACTORS, **decode), _terms("h200", PRIORS, **decode)
+    assert after["experts"] / before["experts"] == pytest.approx(0.90 / (MEASURED.memory * MEASURED.expert_memory))
+    assert after["layer_overhead"] == before["layer_overhead"]  # overheads are not efficiencies
+    # Blackwell's step times do not move.
+    assert _terms("b200", MEASURED_FACTORS, **prefill) == _terms("b200", PRIORS, **prefill)
+
+
+def test_h200_kv_handoff_runs_at_nixls_contiguous_rate():
+    layout = Layout(
+        hardware="h200",
+        precision=Precision(kv_cache="fp8"),
+        pools={"prefill": PoolLayout(max_num_tokens=16384), "decode": PoolLayout()},
+    )
+    nbytes = GPT_OSS_120B.kv_bytes(32768, 1.0)
+    assert kv_handoff_ms(layout, 32768, MEASURED_FACTORS) == pytest.approx(1e3 * nbytes / (450e9 * MEASURED.kv_handoff))
+    assert kv_transfer_bandwidth_gbps(layout, MEASURED_FACTORS) == pytest.approx(450 * MEASURED.kv_handoff)
+    assert kv_handoff_ms(layout, 32768, MEASURED_FACTORS) > kv_handoff_ms(layout, 32768, PRIORS)
+    b200 = layout.model_copy(update={"hardware": "b200"})
+    assert kv_handoff_ms(b200, 32768, MEASURED_FACTORS) == kv_handoff_ms(b200, 32768, PRIORS)
