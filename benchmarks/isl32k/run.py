@@ -5,7 +5,9 @@ benchmark) and OSL 1,024, on B200, H200 and GB200: the best aggregated layouts a
 best disaggregated splits (P:D ratio and TP per pool searched by dynamo_oss.perf.search),
 concurrency swept, replayed in Dynamo's offline simulator at the calibrated model's speed.
 Then the published recipes as they are, the comparison over ISL, and the sensitivity to
-prefill speed, the one input no published figure pins down.
+prefill speed, the one input no published figure pins down. Last, the H200 cases once more
+with the efficiencies the model had for Hopper before the H200 measurements (the Blackwell
+priors; `Factors(hopper=None)`), to show what the measurements moved.
 
 Run from the repository root; writes results.json, results.csv, results.md and pareto.png
 beside this file:
@@ -19,6 +21,7 @@ import csv
 import json
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
 
 import matplotlib
@@ -169,7 +172,69 @@ def _front_text(front: list[dict]) -> str:
     )
 
 
-def write_markdown(cases: list[dict], extra: list[dict], sweep_cases: list[dict], seconds: float) -> str:
+def _speed_at(front: list[dict], x: float) -> float | None:
+    """A front's tok/s/user at `x` tok/s/GPU, log-linear between its points (None outside them)."""
+    curve = np.array(sorted((p["tok_s_gpu"], p["tok_s_user"]) for p in front))
+    if not len(curve) or not curve[0, 0] <= x <= curve[-1, 0]:
+        return None
+    return float(np.exp(np.interp(np.log(x), np.log(curve[:, 0]), np.log(curve[:, 1]))))
+
+
+def _top(c: dict) -> float:
+    """The highest tok/s/GPU both fronts reach (TTFT <= 2 s)."""
+    fronts = c["limited"]["mean"]["fronts"]
+    return min(max(p["tok_s_gpu"] for p in fronts[m]) for m in ("agg", "disagg"))
+
+
+def before_after(before: dict, after: dict) -> list[str]:
+    """Table rows: one H200 case's figures with the Hopper priors and with the measured efficiencies."""
+    rows = []
+
+    def add(figure: str, pick: Callable[[dict], str]) -> None:
+        rows.append(f"| OSL {after['osl']} | {figure} | {pick(before)} | {pick(after)} |")
+
+    def point(p: dict) -> str:
+        return f"{p['tok_s_gpu']:.0f} tok/s/GPU, {p['tok_s_user']:.0f} tok/s/user ({p['layout']} c{p['concurrency']})"
+
+    def fronts(c: dict) -> dict[str, list[dict]]:
+        return c["limited"]["mean"]["fronts"]
+
+    def num(x: float | None, unit: str = "") -> str:
+        return "-" if x is None else f"{x:,.0f}{unit}" if x >= 10 else f"{x:.2f}{unit}"
+
+    def alone(c: dict, mode: str) -> str:
+        """The lowest TTFT and the highest tok/s/user of one request alone, each over the mode's layouts."""
+        points = [p for p in c["points"] if p["mode"] == mode and p["concurrency"] == 1]
+        first = min(points, key=lambda p: p["ttft_p50_ms"])
+        fastest = max(points, key=lambda p: p["tok_s_user"])
+        return (
+            f"{first['ttft_p50_ms']:.0f} ms ({first['layout']}), {fastest['tok_s_user']:.0f} tok/s/user "
+            f"({fastest['layout']})"
+        )
+
+    for mode in ("agg", "disagg"):
+        add(f"one request alone (c1), {mode}: lowest TTFT p50, highest tok/s/user", lambda c, m=mode: alone(c, m))
+    add("best aggregated point (highest tok/s/GPU)", lambda c: point(fronts(c)["agg"][0]))
+    add("best disaggregated point (highest tok/s/GPU)", lambda c: point(fronts(c)["disagg"][0]))
+    top = min(_top(before), _top(after))
+    for share in (0.5, 0.9):
+        x = share * top
+        for mode in ("agg", "disagg"):
+            add(f"{mode} tok/s/user at {x:,.0f} tok/s/GPU", lambda c, m=mode, x=x: num(_speed_at(fronts(c)[m], x)))
+
+        def ratio(c: dict, x: float = x) -> str:
+            a, d = (_speed_at(fronts(c)[m], x) for m in ("agg", "disagg"))
+            return "-" if a is None or d is None else f"{d / a:.2f}x"
+
+        add(f"disagg / agg tok/s/user at {x:,.0f} tok/s/GPU", ratio)
+    add("mean ratio at 50% / 90% of the common top / max", lambda c: _ratio_cell(c["limited"]["mean"]))
+    add("p99-ITL ratio at 50% / 90% / max", lambda c: _ratio_cell(c["limited"]["p99"]))
+    return rows
+
+
+def write_markdown(
+    cases: list[dict], extra: list[dict], sweep_cases: list[dict], before: list[dict], seconds: float
+) -> str:
     head = [
         (
             f"| case | best tok/s/GPU agg / disagg ({LIMIT}) | mean tok/s/user ratio, {LIMIT}: at 50% / 90% / max "
@@ -208,9 +273,29 @@ def write_markdown(cases: list[dict], extra: list[dict], sweep_cases: list[dict]
         "| case | aggregated | disaggregated |",
         "|---|---|---|",
     ]
-    for c in cases + extra:
+    for c in cases + extra + before:
         f = c["limited"]["mean"]["fronts"]
         lines.append(f"| {c['label']} | {_front_text(f['agg'])} | {_front_text(f['disagg'])} |")
+    after = {c["osl"]: c for c in cases if c["hardware"] == "h200"}
+    lines += [
+        "",
+        "## H200 before and after the H200 measurements",
+        "",
+        (
+            "Before: Hopper at the Blackwell priors (compute 0.76, memory 0.90, link 0.87 of the datasheet; "
+            "`Factors(hopper=None)`). After: the efficiencies measured on H200s (dynamo_oss/perf/hopper_measured.json, "
+            f"benchmarks/gpu/CALIBRATION.md). Same search, same replay, {LIMIT}; tok/s/user at fixed tok/s/GPU "
+            "levels (50% and 90% of the lower of the two runs' common top) compares the same operating points."
+        ),
+        "",
+        "| case | figure | before | after |",
+        "|---|---|---|---|",
+        *[row for c in before for row in before_after(c, after[c["osl"]])],
+        "",
+        *head,
+        *[_row(c) for c in before],
+        *[_row(after[c["osl"]]) for c in before],
+    ]
     lines += ["", f"Runtime: {seconds:.0f} s on this machine (2 cores)."]
     return "\n".join(lines) + "\n"
 
@@ -234,10 +319,17 @@ def _draw_fronts(ax: plt.Axes, case: dict) -> None:
     ax.grid(alpha=0.3)
 
 
-def plot(cases: list[dict], reference: dict, sweep_cases: list[dict], path: Path) -> None:
+def plot(cases: list[dict], reference: dict, sweep_cases: list[dict], before: list[dict], path: Path) -> None:
     fig, axes = plt.subplots(len(HARDWARES) + 1, len(OSLS), figsize=(11, 16), squeeze=False)
     for c in cases:
         _draw_fronts(axes[HARDWARES.index(c["hardware"])][OSLS.index(c["osl"])], c)
+    for c in before:  # the H200 fronts with the Hopper priors, for comparison
+        ax = axes[HARDWARES.index("h200")][OSLS.index(c["osl"])]
+        for mode, colour in (("agg", "tab:blue"), ("disagg", "tab:red")):
+            front = c["limited"]["mean"]["fronts"][mode]
+            ax.plot([p["tok_s_gpu"] for p in front], [p["tok_s_user"] for p in front], "-", color=colour, alpha=0.3,
+                    lw=2.5, label=f"{mode}, {LIMIT}, before the H200 measurements")  # fmt: skip
+        ax.legend(fontsize=6)
     _draw_fronts(axes[-1][0], reference)
     ax = axes[-1][1]
     isl = [c["isl"] for c in sweep_cases]
@@ -305,29 +397,44 @@ def write_csv(cases: list[dict], path: Path) -> None:
 def main() -> None:
     start = time.monotonic()
     factors = fitted_factors()
-    cases = []
-    for hardware in HARDWARES:
-        for osl in OSLS:
-            cases.append(run_case(hardware, ISL, osl, CONCURRENCIES, factors))
-            print(f"{cases[-1]['label']}: {time.monotonic() - start:.0f} s", flush=True)
-    reference = reference_case(factors)
-    slow = run_case("b200", ISL, OSLS[0], CONCURRENCIES, factors.model_copy(update={"compute_efficiency": SLOW_PREFILL}),
-                    f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}")  # fmt: skip
-    main_b200 = cases[HARDWARES.index("b200") * len(OSLS)]
-    sweep_cases = sorted([run_case("b200", isl, OSLS[0], SWEEP_CONCURRENCIES, factors) for isl in ISL_SWEEP] + [main_b200],
-                         key=lambda c: c["isl"])  # fmt: skip
+    priors = factors.model_copy(update={"hopper": None})  # Hopper as the model had it before the H200 measurements
+    slow_factors = factors.model_copy(update={"compute_efficiency": SLOW_PREFILL})
+
+    def done(job: Future) -> dict:
+        case = job.result()
+        print(f"{case['label']}: {time.monotonic() - start:.0f} s", flush=True)
+        return case
+
+    # The cases are independent replays: one process per core of the 2-core machine the study targets.
+    with ProcessPoolExecutor(max_workers=2) as pool:
+        case_jobs = [pool.submit(run_case, hw, ISL, osl, CONCURRENCIES, factors) for hw in HARDWARES for osl in OSLS]
+        reference_job = pool.submit(reference_case, factors)
+        slow_job = pool.submit(run_case, "b200", ISL, OSLS[0], CONCURRENCIES, slow_factors,
+                               f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}")  # fmt: skip
+        sweep_jobs = [pool.submit(run_case, "b200", isl, OSLS[0], SWEEP_CONCURRENCIES, factors) for isl in ISL_SWEEP]
+        before_jobs = [
+            pool.submit(run_case, "h200", ISL, osl, CONCURRENCIES, priors,
+                        f"H200 before the H200 measurements, ISL 32,768 / OSL {osl}")  # fmt: skip
+            for osl in OSLS
+        ]
+        cases = [done(job) for job in case_jobs]
+        reference, slow = done(reference_job), done(slow_job)
+        main_b200 = cases[HARDWARES.index("b200") * len(OSLS)]
+        sweep_cases = sorted([done(job) for job in sweep_jobs] + [main_b200], key=lambda c: c["isl"])
+        before = [done(job) for job in before_jobs]
     seconds = time.monotonic() - start
     everything = {
         "cases": cases,
         "reference": reference,
         "slow_prefill": slow,
         "isl_sweep": sweep_cases,
+        "h200_before_measurements": before,
         "seconds": round(seconds),
     }
     (HERE / "results.json").write_text(json.dumps(_rounded(everything)) + "\n")
-    write_csv(cases + [reference, slow] + [c for c in sweep_cases if c is not main_b200], HERE / "results.csv")
-    (HERE / "results.md").write_text(write_markdown(cases, [reference, slow], sweep_cases, seconds))
-    plot(cases, reference, sweep_cases, HERE / "pareto.png")
+    write_csv(cases + [reference, slow] + [c for c in sweep_cases if c is not main_b200] + before, HERE / "results.csv")
+    (HERE / "results.md").write_text(write_markdown(cases, [reference, slow], sweep_cases, before, seconds))
+    plot(cases, reference, sweep_cases, before, HERE / "pareto.png")
     print((HERE / "results.md").read_text().split("## Pareto fronts")[0])
     print(f"total {time.monotonic() - start:.0f} s")
 
