@@ -176,10 +176,6 @@ class PoolsSection(Strict):
         pools = (("prefill", self.prefill), ("decode", self.decode), ("agg", self.agg))
         return [(role, pool) for role, pool in pools if pool is not None]
 
-    @property
-    def disaggregated(self) -> bool:
-        return self.agg is None
-
 
 class PlannerSection(Strict):
     enabled: bool = Field(default=False, description="Autoscale the pools (not available yet: must stay false).")

@@ -40,9 +40,6 @@ class BlockPool:
     def nbytes(self) -> int:
         return self.num_blocks * self.block_bytes
 
-    def block_address(self, block: int) -> int:
-        return self.address + block * self.block_bytes
-
     def write(self, blocks: Sequence[int], content: np.ndarray) -> None:
         """Put content[i] (uint8 [len(blocks), block_bytes]) into blocks[i]."""
         if self.device == "cpu":
