@@ -42,13 +42,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def serve(args: argparse.Namespace) -> int:
-    keep_run_dir = args.run_dir is not None
-    run_dir = args.run_dir.resolve() if keep_run_dir else Path(tempfile.mkdtemp(prefix="dynamo-oss-"))
-    try:
-        return _serve(args, run_dir)
-    finally:
-        if not keep_run_dir:
-            shutil.rmtree(run_dir, ignore_errors=True)
+    if args.run_dir is not None:
+        return _serve(args, args.run_dir.resolve())
+    run_dir = Path(tempfile.mkdtemp(prefix="dynamo-oss-"))
+    code = _serve(args, run_dir)
+    if code == 0 or not (run_dir / "logs").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+    else:
+        print(f"[dynamo-oss] logs kept for a look: {run_dir / 'logs'}", flush=True)
+    return code
 
 
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:

@@ -75,8 +75,14 @@ class Supervisor:
             )
             await self.stopping.wait()
             return 0
-        except (StartupFailed, probes.NotReady) as err:
+        except StartupFailed as err:
             self.say(f"start-up failed: {err}")
+            return 1
+        except probes.NotReady as err:
+            self.say(
+                f"start-up failed: {err}. The processes' logs are in {self.plan.run_dir / 'logs'}; "
+                "if the workers were only slow (loading weights), raise --ready-timeout"
+            )
             return 1
         finally:
             for watcher in watchers:
