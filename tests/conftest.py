@@ -58,6 +58,7 @@ class ServedGraph:
     """A `dynamo serve` process and what it reports about itself."""
 
     process: subprocess.Popen
+    graph: Path
     run_dir: Path
     output: Path
 
@@ -68,6 +69,11 @@ class ServedGraph:
     @property
     def endpoint(self) -> str:
         return self.state()["endpoint"]
+
+    @property
+    def etcd_endpoint(self) -> str:
+        etcd = next(p for p in self.state()["processes"] if p["name"] == "etcd")
+        return f"http://127.0.0.1:{etcd['ports'][0]}"
 
     def pid_of(self, name: str) -> int:
         return next(p["pid"] for p in self.state()["processes"] if p["name"] == name)
@@ -95,7 +101,7 @@ def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
             cwd=REPO,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-    return ServedGraph(process=process, run_dir=run_dir, output=output)
+    return ServedGraph(process=process, graph=graph, run_dir=run_dir, output=output)
 
 
 def wait_ready(served: ServedGraph, timeout_s: float = 120) -> None:
@@ -130,12 +136,31 @@ def write_graph(folder: Path, **sections: object) -> Path:
         },
         "frontend": {"port": frontend, "dynamo_port": dynamo},
         "pools": {
-            "prefill": {"engine": "mocker", "system_port": prefill},
-            "decode": {"engine": "mocker", "system_port": decode},
+            "prefill": {"workers": 1, "engine": "mocker", "system_port": prefill},
+            "decode": {"workers": 1, "engine": "mocker", "system_port": decode},
         },
     }
     graph.update(sections)
     path = folder / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
+    """A copy of graphs/NAME in `folder` with every port it would listen on moved to a free one,
+    so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone."""
+    source = REPO / "graphs" / name
+    graph = yaml.safe_load(source.read_text())
+    etcd_client, etcd_peer, nats, frontend, dynamo, *system = free_ports(5 + len(graph["pools"]))
+    graph["infrastructure"] = {
+        "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
+        "nats": {"mode": "embedded", "port": nats},
+    }
+    graph["frontend"].update(port=frontend, dynamo_port=dynamo)
+    for pool, port in zip(graph["pools"].values(), system, strict=True):
+        pool["system_port"] = port  # workers i of a pool take port + i: the pools here hold at most 2
+        pool["engine_args"] = str((source.parent / pool["engine_args"]).resolve())
+    path = folder / name
     path.write_text(yaml.safe_dump(graph))
     return path
 
@@ -147,8 +172,9 @@ def graph_folder(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    """graphs/disagg.yaml served on the mocker, shared by a module's tests, stopped at its end."""
-    served = start_serving(REPO / "graphs" / "disagg.yaml", tmp_path_factory.mktemp("disagg") / "run")
+    """graphs/disagg.yaml served on the mocker (on free ports), shared by a module's tests, stopped at its end."""
+    folder = tmp_path_factory.mktemp("disagg")
+    served = start_serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run")
     try:
         wait_ready(served)
         yield served

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, free_ports, run_dynamo, start_serving, wait_for, wait_ready
+from conftest import free_ports, run_dynamo, shipped_graph_on_free_ports, start_serving, wait_for, wait_ready
 
 from dynamo_oss.assets import ENCODINGS_ENV, model_folder, tiktoken_encodings_dir
 from dynamo_oss.conformance.cases import CASES
-from dynamo_oss.models import GPT_OSS_120B
+from dynamo_oss.catalog.models import GPT_OSS_120B
 
 MODEL = "openai/gpt-oss-120b"
 
@@ -45,7 +45,7 @@ def test_replay_trace_holds_every_replayed_case(replay_trace: Path) -> None:
 
 def test_every_case_passes_against_the_disaggregated_mocker_graph(replay_trace: Path, tmp_path: Path) -> None:
     served = start_serving(
-        REPO / "graphs" / "disagg.yaml", tmp_path / "run", "--mocker-responses", str(replay_trace)
+        shipped_graph_on_free_ports("disagg.yaml", tmp_path), tmp_path / "run", "--mocker-responses", str(replay_trace)
     )
     try:
         wait_ready(served)

@@ -12,7 +12,7 @@ from benchmarks.gpu.kv_handoff.layout import BlockLayout
 from benchmarks.gpu.kv_handoff.pair import run_pair
 from benchmarks.gpu.kv_handoff.plan import make_plan
 from benchmarks.gpu.kv_handoff.pool import POISON
-from dynamo_oss.models import GPT_OSS_120B
+from dynamo_oss.catalog.models import GPT_OSS_120B
 
 pytest.importorskip(
     "nixl_cu13",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from benchmarks.gpu.kv_handoff.layout import FP8, BlockLayout, Run, runs
 from benchmarks.gpu.kv_handoff.plan import make_plan
-from dynamo_oss.models import GPT_OSS_120B
+from dynamo_oss.catalog.models import GPT_OSS_120B
 
 MIB = 2**20
 

@@ -12,7 +12,7 @@ import pytest
 from conftest import alive, start_serving, wait_for, wait_ready, write_graph
 
 from dynamo_oss.graph.errors import GraphError
-from dynamo_oss.graph.plan import plan_graph_file
+from dynamo_oss.launch.prepare import prepare
 
 
 def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
@@ -49,9 +49,9 @@ def test_killed_supervisor_takes_every_process_with_it(tmp_path: Path) -> None:
 
 
 def test_missing_etcd_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dynamo_oss.graph.plan.find_binary", lambda name: None)
+    monkeypatch.setattr("dynamo_oss.deployment.host.find_binary", lambda name: None)
     with pytest.raises(GraphError) as error:
-        plan_graph_file(write_graph(tmp_path), run_dir=tmp_path / "run")
+        prepare(write_graph(tmp_path), run_dir=tmp_path / "run")
     message = str(error.value)
     assert "infrastructure.etcd: etcd is not installed: run `uv sync`" in message
     assert "infrastructure.nats: nats-server is not installed" in message

@@ -7,16 +7,10 @@ import json
 
 import pytest
 
-from dynamo_oss.perf import commands
-from dynamo_oss.perf.graph import graph_files, layout_from_file
+from dynamo_oss.cli import main as dynamo
+from dynamo_oss.cli import perf as commands
+from dynamo_oss.perf.graphs import graph_files, layout_from_file
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
-
-
-def dynamo(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="dynamo")
-    commands.register(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
-    return args.handler(args)
 
 
 def test_simulate_json_has_the_figures(capsys):
@@ -81,3 +75,22 @@ def test_plan_says_when_nothing_meets_the_targets(capsys):
 def test_concurrency_list_is_validated(bad):
     with pytest.raises(argparse.ArgumentTypeError):
         commands._concurrencies(bad)
+
+
+def test_simulate_of_a_model_it_has_no_shape_for_is_a_user_error(capsys, tmp_path):
+    (tmp_path / "weights").mkdir()
+    for name in ("config.json", "tokenizer.json"):
+        (tmp_path / "weights" / name).write_text("{}")
+    graph = tmp_path / "graph.yaml"
+    graph.write_text(
+        "name: custom\nmodel: {name: my-model, path: weights}\nhardware: {gpu: h200, gpus: 1}\n"
+        "pools: {agg: {workers: 1, engine: mocker}}\n"
+    )
+    assert dynamo(["simulate", str(graph), "--isl", "128", "--osl", "8"]) == 2
+    err = capsys.readouterr().err
+    assert 'model: "my-model" is not a built-in gpt-oss model' in err and "Traceback" not in err
+
+
+def test_simulate_flags_that_make_no_layout_are_a_user_error(capsys):
+    assert dynamo(["simulate", "--tp", "4", "--ep", "3", "--isl", "128", "--osl", "8"]) == 2
+    assert "ep must divide tp" in capsys.readouterr().err

@@ -5,11 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dynamo_oss.engines import WorkerContext
+from dynamo_oss.engines.mocker import MockerEngine, replay_engine_args
+from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
+from dynamo_oss.perf.graphs import layout_from_file
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 from dynamo_oss.perf.profiles import (
     kv_transfer_bytes_per_token,
-    mocker_engine_args,
-    mocker_flags,
+    simulated_timing,
     write_mocker_profile,
 )
 from dynamo_oss.perf.replay import check_step_times
@@ -41,14 +44,35 @@ def test_replay_reproduces_the_models_step_times(layout):
 
 
 def test_mocker_args_carry_the_pool_layout(tmp_path):
-    prefill = mocker_engine_args(DISAGG, "prefill", tmp_path / "p.npz", prompt_tokens=32768)
-    decode = mocker_engine_args(DISAGG, "decode", tmp_path / "d.npz")
+    prefill_timing = simulated_timing(DISAGG, "prefill", tmp_path / "p.npz", prompt_tokens=32768)
+    decode_timing = simulated_timing(DISAGG, "decode", tmp_path / "d.npz")
+    prefill = replay_engine_args(prefill_timing, "prefill", tensor_parallel=2)
+    decode = replay_engine_args(decode_timing, "decode", tensor_parallel=4)
     assert prefill["engine"]["kv_transfer_bandwidth"] > 0 and "kv_transfer_bandwidth" not in decode["engine"]
     assert (decode["dp_size"], decode["tensor_parallel_size"]) == (4, 1)  # one scheduler per attention rank
     assert (prefill["dp_size"], prefill["tensor_parallel_size"]) == (1, 2)
-    flags = mocker_flags(DISAGG, "decode", tmp_path / "d.npz")
+    assert not (tmp_path / "p.npz").exists()  # timing is data until someone writes its profile
+
+    def argv(role, timing):
+        ctx = WorkerContext(
+            role=role, served_name="m", model_path="m", model_folder=tmp_path, max_context=None,
+            engine_args_file=None, shape=MockerEngine().read_shape(None, 1), endpoint="dyn://n.c.generate",
+            timing=timing,
+        )  # fmt: skip
+        return MockerEngine().worker_argv(ctx)
+
+    flags = argv("decode", decode_timing)
     assert flags[flags.index("--data-parallel-size") + 1] == "4"
-    assert "--kv-bytes-per-token" in mocker_flags(DISAGG, "prefill", tmp_path / "p.npz")
+    assert flags[flags.index("--planner-profile-data") + 1] == str(tmp_path / "d.npz")
+    assert "--kv-bytes-per-token" in argv("prefill", prefill_timing)
+
+
+def test_shipped_graph_reads_into_its_layout():
+    layout = layout_from_file("graphs/disagg.yaml")
+    assert layout.pools["prefill"] == PoolLayout(tp=4, max_batch=32, max_num_tokens=20000)
+    assert layout.pools["decode"] == PoolLayout(tp=4, attention_dp=True, max_batch=128, max_num_tokens=16384)
+    assert layout.precision.kv_cache == "fp8" and layout.hardware == "b200"
+    assert DEFAULT_TOKENS_PER_BLOCK == 32  # TensorRT-LLM's, which the mocker keeps
 
 
 def test_kv_transfer_bytes_per_token_spreads_the_window_over_the_prompt():

@@ -1,9 +1,10 @@
 """`dynamo serve graphs/disagg.yaml --engine mocker`: real etcd, NATS, Dynamo frontend and mocker
-workers, driven through the official openai client. The tests run in file order on one
-served graph; the last one stops it and checks nothing is left behind."""
+workers, driven through the official openai client. Most tests share one served graph and
+leave it as they found it; a test that kills or stops processes serves a graph of its own."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from conftest import ServedGraph, alive, run_dynamo, wait_for
+from conftest import ServedGraph, alive, run_dynamo, start_serving, wait_for, wait_ready, write_graph
 
 from dynamo_oss.launch.probes import port_in_use
 
@@ -33,10 +34,21 @@ def ask(served: ServedGraph, **extra: object):
     )
 
 
-def registered_instances(component: str) -> list[str]:
-    """Worker instance ids (hex) in the embedded etcd, read with etcd's own client."""
+@pytest.fixture
+def own_graph(tmp_path: Path):
+    """A small disaggregated mocker graph served for one test alone."""
+    served = start_serving(write_graph(tmp_path, name=NAMESPACE, model="gpt-oss-120b"), tmp_path / "run")
+    try:
+        wait_ready(served)
+        yield served
+    finally:
+        served.stop()
+
+
+def registered_instances(served: ServedGraph, component: str) -> list[str]:
+    """Worker instance ids (hex) in the graph's embedded etcd, read with etcd's own client."""
     listing = subprocess.run(
-        [ETCDCTL, "--endpoints", "http://127.0.0.1:2379", "get", "--prefix", "--keys-only",
+        [ETCDCTL, "--endpoints", served.etcd_endpoint, "get", "--prefix", "--keys-only",
          f"v1/instances/{NAMESPACE}/{component}/generate/"],
         capture_output=True, text=True, check=True, env={**os.environ, "ETCDCTL_API": "3"},
     )  # fmt: skip
@@ -78,14 +90,14 @@ def test_streaming_chat_completion(disagg: ServedGraph) -> None:
 
 
 def test_workers_are_registered_in_the_embedded_etcd(disagg: ServedGraph) -> None:
-    assert len(registered_instances("prefill")) == 1
-    assert len(registered_instances("backend")) == 1
+    assert len(registered_instances(disagg, "prefill")) == 1
+    assert len(registered_instances(disagg, "backend")) == 1
 
 
 def test_prefill_runs_on_the_prefill_pool_and_decode_on_the_decode_pool(disagg: ServedGraph) -> None:
     ask(disagg)
-    prefill_ids = {int(h, 16) for h in registered_instances("prefill")}
-    decode_ids = {int(h, 16) for h in registered_instances("backend")}
+    prefill_ids = {int(h, 16) for h in registered_instances(disagg, "prefill")}
+    decode_ids = {int(h, 16) for h in registered_instances(disagg, "backend")}
     routes = wait_for(lambda: routed_workers(disagg), 10, "the frontend to log the request's workers")
     prefill, decode = routes[-1]
     assert prefill in prefill_ids
@@ -164,46 +176,70 @@ def test_bad_requests_take_no_worker_down(disagg: ServedGraph) -> None:
 
 
 def test_second_graph_on_the_same_ports_is_refused_before_starting(disagg: ServedGraph, tmp_path: Path) -> None:
-    result = run_dynamo("serve", "graphs/disagg.yaml", "--engine", "mocker", "--run-dir", str(tmp_path / "run"))
-    assert result.returncode == 1
-    assert "frontend.port: 127.0.0.1:8000 is taken" in result.stdout
-    assert "infrastructure.etcd.client_port" in result.stdout
+    result = run_dynamo("serve", str(disagg.graph), "--engine", "mocker", "--run-dir", str(tmp_path / "run"))
+    assert result.returncode == 2
+    frontend_port = next(p["ports"][0] for p in disagg.state()["processes"] if p["name"] == "gateway")
+    assert f"frontend.port: 127.0.0.1:{frontend_port} is taken" in result.stderr
+    assert "infrastructure.etcd.client_port" in result.stderr
     assert not (tmp_path / "run" / "logs").exists()  # nothing was started
 
 
-def test_killed_decode_worker_is_restarted_and_serves_again(disagg: ServedGraph) -> None:
-    old_pid = disagg.pid_of("decode-0")
-    old_instances = set(registered_instances("backend"))
+def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
+    profiles = sorted(path.name for path in (disagg.run_dir / "profiles").iterdir())
+    assert profiles == ["decode.npz", "prefill.npz"]
+
+
+def test_status_reads_the_running_graph(disagg: ServedGraph) -> None:
+    result = run_dynamo("status", str(disagg.run_dir), "--json")
+    assert result.returncode == 0, result.stderr
+    state = json.loads(result.stdout)
+    assert state["ready"] and not state["stopped"]
+    assert [(p["role"], p["target"], p["live"]) for p in state["pools"]] == [("prefill", 1, 1), ("decode", 1, 1)]
+    text = run_dynamo("status", str(disagg.run_dir)).stdout
+    assert f"graph {NAMESPACE}: ready" in text and "decode-0" in text
+
+
+def test_status_of_a_folder_that_ran_nothing(tmp_path: Path) -> None:
+    result = run_dynamo("status", str(tmp_path))
+    assert result.returncode == 2
+    assert "state.json: not found" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_killed_decode_worker_is_restarted_and_serves_again(own_graph: ServedGraph) -> None:
+    old_pid = own_graph.pid_of("decode-0")
+    old_instances = set(registered_instances(own_graph, "backend"))
     os.kill(old_pid, signal.SIGKILL)
 
     def restarted() -> bool:
-        pid = disagg.pid_of("decode-0")
+        pid = own_graph.pid_of("decode-0")
         return pid is not None and pid != old_pid
 
     wait_for(restarted, 30, "the supervisor to restart decode-0")
-    assert "decode-0  | [dynamo-oss] exited with signal SIGKILL; restarting" in disagg.output.read_text()
+    assert "decode-0  | [dynamo-oss] exited with signal SIGKILL; restarting" in own_graph.output.read_text()
     new_instances = wait_for(
-        lambda: set(registered_instances("backend")) - old_instances, 60, "the new decode worker to register"
+        lambda: set(registered_instances(own_graph, "backend")) - old_instances, 60, "the new decode worker to register"
     )
     new_decode_ids = {int(h, 16) for h in new_instances}
 
     def served_by_new_worker() -> bool:
         try:
-            ask(disagg)
+            ask(own_graph)
         except openai.APIError:
             return False  # the frontend may still hold the dead worker until its lease lapses
-        return routed_workers(disagg)[-1][1] in new_decode_ids
+        routes = routed_workers(own_graph)  # the frontend may log a route just after it answers
+        return bool(routes) and routes[-1][1] in new_decode_ids
 
     wait_for(served_by_new_worker, 60, "a completion decoded by the restarted worker")
 
 
-def test_stop_leaves_no_process_and_no_listening_port(disagg: ServedGraph) -> None:
-    processes = disagg.state()["processes"]
+def test_stop_leaves_no_process_and_no_listening_port(own_graph: ServedGraph) -> None:
+    processes = own_graph.state()["processes"]
     pids = [p["pid"] for p in processes]
     ports = [port for p in processes for port in p["ports"]]
     assert all(pids) and len(ports) == 7
 
-    assert disagg.stop() == 0
-    assert "stopped: every process has exited" in disagg.output.read_text()
+    assert own_graph.stop() == 0
+    assert "stopped: every process has exited" in own_graph.output.read_text()
+    assert own_graph.state()["stopped"]
     assert [pid for pid in pids if alive(pid)] == []
     assert [port for port in ports if port_in_use("127.0.0.1", port)] == []

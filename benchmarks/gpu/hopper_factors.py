@@ -3,7 +3,7 @@
 Reads kernels/results.json (gpt-oss-120b layer building blocks on one H200) and
 kv_handoff/results.json (NIXL KV handoff between two NVLinked H200s) and writes
 dynamo_oss/perf/hopper_measured.json, which `dynamo_oss.perf.costs` loads for the H200 (the
-H100 was not measured and keeps the priors). Datasheet rates come from `dynamo_oss.perf.hardware` (H200). Run from
+H100 was not measured and keeps the priors). Datasheet rates come from `dynamo_oss.catalog.hardware` (H200). Run from
 the repository root:
 
     uv run python benchmarks/gpu/hopper_factors.py           # write hopper_measured.json
@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from dynamo_oss.perf.costs import HOPPER_MEASURED_PATH
-from dynamo_oss.perf.hardware import H200
+from dynamo_oss.catalog.hardware import H200
 
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels" / "results.json"

@@ -28,7 +28,7 @@ import matplotlib
 import numpy as np
 
 from dynamo_oss.perf.costs import Factors, fitted_factors
-from dynamo_oss.perf.hardware import HARDWARE
+from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
 from dynamo_oss.perf.replay import ServingPoint
 from dynamo_oss.perf.search import LayoutPoint, SearchResult, search, sweep

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from dynamo_oss.assets.tokenizer import CALL, ENDOFTEXT, RETURN, STARTOFTEXT
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 # Constants shared by both published configs (RoPE with YaRN, clamped SwiGLU experts).
 ROPE_THETA = 150_000

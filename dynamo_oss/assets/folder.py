@@ -15,7 +15,7 @@ from dynamo_oss.assets.cache import build_once, content_version, resolve_cache_r
 from dynamo_oss.assets.config import generation_config, model_config
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
 from dynamo_oss.assets.tokenizer import TOKENIZER_FILE, tokenizer_config, tokenizer_file
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 
 def model_folder(shape: ModelShape, cache_root: Path | None = None) -> Path:

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 from dynamo_oss.conformance.cases import CASES
-from dynamo_oss.harmony_reference import harmony_encoding
+from dynamo_oss.conformance.reference import harmony_encoding
 
 
 def replay_annotation(case_name: str) -> dict:

@@ -1,18 +1,86 @@
 """Engines a pool can run: one small interface, one module per engine (trtllm, mocker).
 
-The graph names an engine per pool; `dynamo serve --engine mocker` swaps every pool's
-engine for Dynamo's mocker without touching the rest of the graph.
+A new engine is one module here, dynamo_oss/engines/NAME.py with an `ENGINE` object, and its
+name in dynamo_oss.catalog.names. Each engine reads its own configuration file once into an `EngineShape`, the one typed
+description the rest of the tree uses (parallelism, batch and token limits, KV cache), and
+owns everything else about its workers: command line, environment, ready timeout. The graph
+names an engine per pool; `dynamo serve --engine mocker` swaps every pool's engine for
+Dynamo's mocker and keeps the shape the pool's own engine read.
 """
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict, Field
 
-from dynamo_oss.graph.schema import EngineName, PoolRole
-from dynamo_oss.perf.layout import Layout
+from dynamo_oss.catalog.names import EngineName, PoolRole
+
+
+class EngineArgsError(ValueError):
+    """An engine configuration file the engine cannot use; the message says what and where."""
+
+
+class EngineShape(BaseModel):
+    """A worker's engine configuration as the rest of the tree sees it, in TensorRT-LLM's terms."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tensor_parallel: int = Field(1, ge=1, description="GPUs a layer's weights are split over (tensor_parallel_size)")
+    pipeline_parallel: int = Field(1, ge=1, description="stages the layers are split into (pipeline_parallel_size)")
+    expert_parallel: int | None = Field(
+        None, ge=1, description="MoE expert-parallel degree (moe_expert_parallel_size); None: the engine's default"
+    )
+    attention_dp: bool = Field(False, description="attention data parallelism: each rank batches on its own")
+    max_batch_size: int | None = Field(None, ge=1, description="most sequences per step, per attention rank")
+    max_num_tokens: int | None = Field(None, ge=1, description="token budget of one step")
+    max_seq_len: int | None = Field(None, ge=1, description="longest sequence (prompt plus output)")
+    kv_cache_dtype: Literal["auto", "fp8", "bf16"] = Field("auto", description="KV cache elements")
+    kv_block_size: int = Field(ge=1, description="tokens per KV cache block")
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def attention_ranks(self) -> int:
+        """Schedulers per worker: one per GPU with attention DP, else one."""
+        return self.tensor_parallel if self.attention_dp else 1
+
+
+class WorkerFile(BaseModel):
+    """A file a worker's command line names, written by `dynamo serve` before the worker starts."""
+
+    path: Path
+    purpose: str
+    content: bytes = Field(exclude=True, repr=False)
+
+    def write(self) -> Path:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path.write_bytes(self.content)
+        return self.path
+
+
+class SimulatedTiming(BaseModel):
+    """How fast and how big a simulated worker is, as the performance model (dynamo_oss.perf) says.
+
+    Only a simulated engine (the mocker) uses it: a real engine's speed is the GPUs'.
+    Capacities are per attention rank; the timing profile is a file the worker loads.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    profile: WorkerFile = Field(description="step-time tables (Dynamo's dynamo_profile .npz)")
+    imitates: Literal["trtllm", "vllm"] = Field("trtllm", description="whose scheduler the simulated worker copies")
+    attention_ranks: int = Field(ge=1, description="schedulers per worker, each with its own batch and KV")
+    block_size: int = Field(ge=1, description="tokens per KV block")
+    num_gpu_blocks: int = Field(ge=1, description="KV blocks per rank")
+    max_num_seqs: int = Field(ge=1, description="most sequences per rank and step")
+    max_num_batched_tokens: int = Field(ge=1, description="token budget of one step")
+    kv_transfer_gbps: float | None = Field(None, description="prefill-to-decode KV handoff, decimal GB/s")
+    kv_bytes_per_token: int | None = Field(None, description="KV bytes handed over per prompt token")
 
 
 class WorkerContext(BaseModel):
@@ -20,20 +88,22 @@ class WorkerContext(BaseModel):
 
     role: PoolRole
     served_name: str
-    builtin_model: str | None  # gpt-oss-20b / gpt-oss-120b when the graph names a built-in model
     model_path: str  # a local folder or a hub name
     model_folder: Path  # tokenizer, config and harmony chat template for the frontend
+    max_context: int | None  # the model's context length, for the model card
     engine_args_file: Path | None
-    engine_args: dict
+    shape: EngineShape
     endpoint: str  # dyn://namespace.component.generate
-    gpus_per_worker: int
     response_trace: Path | None = None  # recorded responses the mocker replays (JSONL), by request annotation
-    layout: Layout | None = None  # the graph as the performance model sees it (built-in models only)
-    run_dir: Path  # where per-run files (mocker timing profiles) go
+    timing: SimulatedTiming | None = None  # for a simulated engine, from the performance model
 
 
 class Engine(Protocol):
     name: EngineName
+    ready_timeout_s: float  # how long a worker may take to register after it starts
+
+    def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
+        """Parse the pool's engine configuration once; raise EngineArgsError when it is unusable."""
 
     def unavailable_reason(self, gpus_needed: int) -> str | None:
         """Why this host cannot run the engine, or None when it can."""
@@ -44,9 +114,10 @@ class Engine(Protocol):
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
         """Environment the engine needs beyond the graph-wide variables."""
 
+    def worker_files(self, ctx: WorkerContext) -> list[WorkerFile]:
+        """Files the command line names that `dynamo serve` must write first."""
+
 
 def engine_for(name: EngineName) -> Engine:
-    from dynamo_oss.engines.mocker import MockerEngine
-    from dynamo_oss.engines.trtllm import TrtllmEngine
-
-    return {"trtllm": TrtllmEngine(), "mocker": MockerEngine()}[name]
+    """The engine named in the catalog: module dynamo_oss.engines.NAME, whose ENGINE implements it."""
+    return importlib.import_module(f"dynamo_oss.engines.{name}").ENGINE

@@ -1,44 +1,49 @@
 """Dynamo's mocker: the worker contract with a simulated engine, so a graph runs without GPUs.
 
-For a built-in gpt-oss model the mocker runs at the modelled speed of the graph's hardware
-and layout: the performance model (dynamo_oss.perf) writes its timing profile, KV capacity,
-batch limits and KV-transfer cost, and an attention-DP worker gets one scheduler per rank.
-Otherwise it copies the TensorRT-LLM engine configuration's limits and keeps the mocker's
-default timing.
+The mocker stands in for TensorRT-LLM, so a pool's engine_args file is read as TensorRT-LLM's.
+With a `SimulatedTiming` from the performance model (built-in gpt-oss models), the mocker runs
+at the modelled speed of the graph's hardware and layout: its timing profile, KV capacity,
+batch limits and KV-transfer cost, with one scheduler per attention-DP rank. Without one it
+copies the engine configuration's limits and keeps the mocker's default timing.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from dynamo_oss.engines import WorkerContext
-from dynamo_oss.models import BUILTIN_MODELS
-from dynamo_oss.perf.profiles import mocker_flags, write_mocker_profile
+from dynamo_oss.catalog.names import PoolRole
+from dynamo_oss.engines import EngineShape, SimulatedTiming, WorkerContext, WorkerFile
+from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK, read_llm_args
 
-TRTLLM_DEFAULT_BLOCK_SIZE = 32  # tokens per KV block in TensorRT-LLM
+READY_TIMEOUT_S = 120.0
+WORKER_TYPE: dict[PoolRole, str] = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
+STANDS_IN_FOR = "trtllm"  # the mocker's --engine-type (whose scheduling it copies) for a graph's pools
 
 
 class MockerEngine:
     name: Literal["mocker"] = "mocker"
+    ready_timeout_s: float = READY_TIMEOUT_S
+
+    def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
+        if engine_args is None:
+            return EngineShape(tensor_parallel=gpus_per_worker, kv_block_size=DEFAULT_TOKENS_PER_BLOCK)
+        return read_llm_args(engine_args)
 
     def unavailable_reason(self, gpus_needed: int) -> str | None:
         return None  # it runs anywhere Dynamo imports
 
     def worker_argv(self, ctx: WorkerContext) -> list[str]:
         argv = [
-            "-m", "dynamo_oss.launch.mocker_worker",
+            "-m", "dynamo_oss.engines.mocker_worker",
             "--model-path", str(ctx.model_folder),
             "--model-name", ctx.served_name,
             "--endpoint", ctx.endpoint,
+            "--engine-type", ctx.timing.imitates if ctx.timing else STANDS_IN_FOR,
+            "--disaggregation-mode", ctx.role,
         ]  # fmt: skip
-        if ctx.layout is not None:
-            profile = write_mocker_profile(ctx.run_dir / "profiles" / f"{ctx.role}.npz", ctx.layout, ctx.role)
-            argv += mocker_flags(ctx.layout, ctx.role, profile)
-        else:
-            argv += ["--engine-type", "trtllm", "--disaggregation-mode", ctx.role]
-            argv += _engine_limits(ctx.engine_args, ctx.gpus_per_worker)
-        shape = BUILTIN_MODELS.get(ctx.builtin_model or "")
-        max_len = ctx.engine_args.get("max_seq_len") or (shape.max_context if shape else None)
+        argv += _timing_flags(ctx.timing) if ctx.timing else _shape_flags(ctx.shape)
+        max_len = ctx.shape.max_seq_len or ctx.max_context
         if max_len:
             # The context length goes on the model card, where the frontend checks prompts against it.
             argv += ["--max-model-len", str(max_len)]
@@ -49,15 +54,60 @@ class MockerEngine:
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
         return {}
 
+    def worker_files(self, ctx: WorkerContext) -> list[WorkerFile]:
+        return [ctx.timing.profile] if ctx.timing else []
 
-def _engine_limits(engine_args: dict, gpus_per_worker: int) -> list[str]:
-    """TensorRT-LLM's KV block size and batch limits as mocker flags; with attention DP each
-    rank batches on its own."""
-    block_size = engine_args.get("kv_cache_config", {}).get("tokens_per_block", TRTLLM_DEFAULT_BLOCK_SIZE)
-    flags = ["--block-size", str(block_size)]
-    if "max_batch_size" in engine_args:
-        ranks = gpus_per_worker if engine_args.get("enable_attention_dp") else 1
-        flags += ["--max-num-seqs", str(int(engine_args["max_batch_size"]) * ranks)]
-    if "max_num_tokens" in engine_args:
-        flags += ["--max-num-batched-tokens", str(int(engine_args["max_num_tokens"]))]
+
+ENGINE = MockerEngine()
+
+
+def replay_engine_args(timing: SimulatedTiming, role: PoolRole, tensor_parallel: int) -> dict[str, Any]:
+    """The mocker's engine configuration for one worker, as Dynamo's offline replay takes it
+    (the same settings `worker_argv` passes as flags)."""
+    engine: dict[str, Any] = {
+        "worker_type": WORKER_TYPE[role],
+        "backend": timing.imitates,
+        "block_size": timing.block_size,
+        "num_gpu_blocks": timing.num_gpu_blocks,
+        "max_num_seqs": timing.max_num_seqs,
+        "max_num_batched_tokens": timing.max_num_batched_tokens,
+        "timing_model": {"type": "external", "provider": "dynamo_profile", "config": {"path": str(timing.profile.path)}},
+    }
+    if timing.kv_transfer_gbps is not None:
+        engine["kv_transfer_bandwidth"] = timing.kv_transfer_gbps
+    if timing.kv_bytes_per_token is not None:
+        engine["kv_transfer_bytes_per_token"] = timing.kv_bytes_per_token
+    return {
+        "tensor_parallel_size": 1 if timing.attention_ranks > 1 else tensor_parallel,
+        "dp_size": timing.attention_ranks,
+        "engine": engine,
+    }
+
+
+def _timing_flags(timing: SimulatedTiming) -> list[str]:
+    """The profile is per attention rank, so an attention-DP worker runs one scheduler per rank
+    (--data-parallel-size), each with its own KV blocks and max_num_seqs."""
+    flags = [
+        "--planner-profile-data", str(timing.profile.path),
+        "--data-parallel-size", str(timing.attention_ranks),
+        "--block-size", str(timing.block_size),
+        "--num-gpu-blocks-override", str(timing.num_gpu_blocks),
+        "--max-num-seqs", str(timing.max_num_seqs),
+        "--max-num-batched-tokens", str(timing.max_num_batched_tokens),
+    ]  # fmt: skip
+    if timing.kv_transfer_gbps is not None:
+        flags += ["--kv-transfer-bandwidth", str(timing.kv_transfer_gbps)]
+    if timing.kv_bytes_per_token is not None:
+        flags += ["--kv-bytes-per-token", str(timing.kv_bytes_per_token)]
+    return flags
+
+
+def _shape_flags(shape: EngineShape) -> list[str]:
+    """The engine configuration's KV block size and batch limits; with attention DP each rank
+    batches on its own, so one scheduler gets all ranks' sequences."""
+    flags = ["--block-size", str(shape.kv_block_size)]
+    if shape.max_batch_size is not None:
+        flags += ["--max-num-seqs", str(shape.max_batch_size * shape.attention_ranks)]
+    if shape.max_num_tokens is not None:
+        flags += ["--max-num-batched-tokens", str(shape.max_num_tokens)]
     return flags

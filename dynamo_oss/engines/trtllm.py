@@ -1,15 +1,95 @@
-"""TensorRT-LLM workers (`python -m dynamo.trtllm`), for hosts with NVIDIA GPUs and TensorRT-LLM."""
+"""TensorRT-LLM workers (`python -m dynamo.trtllm`), for hosts with NVIDIA GPUs and TensorRT-LLM.
+
+The pool's engine_args file is TensorRT-LLM's own LLM API configuration (what
+`--extra-engine-args` takes). This module is the one place that reads its keys.
+"""
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
 import subprocess
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
-from dynamo_oss.engines import WorkerContext
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-GPT_OSS_PARSER_FLAGS = ["--dyn-reasoning-parser", "gpt_oss", "--dyn-tool-call-parser", "harmony"]
+from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
+from dynamo_oss.catalog.names import PoolRole
+from dynamo_oss.engines import EngineArgsError, EngineShape, WorkerContext, WorkerFile
+
+DEFAULT_TOKENS_PER_BLOCK = 32  # TensorRT-LLM's KV block, in tokens, when kv_cache_config does not say
+READY_TIMEOUT_S = 1800.0  # loading 61 GB of weights, building CUDA graphs and warming up
+
+
+class _KvCacheKeys(BaseModel):
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    dtype: Literal["auto", "fp8", "bf16"] = "auto"
+    tokens_per_block: int = Field(DEFAULT_TOKENS_PER_BLOCK, ge=1)
+
+
+class _LlmArgsKeys(BaseModel):
+    """The keys of TensorRT-LLM's LLM API arguments the shape needs; the rest go to the engine untouched."""
+
+    model_config = ConfigDict(extra="ignore", strict=True)
+
+    tensor_parallel_size: int = Field(1, ge=1)
+    pipeline_parallel_size: int = Field(1, ge=1)
+    moe_expert_parallel_size: int | None = Field(None, ge=1)
+    enable_attention_dp: bool = False
+    max_batch_size: int | None = Field(None, ge=1)
+    max_num_tokens: int | None = Field(None, ge=1)
+    max_seq_len: int | None = Field(None, ge=1)
+    kv_cache_config: _KvCacheKeys = _KvCacheKeys()
+
+
+def read_llm_args(path: Path) -> EngineShape:
+    """The shape of a TensorRT-LLM engine configuration file; EngineArgsError names the key."""
+    if not path.is_file():
+        raise EngineArgsError(f"file not found: {path}")
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        raise EngineArgsError(f"{path} is not valid YAML: {err}") from None
+    if not isinstance(loaded, dict):
+        raise EngineArgsError(f"{path} must hold a mapping of TensorRT-LLM engine arguments")
+    try:
+        keys = _LlmArgsKeys.model_validate(loaded)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise EngineArgsError(f"{path.name}: {where}: {first['msg']} (got {first['input']!r})") from None
+    return EngineShape(
+        tensor_parallel=keys.tensor_parallel_size,
+        pipeline_parallel=keys.pipeline_parallel_size,
+        expert_parallel=keys.moe_expert_parallel_size,
+        attention_dp=keys.enable_attention_dp,
+        max_batch_size=keys.max_batch_size,
+        max_num_tokens=keys.max_num_tokens,
+        max_seq_len=keys.max_seq_len,
+        kv_cache_dtype=keys.kv_cache_config.dtype,
+        kv_block_size=keys.kv_cache_config.tokens_per_block,
+    )
+
+
+def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
+    """TensorRT-LLM engine arguments for a worker of `shape` in `role`, as a graph's engine file holds them."""
+    args: dict[str, Any] = {
+        "backend": "pytorch",
+        "tensor_parallel_size": shape.tensor_parallel,
+        "moe_expert_parallel_size": shape.expert_parallel or shape.tensor_parallel,
+        "enable_attention_dp": shape.attention_dp,
+        "max_batch_size": shape.max_batch_size,
+        "max_num_tokens": shape.max_num_tokens,
+        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "dtype": shape.kv_cache_dtype},
+    }
+    if role != "decode":
+        args["enable_chunked_prefill"] = True
+    if role == "prefill":
+        args["disable_overlap_scheduler"] = True  # prefill hands each request off after one step
+    return args
 
 
 def visible_gpu_count() -> int:
@@ -25,6 +105,12 @@ def visible_gpu_count() -> int:
 
 class TrtllmEngine:
     name: Literal["trtllm"] = "trtllm"
+    ready_timeout_s: float = READY_TIMEOUT_S
+
+    def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
+        if engine_args is None:
+            raise EngineArgsError("engine trtllm needs engine_args: a TensorRT-LLM engine configuration YAML")
+        return read_llm_args(engine_args)
 
     def unavailable_reason(self, gpus_needed: int) -> str | None:
         reasons = []
@@ -36,7 +122,7 @@ class TrtllmEngine:
         return "; ".join(reasons) or None
 
     def worker_argv(self, ctx: WorkerContext) -> list[str]:
-        assert ctx.engine_args_file is not None, "the schema requires engine_args for trtllm"
+        assert ctx.engine_args_file is not None, "read_shape refuses trtllm without engine_args"
         return [
             "-m", "dynamo.trtllm",
             "--model-path", ctx.model_path,
@@ -46,9 +132,16 @@ class TrtllmEngine:
             "--endpoint", ctx.endpoint,
             # The frontend renders prompts with our harmony template, identical for every checkout.
             "--custom-jinja-template", str(ctx.model_folder / "chat_template.jinja"),
-            *GPT_OSS_PARSER_FLAGS,
+            "--dyn-reasoning-parser", REASONING_PARSER,
+            "--dyn-tool-call-parser", TOOL_CALL_PARSER,
         ]  # fmt: skip
 
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
         # Programmatic dependent launch: used by every published gpt-oss TensorRT-LLM recipe.
         return {"TRTLLM_ENABLE_PDL": "1"}
+
+    def worker_files(self, ctx: WorkerContext) -> list[WorkerFile]:
+        return []
+
+
+ENGINE = TrtllmEngine()

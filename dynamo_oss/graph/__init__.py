@@ -1,1 +1,1 @@
-"""What a deployment is: the graph file schema and its resolution into a host plan."""
+"""What a graph file may say: its schema, its loader, and errors that name the field."""

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 from pydantic import BaseModel
 
+from dynamo_oss.catalog.errors import UserError
+
 
 class Problem(BaseModel):
     """One thing wrong with a graph: where (a dotted field path, or the file) and what."""
@@ -17,7 +19,7 @@ class Problem(BaseModel):
         return f"{self.path}: {self.message}"
 
 
-class GraphError(Exception):
+class GraphError(UserError):
     """A graph that cannot run as written. Raised before any process starts."""
 
     def __init__(self, source: str, problems: Iterable[Problem]) -> None:

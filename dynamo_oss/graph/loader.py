@@ -1,4 +1,8 @@
-"""Reading a graph file: YAML -> validated GraphSpec, with every error named by its field path."""
+"""Reading a graph file: YAML -> validated GraphSpec, with every error named by its field path.
+
+Engine configuration files are read by their engine (dynamo_oss.engines) when the deployment
+is built, not here: only the engine knows what its file may say.
+"""
 
 from __future__ import annotations
 
@@ -42,7 +46,7 @@ def load_graph(path: Path) -> Graph:
     except ValidationError as err:
         raise GraphError(source, [_problem(error) for error in err.errors()]) from None
     graph = Graph(spec=spec, source=path.resolve())
-    problems = _missing_model_files(graph) + _missing_engine_args(graph)
+    problems = _missing_model_files(graph)
     if problems:
         raise GraphError(source, problems)
     return graph
@@ -64,26 +68,6 @@ def _missing_model_files(graph: Graph) -> list[Problem]:
             )
         ]
     return []
-
-
-def _missing_engine_args(graph: Graph) -> list[Problem]:
-    problems = []
-    for role, pool in graph.spec.pools.items():
-        engine_args = graph.engine_args_file(pool)
-        if engine_args is None:
-            continue
-        field = f"pools.{role}.engine_args"
-        if not engine_args.is_file():
-            problems.append(Problem(path=field, message=f"file not found: {engine_args}"))
-            continue
-        try:
-            loaded = yaml.safe_load(engine_args.read_text())
-        except yaml.YAMLError as err:
-            problems.append(Problem(path=field, message=f"{engine_args} is not valid YAML: {err}"))
-            continue
-        if not isinstance(loaded, dict):
-            problems.append(Problem(path=field, message=f"{engine_args} must hold a mapping of engine arguments"))
-    return problems
 
 
 def _problem(error: dict) -> Problem:

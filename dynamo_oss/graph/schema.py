@@ -12,15 +12,11 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dynamo_oss.models import BUILTIN_MODELS
-from dynamo_oss.perf.hardware import HardwareName
+from dynamo_oss.catalog.hardware import HardwareName
+from dynamo_oss.catalog.models import BUILTIN_MODELS
+from dynamo_oss.catalog.names import MAX_SYSTEM_PORT, EngineName, PoolRole, RouterMode
 
-EngineName = Literal["trtllm", "mocker"]
-RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
-PoolRole = Literal["prefill", "decode", "agg"]
 Port = Annotated[int, Field(ge=1, le=65535)]
-# Dynamo parses DYN_SYSTEM_PORT as a signed 16-bit integer: a worker given a higher port exits at start.
-MAX_SYSTEM_PORT = 32767
 FilePath = Annotated[Path, Field(strict=False)]  # YAML gives strings; paths are the one coercion allowed
 
 
@@ -122,9 +118,27 @@ class FrontendSection(Strict):
     )
 
 
+class AutoscaleSection(Strict):
+    min: int = Field(ge=1, le=64, description="Fewest workers the planner keeps; the pool starts with this many.")
+    max: int = Field(ge=1, le=64, description="Most workers the planner may run.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AutoscaleSection:
+        if self.max < self.min:
+            raise ValueError(f"Got min {self.min} and max {self.max}. max must be at least min.")
+        return self
+
+
 class PoolSection(Strict):
-    workers: int = Field(default=1, ge=1, le=64, description="Worker processes in the pool.")
-    gpus_per_worker: int = Field(default=1, ge=1, le=72, description="GPUs each worker owns (its TP x EP group).")
+    workers: int | None = Field(
+        default=None, ge=1, le=64, description="Fixed number of worker processes. Give this or `autoscale`."
+    )
+    autoscale: AutoscaleSection | None = Field(
+        default=None,
+        description="Let the planner size the pool between min and max workers against the `planner` targets. "
+        "Give this or `workers`.",
+    )
+    gpus_per_worker: int = Field(default=1, ge=1, le=72, description="GPUs each worker owns (its TP x PP group).")
     engine: EngineName = Field(
         default="trtllm", description="trtllm (TensorRT-LLM on GPUs) or mocker (Dynamo's simulated engine)."
     )
@@ -140,15 +154,31 @@ class PoolSection(Strict):
     )
 
     @model_validator(mode="after")
-    def _trtllm_needs_engine_args(self) -> PoolSection:
+    def _consistent(self) -> PoolSection:
+        if (self.workers is None) == (self.autoscale is None):
+            given = "both" if self.workers is not None else "neither"
+            raise ValueError(
+                f"Got {given} of workers and autoscale. A pool must have either `workers: N` "
+                "or `autoscale: {min: N, max: M}`."
+            )
         if self.engine == "trtllm" and self.engine_args is None:
             raise ValueError("engine trtllm needs engine_args: a TensorRT-LLM engine configuration YAML")
-        if self.system_port is not None and self.system_port + self.workers - 1 > MAX_SYSTEM_PORT:
+        if self.system_port is not None and self.system_port + self.most_workers - 1 > MAX_SYSTEM_PORT:
             raise ValueError(
-                f"system ports {self.system_port}..{self.system_port + self.workers - 1} go past {MAX_SYSTEM_PORT}, "
-                "the highest port Dynamo accepts for a worker (DYN_SYSTEM_PORT is a 16-bit signed integer)"
+                f"system ports {self.system_port}..{self.system_port + self.most_workers - 1} go past "
+                f"{MAX_SYSTEM_PORT}, the highest port Dynamo accepts for a worker (DYN_SYSTEM_PORT is a "
+                "16-bit signed integer)"
             )
         return self
+
+    @property
+    def initial_workers(self) -> int:
+        """Workers the pool starts with: fixed, or the autoscale minimum."""
+        return self.workers if self.workers is not None else self.autoscale.min  # type: ignore[union-attr]
+
+    @property
+    def most_workers(self) -> int:
+        return self.workers if self.workers is not None else self.autoscale.max  # type: ignore[union-attr]
 
 
 class PoolsSection(Strict):
@@ -178,14 +208,11 @@ class PoolsSection(Strict):
 
 
 class PlannerSection(Strict):
-    enabled: bool = Field(default=False, description="Autoscale the pools (not available yet: must stay false).")
-
-    @field_validator("enabled")
-    @classmethod
-    def _not_yet(cls, value: bool) -> bool:
-        if value:
-            raise ValueError("Got true. The planner is not available in this version: set enabled: false.")
-        return value
+    ttft_ms: float = Field(gt=0, description="Time-to-first-token target the planner sizes prefill for, ms.")
+    itl_ms: float = Field(gt=0, description="Inter-token latency target the planner sizes decode for, ms.")
+    max_gpus: int | None = Field(
+        default=None, ge=1, le=72, description="Most GPUs all pools may use together (default: hardware.gpus)."
+    )
 
 
 class GraphSpec(Strict):
@@ -200,7 +227,25 @@ class GraphSpec(Strict):
     infrastructure: InfrastructureSection = Field(default_factory=InfrastructureSection)
     frontend: FrontendSection = Field(default_factory=FrontendSection)
     pools: PoolsSection
-    planner: PlannerSection = Field(default_factory=PlannerSection)
+    planner: PlannerSection | None = Field(
+        default=None, description="Latency targets and GPU budget for the pools that autoscale."
+    )
+
+    @model_validator(mode="after")
+    def _planner_for_autoscale(self) -> GraphSpec:
+        scaled = [role for role, pool in self.pools.items() if pool.autoscale is not None]
+        if scaled and self.planner is None:
+            raise ValueError(
+                f"pools {', '.join(scaled)} autoscale, so the graph needs planner targets: "
+                "planner: {ttft_ms: ..., itl_ms: ...}"
+            )
+        if self.planner is not None and not scaled:
+            raise ValueError("Got a planner section but no pool autoscales. Give a pool `autoscale: {min, max}`.")
+        if self.planner and self.planner.max_gpus and self.planner.max_gpus > self.hardware.gpus:
+            raise ValueError(
+                f"planner.max_gpus is {self.planner.max_gpus} but the host gives the graph {self.hardware.gpus} GPUs"
+            )
+        return self
 
     @field_validator("model", mode="before")
     @classmethod

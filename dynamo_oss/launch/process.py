@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from dynamo_oss.graph.plan import ProcessPlan
+from dynamo_oss.deployment.host import ProcessPlan
 
 PR_SET_PDEATHSIG = 1
 

@@ -10,16 +10,18 @@ workers), and per-line log prefixes; each is a few lines here and a plugin there
 from __future__ import annotations
 
 import asyncio
-import json
+import os
 import signal
 import time
 from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
 
-from dynamo_oss.graph.plan import HostPlan, component_for
+from dynamo_oss.catalog.names import component_for
+from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.launch import probes
 from dynamo_oss.launch.process import ManagedProcess
+from dynamo_oss.launch.state import PoolState, ProcessState, RunState
 
 INFRA_READY_TIMEOUT_S = 30.0
 BACKOFF_FIRST_S = 1.0
@@ -181,29 +183,40 @@ class Supervisor:
         for kinds in (("gateway",), ("frontend",), ("worker",), ("nats",), ("etcd",)):
             group = [p for p in self.processes if p.plan.kind in kinds]
             await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))
-        self._write_state()
+        self._write_state(stopped=True)
         self.say("stopped: every process has exited")
 
-    def _write_state(self) -> None:
-        """The run's live facts (pids, restarts, ports) for `dynamo status`, tests and operators."""
-        state = {
-            "graph": self.plan.graph,
-            "endpoint": self.plan.endpoint,
-            "ready": self.ready,
-            "processes": [
-                {
-                    "name": p.name,
-                    "pid": p.pid if p.running else None,
-                    "restarts": p.restarts,
-                    "ports": [use.port for use in p.plan.ports],
-                    "gpus": p.plan.gpus,
-                    "log": str(p.log_path),
-                }
+    def _write_state(self, stopped: bool = False) -> None:
+        """The run's live facts (pids, restarts, ports, pool sizes) for `dynamo status`, tests and operators."""
+        workers = [p for p in self.processes if p.plan.kind == "worker"]
+        roles = list(dict.fromkeys(p.plan.role for p in workers if p.plan.role))
+        state = RunState(
+            graph=self.plan.graph,
+            endpoint=self.plan.endpoint,
+            supervisor_pid=os.getpid(),
+            ready=self.ready,
+            stopped=stopped,
+            pools=[
+                PoolState(
+                    role=role,
+                    engine=next(p.plan.engine for p in workers if p.plan.role == role),
+                    target=sum(1 for p in workers if p.plan.role == role),
+                    live=sum(1 for p in workers if p.plan.role == role and p.running),
+                )
+                for role in roles
+            ],
+            processes=[
+                ProcessState(
+                    name=p.name,
+                    kind=p.plan.kind,
+                    role=p.plan.role,
+                    pid=p.pid if p.running else None,
+                    restarts=p.restarts,
+                    ports=[use.port for use in p.plan.ports],
+                    gpus=p.plan.gpus,
+                    log=p.log_path,
+                )
                 for p in self.processes
             ],
-        }
-        path = self.plan.run_dir / "state.json"
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps(state, indent=2))
-        temporary.replace(path)
-
+        )
+        state.write(self.plan.run_dir)

@@ -2,7 +2,7 @@
 
 A `Layout` is the perf package's own plain description of a graph: the model, the GPU,
 the engine, the precision and one pool (`agg`) or two (`prefill`, `decode`). Graph
-files map onto it through `graph.layout_from_graph`.
+deployments map onto it through `graphs.layout_from_deployment`.
 
 Parallelism follows TensorRT-LLM's names: `tp` is the worker's GPU count
 (tensor_parallel_size), `ep` the MoE expert-parallel degree (moe_expert_parallel_size,
@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dynamo_oss.models import BUILTIN_MODELS, BuiltinModelName, ModelShape
-from dynamo_oss.perf.hardware import HARDWARE, Hardware, HardwareName
+from dynamo_oss.catalog.models import BUILTIN_MODELS, BuiltinModelName, ModelShape
+from dynamo_oss.catalog.hardware import HARDWARE, Hardware, HardwareName
 
 Role = Literal["agg", "prefill", "decode"]
 Mode = Literal["agg", "disagg"]

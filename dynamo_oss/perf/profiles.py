@@ -1,4 +1,5 @@
-"""A pool as Dynamo's mocker sees it: a timing profile (.npz) and the mocker's engine args.
+"""A pool as Dynamo's mocker sees it: a timing profile (.npz) and the capacities beside it,
+handed to the mocker engine (dynamo_oss.engines.mocker) as a `SimulatedTiming`.
 
 How the mocker of ai-dynamo 1.6.0 uses a `dynamo_profile` (read from its perf_model and
 tried with its offline replay; see tests/test_perf_profiles.py):
@@ -21,11 +22,14 @@ per step, not once for the chunk and again for the batch.
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
-from typing import Any
 
 import numpy as np
+
+from dynamo_oss.engines import SimulatedTiming, WorkerFile
+from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
 
 from dynamo_oss.perf.costs import (
     BYTES_PER_ELEMENT,
@@ -37,8 +41,7 @@ from dynamo_oss.perf.costs import (
 )
 from dynamo_oss.perf.layout import Layout, Role
 
-BLOCK_SIZE = 32  # KV block in tokens: TensorRT-LLM's tokens_per_block, the engine the mocker stands in for
-WORKER_TYPE: dict[Role, str] = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
+BLOCK_SIZE = DEFAULT_TOKENS_PER_BLOCK  # the mocker stands in for TensorRT-LLM, so it keeps its KV block
 
 
 def _grid(top: float, points: int) -> np.ndarray:
@@ -80,6 +83,37 @@ def profile_tables(cost: CostModel, role: Role, prompt_tokens: int | None = None
     }
 
 
+def simulated_timing(
+    layout: Layout,
+    role: Role,
+    profile: str | Path,
+    *,
+    prompt_tokens: int | None = None,
+    factors: Factors | None = None,
+) -> SimulatedTiming:
+    """The speed and capacity of one worker of `layout`'s `role` pool, its profile to be written
+    at `profile` (the mocker's --planner-profile-data, or its dynamo_profile timing model)."""
+    factors = factors or fitted_factors()
+    pool = layout.pools[role]
+    cost = CostModel.for_pool(layout, role, factors)
+    tables = profile_tables(cost, role, prompt_tokens)
+    about = {"layout": layout.model_dump(), "role": role, "prompt_tokens": prompt_tokens}
+    buffer = io.BytesIO()
+    np.savez(buffer, **{k: v.astype(np.float64) for k, v in tables.items()}, dynamo_oss=np.asarray(json.dumps(about)))
+    handoff = role == "prefill"
+    return SimulatedTiming(
+        profile=WorkerFile(path=Path(profile), purpose=f"mocker timing profile, {role} pool", content=buffer.getvalue()),
+        imitates=layout.engine,
+        attention_ranks=pool.ranks,
+        block_size=BLOCK_SIZE,
+        num_gpu_blocks=max(1, cost.kv_capacity_tokens() // BLOCK_SIZE),
+        max_num_seqs=pool.max_batch,
+        max_num_batched_tokens=pool.max_num_tokens,
+        kv_transfer_gbps=kv_transfer_bandwidth_gbps(layout, factors) if handoff else None,
+        kv_bytes_per_token=kv_transfer_bytes_per_token(layout, prompt_tokens) if handoff else None,
+    )
+
+
 def write_mocker_profile(
     path: str | Path,
     layout: Layout,
@@ -88,15 +122,9 @@ def write_mocker_profile(
     prompt_tokens: int | None = None,
     factors: Factors | None = None,
 ) -> Path:
-    """Write the timing profile of `layout`'s `role` pool, for the mocker's --planner-profile-data
-    or its timing_model {type: external, provider: dynamo_profile}."""
-    cost = CostModel.for_pool(layout, role, factors or fitted_factors())
-    tables = profile_tables(cost, role, prompt_tokens)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    about = {"layout": layout.model_dump(), "role": role, "prompt_tokens": prompt_tokens}
-    np.savez(path, **{k: v.astype(np.float64) for k, v in tables.items()}, dynamo_oss=np.asarray(json.dumps(about)))
-    return path
+    """Write the timing profile of `layout`'s `role` pool and return its path."""
+    timing = simulated_timing(layout, role, path, prompt_tokens=prompt_tokens, factors=factors)
+    return timing.profile.write()
 
 
 def kv_transfer_bytes_per_token(layout: Layout, prompt_tokens: int | None = None) -> int:
@@ -115,68 +143,3 @@ def kv_transfer_bytes_per_token(layout: Layout, prompt_tokens: int | None = None
 def kv_transfer_bandwidth_gbps(layout: Layout, factors: Factors | None = None) -> float:
     """Decimal GB/s from a prefill to a decode worker, for the mocker's --kv-transfer-bandwidth."""
     return kv_handoff_bandwidth(layout, factors or fitted_factors()) / 1e9
-
-
-def mocker_engine_args(
-    layout: Layout,
-    role: Role,
-    profile: str | Path,
-    *,
-    prompt_tokens: int | None = None,
-    factors: Factors | None = None,
-) -> dict[str, Any]:
-    """The mocker's canonical engine config for one worker of a pool (what
-    `dynamo.mocker --extra-engine-args` reads and the replay takes as engine args)."""
-    factors = factors or fitted_factors()
-    pool = layout.pools[role]
-    cost = CostModel.for_pool(layout, role, factors)
-    engine: dict[str, Any] = {
-        "worker_type": WORKER_TYPE[role],
-        "backend": layout.engine,
-        "block_size": BLOCK_SIZE,
-        "num_gpu_blocks": max(1, cost.kv_capacity_tokens() // BLOCK_SIZE),
-        "max_num_seqs": pool.max_batch,
-        "max_num_batched_tokens": pool.max_num_tokens,
-        "timing_model": {"type": "external", "provider": "dynamo_profile", "config": {"path": str(profile)}},
-    }
-    if role == "prefill":
-        engine["kv_transfer_bandwidth"] = kv_transfer_bandwidth_gbps(layout, factors)
-        engine["kv_transfer_bytes_per_token"] = kv_transfer_bytes_per_token(layout, prompt_tokens)
-    return {
-        "tensor_parallel_size": 1 if pool.attention_dp else pool.tp,
-        "dp_size": pool.ranks,
-        "engine": engine,
-    }
-
-
-_FLAGS = {  # mocker_engine_args key -> `python -m dynamo.mocker` flag
-    "block_size": "--block-size",
-    "num_gpu_blocks": "--num-gpu-blocks-override",
-    "max_num_seqs": "--max-num-seqs",
-    "max_num_batched_tokens": "--max-num-batched-tokens",
-    "kv_transfer_bandwidth": "--kv-transfer-bandwidth",
-    "kv_transfer_bytes_per_token": "--kv-bytes-per-token",
-}
-
-
-def mocker_flags(
-    layout: Layout,
-    role: Role,
-    profile: str | Path,
-    *,
-    prompt_tokens: int | None = None,
-    factors: Factors | None = None,
-) -> list[str]:
-    """The same configuration as `mocker_engine_args`, as `python -m dynamo.mocker` flags.
-
-    The profile is per attention rank, so an attention-DP worker must run one scheduler per
-    rank (--data-parallel-size), each with its own KV blocks and max_num_seqs.
-    """
-    config = mocker_engine_args(layout, role, profile, prompt_tokens=prompt_tokens, factors=factors)
-    engine = config["engine"]
-    flags = ["--planner-profile-data", str(profile), "--engine-type", engine["backend"],
-             "--disaggregation-mode", role, "--data-parallel-size", str(config["dp_size"])]  # fmt: skip
-    for key, flag in _FLAGS.items():
-        if key in engine:
-            flags += [flag, str(engine[key])]
-    return flags

@@ -16,7 +16,8 @@ from pydantic import BaseModel, Field
 
 from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Workload
-from dynamo_oss.perf.profiles import mocker_engine_args, write_mocker_profile
+from dynamo_oss.engines.mocker import replay_engine_args
+from dynamo_oss.perf.profiles import simulated_timing
 
 os.environ.setdefault("DYN_LOG", "warn")  # the replay logs every profile load at info
 
@@ -46,10 +47,9 @@ def replay_args(layout: Layout, workload: Workload, folder: Path, factors: Facto
     """Engine arguments and worker counts for `run_synthetic_trace_replay`, profiles written to folder."""
     args: dict[str, object] = {}
     for role, pool in layout.pools.items():
-        profile = write_mocker_profile(
-            folder / f"{role}.npz", layout, role, prompt_tokens=workload.isl, factors=factors
-        )
-        engine = mocker_engine_args(layout, role, profile, prompt_tokens=workload.isl, factors=factors)
+        timing = simulated_timing(layout, role, folder / f"{role}.npz", prompt_tokens=workload.isl, factors=factors)
+        timing.profile.write()
+        engine = replay_engine_args(timing, role, pool.tp)
         if role == "agg":
             args.update(extra_engine_args=engine, num_workers=pool.workers)
         else:

@@ -10,7 +10,7 @@ import torch
 
 from benchmarks.gpu.kernels import attention, moe
 from benchmarks.gpu.kernels.dense import router
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 TOLERANCE = 2e-2
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 SWIGLU_LIMIT = 7.0
 SWIGLU_ALPHA = 1.702

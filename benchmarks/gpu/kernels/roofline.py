@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 BF16_BYTES = 2
 

@@ -4,7 +4,7 @@
 
 Writes DIR/results.json (device, ceilings, correctness checks, one row per case, failures),
 DIR/results.csv (the rows) after every case, so a run cut short still leaves what it measured,
-and prints the markdown table RESULTS.md holds. Shapes come from dynamo_oss.models.GPT_OSS_120B.
+and prints the markdown table RESULTS.md holds. Shapes come from dynamo_oss.catalog.models.GPT_OSS_120B.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from benchmarks.gpu.kernels import attention, dense, moe, roofline
 from benchmarks.gpu.kernels.checks import TOLERANCE, run_checks
 from benchmarks.gpu.kernels.roofline import Ceilings, Cost
 from benchmarks.gpu.kernels.timing import measure, measure_ceilings, rotation_sets
-from dynamo_oss.models import GPT_OSS_120B, ModelShape
+from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
 
 TOKENS = [1, 16, 64, 256, 1024, 4096, 16384]
 PREFILL_TOKENS = [1024, 2048, 4096, 8192, 16384, 32768]

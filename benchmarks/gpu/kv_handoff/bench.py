@@ -23,7 +23,7 @@ from benchmarks.gpu.kv_handoff import peer_copy
 from benchmarks.gpu.kv_handoff.layout import BF16, FP8, BlockLayout
 from benchmarks.gpu.kv_handoff.pair import WorkerFailed, run_pair
 from benchmarks.gpu.kv_handoff.plan import make_plan
-from dynamo_oss.models import GPT_OSS_120B
+from dynamo_oss.catalog.models import GPT_OSS_120B
 
 TOKENS = [1024, 2048, 4096, 8192, 16384, 32768]
 DEVICES = ("cuda:0", "cuda:1")

@@ -14,7 +14,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dynamo_oss.models import ModelShape
+from dynamo_oss.catalog.models import ModelShape
 
 BF16 = 2
 FP8 = 1

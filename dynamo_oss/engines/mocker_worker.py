@@ -1,10 +1,10 @@
 """Dynamo's mocker worker with the gpt-oss parsers on its model card.
 
 The frontend takes its reasoning and tool-call parsers from the worker's model card, and
-Dynamo's mocker registers none; a TensorRT-LLM worker gets them from
-`--dyn-reasoning-parser gpt_oss --dyn-tool-call-parser harmony`. This module gives the
-mocker the same card, so harmony output is parsed the same way on both engines.
-Run as `python -m dynamo_oss.launch.mocker_worker <dynamo.mocker arguments>`.
+Dynamo's mocker registers none; a TensorRT-LLM worker gets them from its
+`--dyn-reasoning-parser` and `--dyn-tool-call-parser` flags. This module gives the mocker the
+same card, so harmony output is parsed the same way on both engines.
+Run as `python -m dynamo_oss.engines.mocker_worker <dynamo.mocker arguments>`.
 """
 
 from __future__ import annotations
@@ -14,8 +14,7 @@ from typing import Any
 
 import dynamo.mocker.main as mocker_main
 
-REASONING_PARSER = "gpt_oss"
-TOOL_CALL_PARSER = "harmony"
+from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
 
 _build_runtime_config = mocker_main.build_runtime_config
 

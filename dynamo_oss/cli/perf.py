@@ -7,11 +7,14 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from dynamo_oss.models import BUILTIN_MODELS
+from pydantic import ValidationError
+
+from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.catalog.hardware import HARDWARE
+from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.perf.calibration import FITTED, compare, misses, refit, table_markdown
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, HOPPER_MEASURED_PATH, fitted_factors
-from dynamo_oss.perf.graph import graph_files, layout_from_file
-from dynamo_oss.perf.hardware import HARDWARE
+from dynamo_oss.perf.graphs import graph_files, layout_from_file
 from dynamo_oss.perf.layout import (
     PREFILL_MAX_NUM_TOKENS,
     Layout,
@@ -120,20 +123,24 @@ def layout_from_args(args: argparse.Namespace) -> Layout:
             **extra,
         )
 
-    if args.mode == "agg":
-        pools = {"agg": pool("", args.workers or (args.gpus // args.tp if args.gpus else 1))}
-    else:
-        pools = {
-            "prefill": pool("prefill_", args.prefill_workers or 1, max_num_tokens=PREFILL_MAX_NUM_TOKENS),
-            "decode": pool("decode_", args.decode_workers or 1),
-        }
-    return Layout(
-        model=args.model,
-        hardware=args.hardware,
-        engine=args.engine,
-        precision=Precision(kv_cache=args.kv_cache),
-        pools=pools,
-    )
+    try:
+        if args.mode == "agg":
+            pools = {"agg": pool("", args.workers or (args.gpus // args.tp if args.gpus else 1))}
+        else:
+            pools = {
+                "prefill": pool("prefill_", args.prefill_workers or 1, max_num_tokens=PREFILL_MAX_NUM_TOKENS),
+                "decode": pool("decode_", args.decode_workers or 1),
+            }
+        return Layout(
+            model=args.model,
+            hardware=args.hardware,
+            engine=args.engine,
+            precision=Precision(kv_cache=args.kv_cache),
+            pools=pools,
+        )
+    except ValidationError as err:
+        problems = "; ".join(error["msg"].removeprefix("Value error, ") for error in err.errors())
+        raise UserError(f"the layout flags describe no layout: {problems}") from None
 
 
 def _table(rows: Sequence[tuple[str, ServingPoint]]) -> str:

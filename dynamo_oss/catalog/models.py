@@ -2,7 +2,13 @@
 
 One table used by everything that needs a shape: the model folder written for the
 frontend (assets), KV sizing for the mocker, and the performance model (perf).
-Source: the gpt-oss model cards and configs (see ../shared/facts/gpt-oss.md).
+
+Source: OpenAI's gpt-oss model card (arXiv 2508.10925, "gpt-oss-120b & gpt-oss-20b Model
+Card", Aug 2025) and the checkpoints' config.json on Hugging Face (openai/gpt-oss-20b,
+openai/gpt-oss-120b): 24 / 36 layers; 20.9B / 116.8B parameters, 3.6B / 5.1B active;
+32 / 128 experts, 4 active per token; hidden and expert size 2880; 64 query heads, 8 KV
+heads of 64; vocabulary 201,088; context 131,072; layers alternate a 128-token sliding
+window and full attention; MXFP4 experts make checkpoints of about 13 GB and 61 GB.
 """
 
 from __future__ import annotations
@@ -92,3 +98,8 @@ GPT_OSS_120B = GPT_OSS_20B.model_copy(
 )
 
 BUILTIN_MODELS: dict[str, ModelShape] = {m.name: m for m in (GPT_OSS_20B, GPT_OSS_120B)}
+
+# Dynamo's parsers for gpt-oss's harmony format (dynamo.llm's reasoning and tool-call parser
+# names): every engine puts them on its model card, so the frontend splits channels alike.
+REASONING_PARSER = "gpt_oss"
+TOOL_CALL_PARSER = "harmony"

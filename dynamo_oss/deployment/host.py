@@ -1,8 +1,9 @@
-"""A graph resolved on one host: every process with its command line, environment, ports and GPUs.
+"""A deployment placed on one host: every process with its command line, environment, ports and GPUs.
 
 `dynamo check` prints this plan and `dynamo serve` runs it; both see the same problems
-(port clashes inside the graph, more GPUs than the host has, missing binaries) before
-anything starts.
+(port clashes inside the graph, missing binaries) before anything starts. Rendering a plan
+writes nothing: the files its command lines name are listed in `HostPlan.files`, and
+`dynamo serve` writes them before it starts a process.
 """
 
 from __future__ import annotations
@@ -13,21 +14,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel
 
-from dynamo_oss.engines import WorkerContext, engine_for
+from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.engines import SimulatedTiming, WorkerContext, WorkerFile, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
-from dynamo_oss.graph.loader import Graph, load_graph
-from dynamo_oss.graph.schema import (
-    EmbeddedEtcd,
-    EmbeddedNats,
-    EngineName,
-    FrontendSection,
-    PoolRole,
-)
-from dynamo_oss.perf.graph import layout_from_graph
-from dynamo_oss.perf.layout import Layout
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, FrontendSection
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
 LOOPBACK = "127.0.0.1"
@@ -60,7 +53,10 @@ class HostPlan(BaseModel):
     etcd_endpoints: list[str]
     nats_url: str
     run_dir: Path
+    shared_env: dict[str, str]  # what every Dynamo process gets; ProcessPlan.env includes it
+    files: list[WorkerFile]  # written by `dynamo serve` before any process starts
     processes: list[ProcessPlan]
+    ready_timeout_s: float  # the slowest engine's time to register
 
     def workers(self, role: PoolRole | None = None) -> list[ProcessPlan]:
         return [p for p in self.processes if p.kind == "worker" and (role is None or p.role == role)]
@@ -69,22 +65,17 @@ class HostPlan(BaseModel):
         return sum(len(p.gpus) for p in self.workers() if p.engine == engine)
 
 
-def component_for(role: PoolRole) -> str:
-    """Dynamo's convention: prefill workers serve `prefill`, decode and aggregated ones `backend`."""
-    return "prefill" if role == "prefill" else "backend"
-
-
 def plan_host(
-    graph: Graph,
+    deployment: Deployment,
     *,
     run_dir: Path,
     model_folder: Path,
     encodings_dir: Path,
-    engine_override: EngineName | None = None,
+    timings: dict[PoolRole, SimulatedTiming] | None = None,
     mocker_responses: Path | None = None,
 ) -> HostPlan:
-    """Resolve a validated graph into processes; raise GraphError if it cannot run on one host."""
-    spec = graph.spec
+    """Place `deployment` on this host; raise GraphError if it cannot run here."""
+    spec = deployment.spec
     problems: list[Problem] = []
     infra: list[ProcessPlan] = []
 
@@ -102,7 +93,7 @@ def plan_host(
         nats_url = nats.url
 
     shared_env = {
-        "DYN_NAMESPACE": spec.name,
+        "DYN_NAMESPACE": deployment.namespace,
         "DYN_DISCOVERY_BACKEND": "etcd",
         "ETCD_ENDPOINTS": ",".join(etcd_endpoints),
         "DYN_EVENT_PLANE": "nats",
@@ -111,25 +102,26 @@ def plan_host(
         "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
     }
-    frontend_processes = _frontend_processes(spec.frontend, spec.name, shared_env, model_folder)
-    workers = _worker_processes(
-        graph, model_folder, shared_env, engine_override, mocker_responses, run_dir, problems
-    )
+    frontend_processes = _frontend_processes(spec.frontend, deployment.namespace, shared_env, model_folder)
+    workers, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
     problems += _port_clashes(processes)
     if problems:
-        raise GraphError(str(graph.source), problems)
+        raise GraphError(str(deployment.source), problems)
     frontend = spec.frontend
     client_host = LOOPBACK if frontend.host in ("0.0.0.0", "::") else frontend.host
     return HostPlan(
-        graph=spec.name,
-        namespace=spec.name,
-        served_name=spec.model.served_name,
+        graph=deployment.name,
+        namespace=deployment.namespace,
+        served_name=deployment.model.served_name,
         endpoint=f"http://{client_host}:{frontend.port}/v1",
         etcd_endpoints=etcd_endpoints,
         nats_url=nats_url,
         run_dir=run_dir,
+        shared_env=shared_env,
+        files=files,
         processes=processes,
+        ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
     )
 
 
@@ -178,47 +170,41 @@ def _frontend_processes(
 
 
 def _worker_processes(
-    graph: Graph,
+    deployment: Deployment,
     model_folder: Path,
     shared_env: dict[str, str],
-    engine_override: EngineName | None,
+    timings: dict[PoolRole, SimulatedTiming],
     mocker_responses: Path | None,
-    run_dir: Path,
-    problems: list[Problem],
-) -> list[ProcessPlan]:
-    spec = graph.spec
-    processes = []
+) -> tuple[list[ProcessPlan], list[WorkerFile]]:
+    """Every pool's workers, GPUs handed out in pool order, and the files their command lines name."""
+    model = deployment.model
+    processes, files = [], []
     next_gpu = 0
-    layout = _performance_layout(graph, engine_override, problems)
-    for role, pool in spec.pools.items():
-        engine_args_file = graph.engine_args_file(pool)
-        engine_args = yaml.safe_load(engine_args_file.read_text()) if engine_args_file else {}
-        problems += _parallelism_mismatch(role, pool.gpus_per_worker, engine_args, engine_args_file)
-        engine = engine_for(engine_override or pool.engine)
-        first_port = pool.system_port or DEFAULT_SYSTEM_PORT[role]
+    for pool in deployment.pools:
+        engine = engine_for(pool.engine)
+        first_port = dict(deployment.spec.pools.items())[pool.role].system_port or DEFAULT_SYSTEM_PORT[pool.role]
         context = WorkerContext(
-            role=role,
-            served_name=spec.model.served_name,
-            builtin_model=spec.model.builtin,
-            model_path=str(graph.resolve(spec.model.path)) if spec.model.path else spec.model.served_name,
+            role=pool.role,
+            served_name=model.served_name,
+            model_path=str(model.checkout) if model.checkout else model.served_name,
             model_folder=model_folder,
-            engine_args_file=engine_args_file,
-            engine_args=engine_args,
-            endpoint=f"dyn://{spec.name}.{component_for(role)}.generate",
-            gpus_per_worker=pool.gpus_per_worker,
+            max_context=model.shape.max_context if model.shape else None,
+            engine_args_file=pool.engine_args,
+            shape=pool.shape,
+            endpoint=f"dyn://{deployment.namespace}.{pool.component}.generate",
             response_trace=mocker_responses,
-            layout=layout,
-            run_dir=run_dir,
+            timing=timings.get(pool.role),
         )
+        files += engine.worker_files(context)
         for index in range(pool.workers):
             gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
             next_gpu += pool.gpus_per_worker
             port = first_port + index
             processes.append(
                 ProcessPlan(
-                    name=f"{role}-{index}",
+                    name=f"{pool.role}-{index}",
                     kind="worker",
-                    role=role,
+                    role=pool.role,
                     engine=engine.name,
                     argv=[sys.executable, *engine.worker_argv(context)],
                     env={
@@ -227,48 +213,11 @@ def _worker_processes(
                         "DYN_SYSTEM_PORT": str(port),
                         "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
                     },
-                    ports=[PortUse(field=f"pools.{role}.system_port (worker {index})", host="0.0.0.0", port=port)],
+                    ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {index})", host="0.0.0.0", port=port)],
                     gpus=gpus,
                 )
             )
-    if next_gpu > spec.hardware.gpus:
-        demand = ", ".join(f"{role} {pool.workers} x {pool.gpus_per_worker}" for role, pool in spec.pools.items())
-        problems.append(
-            Problem(
-                path="hardware.gpus",
-                message=f"the pools need {next_gpu} GPUs ({demand}) but the host has {spec.hardware.gpus}",
-            )
-        )
-    return processes
-
-
-def _performance_layout(graph: Graph, engine_override: EngineName | None, problems: list[Problem]) -> Layout | None:
-    """The layout the mocker's timing comes from: only for built-in models, only when a pool mocks."""
-    mocked = engine_override == "mocker" or any(pool.engine == "mocker" for _, pool in graph.spec.pools.items())
-    if not mocked or graph.spec.model.builtin is None:
-        return None
-    try:
-        return layout_from_graph(graph)
-    except ValueError as err:
-        problems.append(Problem(path="pools", message=f"the performance model cannot time this layout: {err}"))
-        return None
-
-
-def _parallelism_mismatch(
-    role: PoolRole, gpus_per_worker: int, engine_args: dict, engine_args_file: Path | None
-) -> list[Problem]:
-    """A TensorRT-LLM worker spans tensor x pipeline parallel GPUs; the pool must give it exactly that many."""
-    tp = engine_args.get("tensor_parallel_size", 1)
-    pp = engine_args.get("pipeline_parallel_size", 1)
-    if engine_args_file is None or tp * pp == gpus_per_worker:
-        return []
-    return [
-        Problem(
-            path=f"pools.{role}.gpus_per_worker",
-            message=f"is {gpus_per_worker} but {engine_args_file.name} sets tensor_parallel_size {tp}"
-            f" x pipeline_parallel_size {pp} = {tp * pp} GPUs per worker",
-        )
-    ]
+    return processes, files
 
 
 def _port_clashes(processes: list[ProcessPlan]) -> list[Problem]:
@@ -342,28 +291,4 @@ def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) ->
         argv=[binary, "-a", LOOPBACK, "-p", str(nats.port), "-js", "-sd", str(run_dir / "nats")],
         env={},
         ports=[PortUse(field="infrastructure.nats.port", host=LOOPBACK, port=nats.port)],
-    )
-
-
-def plan_graph_file(
-    path: Path,
-    *,
-    run_dir: Path,
-    engine_override: EngineName | None = None,
-    mocker_responses: Path | None = None,
-) -> HostPlan:
-    """Load, validate and resolve a graph file; builds the offline model folder for a built-in model."""
-    from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
-    from dynamo_oss.models import BUILTIN_MODELS
-
-    graph = load_graph(path)
-    model = graph.spec.model
-    folder = model_folder(BUILTIN_MODELS[model.builtin]) if model.builtin else graph.resolve(model.path)
-    return plan_host(
-        graph,
-        run_dir=run_dir,
-        model_folder=folder,
-        encodings_dir=tiktoken_encodings_dir(),
-        engine_override=engine_override,
-        mocker_responses=mocker_responses,
     )

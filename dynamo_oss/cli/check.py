@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import argparse
 import shlex
-import tempfile
 from pathlib import Path
 
+from dynamo_oss.deployment.host import HostPlan
+from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
-from dynamo_oss.graph.errors import GraphError
-from dynamo_oss.graph.plan import HostPlan, plan_graph_file
+from dynamo_oss.launch.prepare import prepare
 
-ENV_SHOWN = ("CUDA_VISIBLE_DEVICES", "DYN_SYSTEM_PORT", "TRTLLM_ENABLE_PDL")
+RUN_DIR_PLACEHOLDER = Path("<run-dir>")  # serve's --run-dir, or the folder it makes
 
 
 def add_engine_flags(parser: argparse.ArgumentParser) -> None:
@@ -35,31 +35,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "check",
         help="validate a graph file and print its host plan",
         description="Validate GRAPH and print the resolved host plan: ports, GPU placement and the command "
-        "line of every process `dynamo serve` would start. Exits 1 if the graph cannot run.",
+        "line of every process `dynamo serve` would start, and the files serve writes first. Exits 2, "
+        "naming each field, if the graph cannot run.",
     )
     parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
     add_engine_flags(parser)
+    parser.add_argument(
+        "--run-dir",
+        type=Path,
+        help=f"the --run-dir serve would get, for the paths shown (default: {RUN_DIR_PLACEHOLDER})",
+    )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=check)
 
 
 def check(args: argparse.Namespace) -> int:
-    with tempfile.TemporaryDirectory(prefix="dynamo-oss-check-") as run_dir:
-        try:
-            plan = plan_graph_file(
-                args.graph,
-                run_dir=Path(run_dir),
-                engine_override=args.engine,
-                mocker_responses=args.mocker_responses,
-            )
-        except GraphError as err:
-            print(err)
-            return 1
-    print(plan.model_dump_json(indent=2) if args.json else describe(plan))
+    deployment, plan = prepare(
+        args.graph,
+        run_dir=args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER,
+        engine_override=args.engine,
+        mocker_responses=args.mocker_responses,
+    )
+    print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
     return 0
 
 
-def describe(plan: HostPlan) -> str:
+def describe(deployment: Deployment, plan: HostPlan) -> str:
     lines = [
         f"graph {plan.graph}: valid",
         f"  endpoint   {plan.endpoint}  (model {plan.served_name}, namespace {plan.namespace})",
@@ -72,9 +73,19 @@ def describe(plan: HostPlan) -> str:
         gpus = ",".join(map(str, process.gpus)) or "-"
         engine = f"  engine {process.engine}" if process.engine else ""
         lines.append(f"    {process.name:<10} ports {ports}  gpus {gpus}{engine}")
-        env = " ".join(f"{key}={process.env[key]}" for key in ENV_SHOWN if key in process.env)
+        own_env = {key: value for key, value in process.env.items() if key not in plan.shared_env}
+        env = " ".join(f"{key}={value}" for key, value in own_env.items())
         lines.append(f"      $ {env + ' ' if env else ''}{shlex.join(process.argv)}")
-    for engine_name in sorted({p.engine for p in plan.workers() if p.engine}):
+    if plan.files:
+        lines.append("  files written when the graph is served:")
+        lines += [f"    {file.path}  ({file.purpose})" for file in plan.files]
+    for pool in deployment.pools:
+        if pool.autoscale:
+            lines.append(
+                f"  note: pool {pool.role} autoscales between {pool.autoscale.min} and {pool.autoscale.max} "
+                f"workers; the planner is not run on one host yet, so it stays at {pool.workers}"
+            )
+    for engine_name in sorted(deployment.engines):
         reason = engine_for(engine_name).unavailable_reason(plan.gpus_needed(engine_name))
         if reason:
             lines.append(f"  note: engine {engine_name} cannot run on this host: {reason}")

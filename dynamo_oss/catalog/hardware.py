@@ -1,7 +1,11 @@
 """The GPUs the performance model knows: memory, bandwidths and dense tensor rates.
 
-Every number is a published datasheet figure as collected in
-../shared/facts/performance.md ("Hardware", dense rates without sparsity). How much
+Every number is a published datasheet figure, dense tensor rates without sparsity:
+NVIDIA's H100 SXM datasheet (80 GB at 3.35 TB/s; 989 BF16 / 1,979 FP8 TFLOP/s; NVLink
+900 GB/s), H200 datasheet (141 GB at 4.8 TB/s; same rates and NVLink), DGX B200 and
+B200 datasheets (180 GB at 8 TB/s; 2,250 / 4,500 / 9,000 BF16 / FP8 / FP4 TFLOP/s;
+NVLink 5 at 1.8 TB/s) and GB200 NVL72 datasheet (about 186 GB at 8 TB/s per GPU;
+2,500 / 5,000 / 10,000 TFLOP/s; 72 GPUs in one NVLink domain). How much
 of these peaks an engine reaches is not a hardware fact: it lives in the efficiency
 factors of `costs.Factors` (measured ones for the H200 in hopper_measured.json).
 """

@@ -1,0 +1,25 @@
+"""The literals the whole tree agrees on: pool roles, engines, routers, Dynamo components.
+
+A new engine is its module under dynamo_oss/engines and its name here.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+PoolRole = Literal["prefill", "decode", "agg"]
+POOL_ROLES: tuple[PoolRole, ...] = ("prefill", "decode", "agg")  # also the start and GPU placement order
+
+EngineName = Literal["trtllm", "mocker"]
+ENGINE_NAMES: tuple[EngineName, ...] = ("trtllm", "mocker")
+
+RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
+
+# Dynamo parses DYN_SYSTEM_PORT as a signed 16-bit integer: a worker given a higher port exits at start.
+MAX_SYSTEM_PORT = 32767
+
+
+def component_for(role: PoolRole) -> str:
+    """Dynamo's convention: prefill workers serve the `prefill` component, decode and aggregated
+    workers `backend`; the frontend finds them as dyn://NAMESPACE.COMPONENT.generate."""
+    return "prefill" if role == "prefill" else "backend"

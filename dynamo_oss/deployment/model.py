@@ -1,0 +1,176 @@
+"""A host-free `Deployment`: what runs, in which pools, with which engine shapes.
+
+It holds no ports and no GPU indices: those are a host's (deployment.host) or a cluster's
+business. Building it asks each pool's engine to read its configuration once, and checks
+what only the engines know (a worker's GPUs against its parallelism), so every renderer
+starts from a graph that can run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamo_oss.catalog.hardware import HardwareName
+from dynamo_oss.catalog.models import BUILTIN_MODELS, ModelShape
+from dynamo_oss.catalog.names import EngineName, PoolRole, RouterMode, component_for
+from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
+from dynamo_oss.graph.errors import GraphError, Problem
+from dynamo_oss.graph.loader import Graph
+from dynamo_oss.graph.schema import GraphSpec
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class ModelComponent(Frozen):
+    served_name: str = Field(description="the name clients send")
+    builtin: str | None = Field(description="gpt-oss-20b / gpt-oss-120b when dynamo-oss knows its shape")
+    checkout: Path | None = Field(description="a local checkout with weights, when the graph names one")
+
+    @property
+    def shape(self) -> ModelShape | None:
+        return BUILTIN_MODELS.get(self.builtin or "")
+
+
+class FrontendComponent(Frozen):
+    router: RouterMode
+    migration_limit: int
+    gateway: bool = Field(description="dynamo-oss's request gateway stands in front of Dynamo's frontend")
+
+
+class Autoscale(Frozen):
+    min: int
+    max: int
+
+
+class Pool(Frozen):
+    """One pool of identical workers."""
+
+    role: PoolRole
+    engine: EngineName = Field(description="the engine that runs the workers (after --engine)")
+    engine_args: Path | None = Field(description="the engine configuration file, resolved")
+    shape: EngineShape = Field(description="the configuration as the pool's own engine read it")
+    gpus_per_worker: int
+    workers: int = Field(description="workers at start: fixed, or the autoscale minimum")
+    autoscale: Autoscale | None = None
+
+    @property
+    def component(self) -> str:
+        return component_for(self.role)
+
+
+class Planner(Frozen):
+    ttft_ms: float
+    itl_ms: float
+    max_gpus: int
+    pools: list[PoolRole] = Field(description="the pools it sizes")
+
+
+class Deployment(Frozen):
+    """A graph as a set of components, ready for any renderer."""
+
+    name: str = Field(description="the graph's name; also the Dynamo namespace")
+    source: Path = Field(description="the graph file")
+    model: ModelComponent
+    hardware: HardwareName
+    gpus: int = Field(description="GPUs the host or node gives the graph")
+    frontend: FrontendComponent
+    pools: list[Pool] = Field(description="in start and placement order: prefill, decode, agg")
+    planner: Planner | None = None
+    spec: GraphSpec = Field(description="the graph as written: placement details only one renderer reads")
+
+    @property
+    def namespace(self) -> str:
+        return self.name
+
+    def pool(self, role: PoolRole) -> Pool:
+        return next(pool for pool in self.pools if pool.role == role)
+
+    @property
+    def engines(self) -> set[EngineName]:
+        return {pool.engine for pool in self.pools}
+
+    def gpus_needed(self, engine: EngineName | None = None) -> int:
+        """GPUs the pools take at start, of one engine or of all."""
+        return sum(p.workers * p.gpus_per_worker for p in self.pools if engine in (None, p.engine))
+
+
+def build_deployment(graph: Graph, *, engine_override: EngineName | None = None) -> Deployment:
+    """The deployment `graph` describes; GraphError lists every problem found, field by field."""
+    spec = graph.spec
+    problems: list[Problem] = []
+    pools = []
+    for role, section in spec.pools.items():
+        field = f"pools.{role}"
+        engine_args = graph.engine_args_file(section)
+        try:
+            shape = engine_for(section.engine).read_shape(engine_args, section.gpus_per_worker)
+        except EngineArgsError as err:
+            problems.append(Problem(path=f"{field}.engine_args", message=str(err)))
+            continue
+        if shape.gpus != section.gpus_per_worker:
+            problems.append(
+                Problem(
+                    path=f"{field}.gpus_per_worker",
+                    message=f"is {section.gpus_per_worker} but {engine_args.name if engine_args else 'the engine'} "
+                    f"sets tensor_parallel_size {shape.tensor_parallel} x pipeline_parallel_size "
+                    f"{shape.pipeline_parallel} = {shape.gpus} GPUs per worker",
+                )
+            )
+        pools.append(
+            Pool(
+                role=role,
+                engine=engine_override or section.engine,
+                engine_args=engine_args,
+                shape=shape,
+                gpus_per_worker=section.gpus_per_worker,
+                workers=section.initial_workers,
+                autoscale=Autoscale(min=section.autoscale.min, max=section.autoscale.max) if section.autoscale else None,
+            )
+        )
+    problems += _gpu_budget(spec)
+    if problems:
+        raise GraphError(str(graph.source), problems)
+    model = spec.model
+    planner = None
+    if spec.planner is not None:
+        planner = Planner(
+            ttft_ms=spec.planner.ttft_ms,
+            itl_ms=spec.planner.itl_ms,
+            max_gpus=spec.planner.max_gpus or spec.hardware.gpus,
+            pools=[pool.role for pool in pools if pool.autoscale],
+        )
+    return Deployment(
+        name=spec.name,
+        source=graph.source,
+        model=ModelComponent(
+            served_name=model.served_name,
+            builtin=model.builtin,
+            checkout=graph.resolve(model.path) if model.path else None,
+        ),
+        hardware=spec.hardware.gpu,
+        gpus=spec.hardware.gpus,
+        frontend=FrontendComponent(
+            router=spec.frontend.router, migration_limit=spec.frontend.migration_limit, gateway=spec.frontend.gateway
+        ),
+        pools=pools,
+        planner=planner,
+        spec=spec,
+    )
+
+
+def _gpu_budget(spec: GraphSpec) -> list[Problem]:
+    """The pools' starting workers must fit the host's GPUs."""
+    needed = sum(pool.initial_workers * pool.gpus_per_worker for _, pool in spec.pools.items())
+    if needed <= spec.hardware.gpus:
+        return []
+    demand = ", ".join(f"{role} {pool.initial_workers} x {pool.gpus_per_worker}" for role, pool in spec.pools.items())
+    return [
+        Problem(
+            path="hardware.gpus",
+            message=f"the pools need {needed} GPUs ({demand}) but the host has {spec.hardware.gpus}",
+        )
+    ]

@@ -1,0 +1,52 @@
+"""From a graph file to the host plan `dynamo check` prints and `dynamo serve` runs.
+
+This is where the layers meet: the graph is loaded, built into a deployment, timed by the
+performance model when pools run on the mocker, and placed on this host. Nothing here
+writes into the run folder; `write_plan_files` does, when the graph is served.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
+from dynamo_oss.catalog.names import EngineName
+from dynamo_oss.deployment.host import HostPlan, plan_host
+from dynamo_oss.deployment.model import Deployment, build_deployment
+from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.perf.graphs import simulated_timings
+
+PROFILES_FOLDER = "profiles"
+
+
+def prepare(
+    graph_file: Path,
+    *,
+    run_dir: Path,
+    engine_override: EngineName | None = None,
+    mocker_responses: Path | None = None,
+) -> tuple[Deployment, HostPlan]:
+    """Load, validate, build and place a graph; GraphError lists whatever stops it from running here.
+
+    A built-in model's offline folder (tokenizer, config, template) is made in the shared
+    cache on first use: it belongs to the model, not to a run.
+    """
+    deployment = build_deployment(load_graph(graph_file), engine_override=engine_override)
+    model = deployment.model
+    folder = model_folder(model.shape) if model.shape else model.checkout
+    assert folder is not None, "the schema requires a path for a model it does not know"
+    plan = plan_host(
+        deployment,
+        run_dir=run_dir,
+        model_folder=folder,
+        encodings_dir=tiktoken_encodings_dir(),
+        timings=simulated_timings(deployment, run_dir / PROFILES_FOLDER),
+        mocker_responses=mocker_responses,
+    )
+    return deployment, plan
+
+
+def write_plan_files(plan: HostPlan) -> None:
+    """Write every file the plan's command lines name (mocker timing profiles)."""
+    for file in plan.files:
+        file.write()

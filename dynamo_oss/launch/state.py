@@ -1,0 +1,72 @@
+"""The launcher's live facts about a running graph, kept in RUN_DIR/state.json.
+
+The supervisor rewrites the file (atomically) whenever something changes; `dynamo status`,
+tests and operators read it through `RunState.read`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, ValidationError
+
+from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.catalog.names import EngineName, PoolRole
+
+STATE_FILE = "state.json"
+
+
+class ProcessState(BaseModel):
+    name: str
+    kind: Literal["etcd", "nats", "frontend", "worker", "gateway"]
+    role: PoolRole | None = None
+    pid: int | None = Field(description="the process's pid while it runs, else None")
+    restarts: int
+    ports: list[int]
+    gpus: list[int]
+    log: Path
+
+
+class PoolState(BaseModel):
+    role: PoolRole
+    engine: EngineName
+    target: int = Field(description="workers the pool should have")
+    live: int = Field(description="workers running now")
+
+
+class RunState(BaseModel):
+    graph: str
+    endpoint: str
+    supervisor_pid: int
+    ready: bool = Field(description="every worker registered and the model served, at least once")
+    stopped: bool = Field(default=False, description="the supervisor has stopped every process")
+    pools: list[PoolState]
+    processes: list[ProcessState]
+
+    def write(self, run_dir: Path) -> None:
+        path = run_dir / STATE_FILE
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(self.model_dump_json(indent=2))
+        temporary.replace(path)
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RunState:
+        path = run_dir / STATE_FILE
+        try:
+            return cls.model_validate_json(path.read_text())
+        except FileNotFoundError:
+            raise UserError(f"{path}: not found; is {run_dir} the --run-dir of a `dynamo serve`?") from None
+        except ValidationError as err:
+            raise UserError(f"{path}: not a dynamo-oss state file ({err.error_count()} problem(s))") from None
+
+    @property
+    def supervisor_alive(self) -> bool:
+        try:
+            os.kill(self.supervisor_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
