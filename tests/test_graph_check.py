@@ -151,7 +151,7 @@ def test_worker_system_ports_clash_across_pools(broken) -> None:
 def test_tensor_parallel_must_match_gpus_per_worker(broken, tmp_path: Path) -> None:
     (tmp_path / "engine.yaml").write_text("tensor_parallel_size: 4\n")
     out = broken(lambda g: g["pools"]["decode"].update(engine_args="engine.yaml"))
-    assert "pools.decode.gpus_per_worker: is 1 but engine.yaml sets tensor_parallel_size 4" in out
+    assert "pools.decode.gpus_per_worker: is 1 but engine.yaml gives each worker 4 GPUs (tensor parallel 4" in out
 
 
 def test_agg_beside_disagg_pools_is_refused(broken) -> None:

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from dynamo_oss.catalog.errors import UserError
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -39,12 +41,8 @@ def conformance(args: argparse.Namespace) -> int:
         print(f"wrote {write_replay_trace(args.write_mocker_responses)}")
         return 0
     if not args.url:
-        print("dynamo conformance: give the endpoint URL, e.g. http://127.0.0.1:8000/v1")
-        return 2
+        raise UserError("give the endpoint URL, e.g. http://127.0.0.1:8000/v1")
     model = args.model or _first_model(args.url, args.api_key)
-    if model is None:
-        print(f"{args.url}: /models lists no model; pass --model")
-        return 2
     results = run_suite(args.url, model, api_key=args.api_key)
     if args.json:
         print(json.dumps([r.model_dump() for r in results], indent=2))
@@ -54,12 +52,14 @@ def conformance(args: argparse.Namespace) -> int:
     return 1 if any(r.verdict == "fail" for r in results) else 0
 
 
-def _first_model(url: str, api_key: str) -> str | None:
+def _first_model(url: str, api_key: str) -> str:
     import openai
 
     try:
         models = openai.OpenAI(base_url=url, api_key=api_key, max_retries=0, timeout=30).models.list()
     except openai.APIError as err:
-        print(f"{url}: cannot list models: {err}")
-        return None
-    return next((m.id for m in models), None)
+        raise UserError(f"{url}: cannot list models: {err}") from None
+    first = next((m.id for m in models), None)
+    if first is None:
+        raise UserError(f"{url}: /models lists no model; pass --model")
+    return first

@@ -116,8 +116,8 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
                 Problem(
                     path=f"{field}.gpus_per_worker",
                     message=f"is {section.gpus_per_worker} but {engine_args.name if engine_args else 'the engine'} "
-                    f"sets tensor_parallel_size {shape.tensor_parallel} x pipeline_parallel_size "
-                    f"{shape.pipeline_parallel} = {shape.gpus} GPUs per worker",
+                    f"gives each worker {shape.gpus} GPUs (tensor parallel {shape.tensor_parallel} x pipeline "
+                    f"parallel {shape.pipeline_parallel})",
                 )
             )
         pools.append(

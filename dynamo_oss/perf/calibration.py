@@ -1,7 +1,7 @@
 """Calibration: the published gpt-oss-120b serving figures, the model's predictions of them
 through Dynamo's replay, and the fit of the overhead factors.
 
-Figures are from ../shared/facts/performance.md, which names each source. A row is
+Each figure is a published one and its row names the source (`PublishedRow.source`). A row is
 "covered" when its configuration is one the model describes (layout, workload and
 concurrency known, no speculative decoding, no CPU offload); covered rows are fitted and
 must come within 25%. Check rows carry
