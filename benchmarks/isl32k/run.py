@@ -30,7 +30,7 @@ import numpy as np
 from dynamo_oss.perf.costs import Factors, fitted_factors
 from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
-from dynamo_oss.perf.replay import ServingPoint
+from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.search import LayoutPoint, SearchResult, search, sweep
 
 matplotlib.use("Agg")
@@ -61,7 +61,7 @@ REFERENCE = (
 # (tokens per second at the p99 inter-token gap).
 SPEEDS: dict[str, Callable[[ServingPoint], float]] = {
     "mean": lambda s: s.tok_s_user,
-    "p99": lambda s: 1e3 / s.itl_p99_ms,
+    "p99": lambda s: 1e3 / (s.gap_p99_ms or s.itl_p99_ms),
 }
 
 

@@ -22,7 +22,8 @@ from dynamo_oss.perf.layout import (
     Precision,
     Workload,
 )
-from dynamo_oss.perf.replay import ServingPoint, check_step_times, simulate
+from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
+from dynamo_oss.perf.replay import check_step_times, simulate
 from dynamo_oss.perf.search import LayoutPoint, search
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
@@ -151,7 +152,12 @@ def _table(rows: Sequence[tuple[str, ServingPoint]]) -> str:
             f"{label:<34} {p.concurrency:>5} {p.tok_s_user:>10.1f} {p.tok_s_gpu:>10.1f} {p.ttft_p50_ms:>9.0f} "
             f"{p.ttft_p99_ms:>9.0f} {p.itl_p50_ms:>8.1f} {p.itl_p99_ms:>8.1f}"
         )
-    return "\n".join(lines + ["(TTFT and ITL in ms)"])
+    notes = [
+        "TTFT and ITL in ms, percentiles over requests.",
+        f"tok/s/user: {DEFINITIONS['tok_s_user']}.",
+        f"tok/s/GPU: {DEFINITIONS['tok_s_gpu']}.",
+    ]
+    return "\n".join(lines + notes)
 
 
 def run_simulate(args: argparse.Namespace) -> int:
@@ -165,6 +171,7 @@ def run_simulate(args: argparse.Namespace) -> int:
                     "layout": layout.model_dump(),
                     "workload": workload.model_dump(),
                     "gpus": layout.gpus,
+                    "definitions": DEFINITIONS,
                     "points": [p.model_dump() for p in points],
                 },
                 indent=2,
@@ -192,7 +199,13 @@ def run_plan(args: argparse.Namespace) -> int:
     if args.json:
         print(
             json.dumps(
-                {"workload": workload.model_dump(), "gpus": args.gpus, "best": [p.model_dump() for p in best]}, indent=2
+                {
+                    "workload": workload.model_dump(),
+                    "gpus": args.gpus,
+                    "definitions": DEFINITIONS,
+                    "best": [p.model_dump() for p in best],
+                },
+                indent=2,
             )
         )
         return 0 if best else 1

@@ -12,29 +12,15 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
 from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Workload
+from dynamo_oss.perf.metrics import RequestRecord, ServingPoint, serving_point
 from dynamo_oss.engines.mocker import replay_engine_args
 from dynamo_oss.perf.profiles import simulated_timing
 
 os.environ.setdefault("DYN_LOG", "warn")  # the replay logs every profile load at info
-
-
-class ServingPoint(BaseModel):
-    """What a benchmark at one concurrency reports, as the replay simulates it."""
-
-    concurrency: int
-    requests: int
-    tok_s_user: float = Field(description="mean output tokens/s per request after its first (aiperf's per-user)")
-    tok_s_gpu: float = Field(description="output tokens/s over all GPUs of the layout, per GPU")
-    output_tok_s: float
-    ttft_mean_ms: float
-    ttft_p50_ms: float
-    ttft_p99_ms: float
-    itl_p50_ms: float
-    itl_p99_ms: float
 
 
 def default_requests(concurrency: int) -> int:
@@ -74,24 +60,29 @@ def simulate(
         args = replay_args(layout, workload, Path(tmp), factors)
         for concurrency in concurrencies:
             count = requests or default_requests(concurrency)
-            summary = run_synthetic_trace_replay(
-                workload.isl, workload.osl, count, replay_concurrency=concurrency, **args
-            ).summary
+            report = run_synthetic_trace_replay(
+                workload.isl, workload.osl, count, replay_concurrency=concurrency, capture_per_request=True, **args
+            )
             points.append(
-                ServingPoint(
+                serving_point(
+                    [request_record(row) for row in report.per_request],
                     concurrency=concurrency,
-                    requests=count,
-                    tok_s_user=summary["mean_output_token_throughput_per_user"],
-                    tok_s_gpu=summary["output_throughput_tok_s"] / layout.gpus,
-                    output_tok_s=summary["output_throughput_tok_s"],
-                    ttft_mean_ms=summary["mean_ttft_ms"],
-                    ttft_p50_ms=summary["median_ttft_ms"],
-                    ttft_p99_ms=summary["p99_ttft_ms"],
-                    itl_p50_ms=summary["median_itl_ms"],
-                    itl_p99_ms=summary["p99_itl_ms"],
+                    gpus=layout.gpus,
+                    gap_p99_ms=report.summary["p99_itl_ms"],
                 )
             )
     return points
+
+
+def request_record(row: dict) -> RequestRecord:
+    """One request of the replay's per-request capture, as a benchmark client would have timed it."""
+    return RequestRecord(
+        input_tokens=row["input_length"],
+        output_tokens=row["output_length"],
+        start_ms=row["arrival_time_ms"],
+        ttft_ms=row["ttft_ms"],
+        e2e_ms=row["e2e_latency_ms"],
+    )
 
 
 class StepCheck(BaseModel):
@@ -125,9 +116,9 @@ def check_step_times(layout: Layout, isl: int, batch: int, factors: Factors | No
         mixed = float(cost.mixed_ms(chunk, (isl - chunk) / 2, batch - 1, isl + 32))
         return [
             StepCheck(
-                step=f"{chunk}-token chunk beside {batch - 1} decodes (ITL p99)",
+                step=f"{chunk}-token chunk beside {batch - 1} decodes (p99 inter-token gap)",
                 model_ms=mixed,
-                replay_ms=point.itl_p99_ms,
+                replay_ms=point.gap_p99_ms or 0.0,
             )
         ]
     prefill = CostModel.for_pool(layout, "prefill", factors)

@@ -32,7 +32,8 @@ from dynamo_oss.perf.layout import (
     Precision,
     Workload,
 )
-from dynamo_oss.perf.replay import ServingPoint, simulate
+from dynamo_oss.perf.metrics import ServingPoint
+from dynamo_oss.perf.replay import simulate
 
 TP_CHOICES = (1, 2, 4, 8)
 PREFILL_UTILISATION = 0.9  # above this the prefill queue, hence TTFT, grows without bound
