@@ -66,7 +66,8 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     assert code == 0, out + err
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
-    assert planned == {run_dir / "profiles" / "prefill.npz", run_dir / "profiles" / "decode.npz"}
+    profiles = {run_dir / "profiles" / "prefill.npz", run_dir / "profiles" / "decode.npz"}
+    assert planned == profiles | {run_dir / "conformance-responses.jsonl"}
     assert not run_dir.exists()  # check wrote nothing into the run folder
     paths = [Path(arg) for p in plan["processes"] for arg in p["argv"] if arg.startswith("/")]
     data_dirs = {run_dir / "etcd", run_dir / "nats"}  # etcd and NATS make their own stores

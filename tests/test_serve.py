@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import jsonschema
 import openai
 import pytest
 from conftest import ServedGraph, alive, run_dynamo, start_serving, wait_for, wait_ready, write_graph
@@ -22,6 +23,14 @@ from dynamo_oss.launch.probes import port_in_use
 NAMESPACE = "gpt-oss-120b-disagg"
 MODEL = "openai/gpt-oss-120b"
 ETCDCTL = str(Path(sys.prefix) / "bin" / "etcdctl")
+HELLO_USER = [{"role": "user", "content": "Why disaggregate prefill and decode?"}]
+FORECAST_TOOLS = [
+    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+     "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}},
+    {"type": "function", "function": {"name": "get_forecast", "parameters": {"type": "object", "properties": {
+     "city": {"type": "string", "minLength": 2}, "days": {"type": "integer", "minimum": 1, "maximum": 7},
+     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "days"]}}},
+]  # fmt: skip
 
 
 def client(served: ServedGraph) -> openai.OpenAI:
@@ -87,6 +96,65 @@ def test_streaming_chat_completion(disagg: ServedGraph) -> None:
     assert finishes in (["length"], ["stop"])
     assert sum(1 for c in chunks if c.choices) > 1  # tokens arrived as a stream, not one blob
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+def words(text: str | None) -> list[str]:
+    """The alphabetic words of a text: a readable answer has many, random token ids have few."""
+    return [w for w in (text or "").replace(".", " ").split() if w.isalpha() and w.isascii()]
+
+
+def test_answer_has_reasoning_and_content_in_words(disagg: ServedGraph) -> None:
+    reply = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER, max_tokens=400)
+    message = reply.choices[0].message
+    assert reply.choices[0].finish_reason == "stop"
+    assert len(words(message.content)) >= 10
+    assert len(words(message.model_extra["reasoning_content"])) >= 10
+    assert "<|" not in message.content
+
+
+def test_streamed_answer_reaches_the_openai_client_as_text(disagg: ServedGraph) -> None:
+    stream = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER, stream=True)
+    chunks = list(stream)
+    content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices)
+    assert len(words(content)) >= 10 and len(words(reasoning)) >= 10
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
+
+
+def test_request_without_max_tokens_is_served(disagg: ServedGraph) -> None:
+    reply = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER)
+    assert reply.choices[0].finish_reason == "stop" and words(reply.choices[0].message.content)
+
+
+def test_max_tokens_cuts_the_answer_with_length(disagg: ServedGraph) -> None:
+    reply = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER, max_tokens=10)
+    assert (reply.choices[0].finish_reason, reply.usage.completion_tokens) == ("length", 10)
+
+
+@pytest.mark.parametrize("length", [5, 300])
+def test_ignore_eos_gives_exactly_the_tokens_asked_for(disagg: ServedGraph, length: int) -> None:
+    reply = client(disagg).chat.completions.create(
+        model=MODEL, messages=HELLO_USER, max_tokens=length, extra_body={"ignore_eos": True, "min_tokens": length}
+    )
+    assert reply.usage.completion_tokens == length
+
+
+@pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_forecast"}}])
+def test_tool_choice_gets_a_call_whose_arguments_fit_the_schema(disagg: ServedGraph, choice: object) -> None:
+    reply = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER, tools=FORECAST_TOOLS, tool_choice=choice)
+    assert reply.choices[0].finish_reason == "tool_calls"
+    (call,) = reply.choices[0].message.tool_calls
+    if isinstance(choice, dict):
+        assert call.function.name == "get_forecast"
+    schema = next(t["function"]["parameters"] for t in FORECAST_TOOLS if t["function"]["name"] == call.function.name)
+    jsonschema.validate(json.loads(call.function.arguments), schema)
+
+
+def test_completions_and_responses_answer_in_words(disagg: ServedGraph) -> None:
+    completion = client(disagg).completions.create(model=MODEL, prompt="Once upon a time", max_tokens=20)
+    assert len(words(completion.choices[0].text)) >= 5
+    response = client(disagg).responses.create(model=MODEL, input="Say hello.")
+    assert response.status == "completed" and len(words(response.output_text)) >= 5
 
 
 def test_workers_are_registered_in_the_embedded_etcd(disagg: ServedGraph) -> None:

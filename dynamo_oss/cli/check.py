@@ -26,7 +26,7 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         metavar="TRACE.jsonl",
         help="recorded responses mocker workers replay, token for token, for requests that carry "
         'nvext {"annotations": ["output_replay_id:ID"]} (rows: request_id, output_length, output_token_ids); '
-        "other requests get random tokens",
+        "default: the conformance suite's recordings. Other requests get a generated harmony answer",
     )
 
 

@@ -15,10 +15,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="check an OpenAI endpoint's gpt-oss harmony handling",
         description="Run the harmony conformance suite against any OpenAI-compatible endpoint (this project's, "
         "vLLM, a TensorRT-LLM server) and print a pass/fail table with the reason for each failure. Exits 1 "
-        "if any case fails. To run it against `dynamo serve --engine mocker`, serve with "
-        "--mocker-responses FILE written by --write-mocker-responses.",
+        "if any case fails. `dynamo serve GRAPH --engine mocker` passes it as it is: its mocker replays the "
+        "suite's recorded answers for the suite's requests and generates harmony for all others.",
     )
-    parser.add_argument("url", nargs="?", help="base URL of the OpenAI API, e.g. http://127.0.0.1:8000/v1")
+    parser.add_argument(
+        "url", nargs="?", help="the endpoint, with or without /v1: http://127.0.0.1:8000 or http://127.0.0.1:8000/v1"
+    )
     parser.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
     parser.add_argument("--api-key", default="not-needed", help="bearer token, if the endpoint wants one")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
@@ -42,6 +44,7 @@ def conformance(args: argparse.Namespace) -> int:
         return 0
     if not args.url:
         raise UserError("give the endpoint URL, e.g. http://127.0.0.1:8000/v1")
+    args.url = openai_base_url(args.url)
     model = args.model or _first_model(args.url, args.api_key)
     results = run_suite(args.url, model, api_key=args.api_key)
     if args.json:
@@ -50,6 +53,12 @@ def conformance(args: argparse.Namespace) -> int:
         print(f"conformance of {args.url} ({model})")
         print(format_table(results))
     return 1 if any(r.verdict == "fail" for r in results) else 0
+
+
+def openai_base_url(url: str) -> str:
+    """The OpenAI base URL (ending in /v1) of an endpoint given as its root (as aiperf takes it) or its base."""
+    url = url.rstrip("/")
+    return url if url.endswith("/v1") else f"{url}/v1"
 
 
 def _first_model(url: str, api_key: str) -> str:

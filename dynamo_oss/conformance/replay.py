@@ -19,14 +19,18 @@ def replay_annotation(case_name: str) -> dict:
     return {"nvext": {"annotations": [f"output_replay_id:{case_name}"]}}
 
 
-def write_replay_trace(path: Path) -> Path:
-    """Write one JSONL row per case: request_id, output_length, output_token_ids."""
+def replay_trace() -> str:
+    """One JSONL row per replayed case: request_id, output_length, output_token_ids."""
     encoding = harmony_encoding()
-    with path.open("w") as trace:
-        for case in CASES:
-            if case.replay is None:
-                continue
-            tokens = encoding.encode(case.replay, allowed_special="all")
-            row = {"request_id": case.name, "output_length": len(tokens), "output_token_ids": tokens}
-            trace.write(json.dumps(row) + "\n")
+    rows = []
+    for case in CASES:
+        if case.replay is None:
+            continue
+        tokens = encoding.encode(case.replay, allowed_special="all")
+        rows.append(json.dumps({"request_id": case.name, "output_length": len(tokens), "output_token_ids": tokens}))
+    return "".join(row + "\n" for row in rows)
+
+
+def write_replay_trace(path: Path) -> Path:
+    path.write_text(replay_trace())
     return path

@@ -11,12 +11,15 @@ from pathlib import Path
 
 from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
 from dynamo_oss.catalog.names import EngineName
+from dynamo_oss.conformance.replay import replay_trace
 from dynamo_oss.deployment.host import HostPlan, plan_host
 from dynamo_oss.deployment.model import Deployment, build_deployment
+from dynamo_oss.engines import WorkerFile
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.perf.graphs import simulated_timings
 
 PROFILES_FOLDER = "profiles"
+SUITE_RESPONSES = "conformance-responses.jsonl"
 
 
 def prepare(
@@ -35,14 +38,25 @@ def prepare(
     model = deployment.model
     folder = model_folder(model.shape) if model.shape else model.checkout
     assert folder is not None, "the schema requires a path for a model it does not know"
+    suite = None
+    if mocker_responses is None and "mocker" in deployment.engines:
+        # The mocker answers the conformance suite's annotated requests with the suite's recorded
+        # harmony, as a model would; every other request gets a generated answer.
+        suite = WorkerFile(
+            path=run_dir / SUITE_RESPONSES,
+            purpose="conformance suite's recorded answers, replayed by the mocker",
+            content=replay_trace().encode(),
+        )
     plan = plan_host(
         deployment,
         run_dir=run_dir,
         model_folder=folder,
         encodings_dir=tiktoken_encodings_dir(),
         timings=simulated_timings(deployment, run_dir / PROFILES_FOLDER),
-        mocker_responses=mocker_responses,
+        mocker_responses=suite.path if suite else mocker_responses,
     )
+    if suite:
+        plan.files.append(suite)
     return deployment, plan
 
 

@@ -1,0 +1,179 @@
+"""The gpt-oss answer the mocker gives a request: reasoning, then a final answer or a tool call.
+
+The prompt rendered by the gpt-oss chat template ends with `<|start|>assistant`, so a
+completion is `<|channel|>analysis<|message|>REASONING<|end|>` followed by either
+`<|start|>assistant<|channel|>final<|message|>ANSWER<|return|>` or
+`<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>`
+(Dynamo's harmony tool parser wants the recipient after the channel, as gpt-oss writes it;
+openai-harmony's renderer puts it before, which Dynamo 1.6 does not parse).
+
+Everything is seeded by the prompt (and the request's sampling seed), so a request always
+gets the same answer. The length is the request's to decide: `ignore_eos` gets exactly
+`max_tokens` tokens, `min_tokens` is honoured, and a `max_tokens` below the natural
+length cuts the completion, as a model would be cut.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_encoding
+
+from dynamo_oss.assets.tokenizer import CALL, RETURN
+from dynamo_oss.assets.tokenizer import ENDOFTEXT as END_OF_TEXT  # an eos id in gpt-oss's generation_config
+from dynamo_oss.engines.harmony.tool_args import ToolRequest, arguments_for, tool_request
+
+ASSISTANT_TURN = [200006, 173781]  # <|start|>assistant: the chat template's generation prompt
+AUTO_TOOL_SHARE_ENV = "DYNAMO_OSS_MOCKER_AUTO_TOOL_SHARE"  # share of tool_choice "auto" requests that call
+DEFAULT_AUTO_TOOL_SHARE = 0.5
+REASONING_TOKENS = (24, 96)  # natural lengths, uniform
+ANSWER_TOKENS = (16, 80)
+
+_REASONING_WORDS = (
+    "we need to answer the user question so first check what they ask then consider the "
+    "context and the details keep it short but clear maybe give an example the answer "
+    "should be correct and helpful also mention one more point then respond now"
+).split()
+_ANSWER_WORDS = (
+    "here is a short answer the main point is simple you can try this first then check "
+    "the result it works well in most cases and the details depend on your setup let me "
+    "know if you want more help with the next step"
+).split()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """The token ids to emit, and whether they end the message (`<|return|>` or `<|call|>`)."""
+
+    tokens: list[int]
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.tokens) and self.tokens[-1] in (RETURN, CALL, END_OF_TEXT)
+
+
+@cache
+def encoding() -> HarmonyEncoding:
+    """o200k_harmony; reads TIKTOKEN_ENCODINGS_BASE like Dynamo's own harmony parsers."""
+    return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
+
+
+@cache
+def _single_token_words(words: tuple[str, ...]) -> tuple[int, ...]:
+    """Each word as ' word', kept only where that is one token: then n tokens are n whole words."""
+    enc = encoding()
+    ids = [enc.encode(" " + word) for word in words]
+    return tuple(t[0] for t in ids if len(t) == 1)
+
+
+@cache
+def _special(text: str) -> tuple[int, ...]:
+    return tuple(encoding().encode(text, allowed_special="all"))
+
+
+def completion_for(request: dict[str, Any], context_length: int | None = None) -> Completion:
+    """The completion a request gets, with the length its stop conditions ask for."""
+    prompt = request.get("token_ids") or []
+    stop = request.get("stop_conditions") or {}
+    sampling = request.get("sampling_options") or {}
+    rng = random.Random(_seed(prompt, sampling.get("seed")))
+
+    max_tokens = stop.get("max_tokens")
+    if context_length:
+        room = max(context_length - len(prompt), 1)
+        max_tokens = room if max_tokens is None else min(max_tokens, room)
+    chat = prompt[-2:] == ASSISTANT_TURN
+    tools = tool_request(_prompt_text(prompt), sampling.get("guided_decoding")) if chat else None
+    body = _body(rng, tools) if chat else _plain_text_body(rng)
+
+    reasoning = rng.randint(*REASONING_TOKENS)
+    natural = len(_assemble(rng_copy(rng), reasoning, body))
+    if stop.get("ignore_eos"):
+        length = max_tokens if max_tokens is not None else natural
+    else:
+        length = max(natural, stop.get("min_tokens") or 0)
+    if length >= natural or (stop.get("ignore_eos") and reasoning > natural - length):
+        # The reasoning stretches or shrinks to the length asked for; the answer stays whole.
+        tokens = _assemble(rng, reasoning + length - natural, body)
+    else:  # shorter than the natural completion: cut, as max_tokens cuts a model
+        tokens = _assemble(rng, reasoning, body)[:length]
+    if max_tokens is not None:
+        tokens = tokens[:max_tokens]
+    return Completion(tokens=tokens)
+
+
+def rng_copy(rng: random.Random) -> random.Random:
+    copy = random.Random()
+    copy.setstate(rng.getstate())
+    return copy
+
+
+def _seed(prompt: list[int], seed: int | None) -> int:
+    digest = hashlib.sha256(json.dumps([prompt, seed]).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def _prompt_text(prompt: list[int]) -> str:
+    """The developer message holds the tool definitions; only decode prompts that have one."""
+    developer = _special("<|start|>developer")
+    if not any(prompt[i : i + 2] == list(developer) for i in range(len(prompt) - 1)):
+        return ""
+    return encoding().decode(prompt)
+
+
+def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
+    """What follows the reasoning: a final answer (words, then <|return|>) or a tool call."""
+    calls = tools is not None and (
+        tools.choice in ("required", "named")
+        or (tools.choice == "auto" and rng.random() < _auto_tool_share())
+    )
+    if calls:
+        assert tools is not None
+        tool = rng.choice(tools.tools)
+        args = json.dumps(arguments_for(tool, rng))
+        header = f"<|end|><|start|>assistant<|channel|>commentary to=functions.{tool.name} <|constrain|>json<|message|>"
+        return (*_special(header), *encoding().encode(args), CALL)
+    answer = _words(rng, _ANSWER_WORDS, rng.randint(*ANSWER_TOKENS))
+    header = "<|end|><|start|>assistant<|channel|>final<|message|>"
+    return (*_special(header), *_special("Here"), *answer, *_special("."), RETURN)
+
+
+def _plain_text_body(rng: random.Random) -> tuple[int, ...]:
+    """A raw (/v1/completions) prompt is not a harmony turn: it gets plain text, ended by an eos id."""
+    return (*_words(rng, _ANSWER_WORDS, rng.randint(*ANSWER_TOKENS)), *_special("."), END_OF_TEXT)
+
+
+def _assemble(rng: random.Random, reasoning_tokens: int, body: tuple[int, ...]) -> list[int]:
+    """Reasoning of `reasoning_tokens` words before the body; a plain text body (no <|end|>) gets
+    the words as its first sentence instead, so lengths still stretch the same way."""
+    words = _words(rng, _REASONING_WORDS, max(reasoning_tokens, 1))
+    if body[-1] == END_OF_TEXT:
+        return [*words, *body]
+    head = (*_special("<|channel|>analysis<|message|>"), *_special("We"))
+    return [*head, *words, *body]
+
+
+def _words(rng: random.Random, vocabulary: list[str], count: int) -> list[int]:
+    """`count` tokens of sentences: single-token words, a full stop every 6 to 14 words."""
+    words = _single_token_words(tuple(vocabulary))
+    full_stop = encoding().encode(".")[0]
+    tokens: list[int] = []
+    until_stop = rng.randint(6, 14)
+    while len(tokens) < count:
+        if until_stop == 0 and len(tokens) < count - 1:
+            tokens.append(full_stop)
+            until_stop = rng.randint(6, 14)
+        else:
+            tokens.append(rng.choice(words))
+            until_stop -= 1
+    return tokens
+
+
+def _auto_tool_share() -> float:
+    return float(os.environ.get(AUTO_TOOL_SHARE_ENV, DEFAULT_AUTO_TOOL_SHARE))

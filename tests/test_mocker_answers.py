@@ -1,0 +1,83 @@
+"""The answers the mocker gives: harmony that Dynamo's parsers split, at the lengths requests ask for,
+with tool arguments valid against the tool's JSON Schema. Pure functions, no processes."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import jsonschema
+import pytest
+
+from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
+
+os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
+
+from dynamo_oss.engines.harmony.answers import ASSISTANT_TURN, completion_for, encoding  # noqa: E402
+from dynamo_oss.engines.harmony.tool_args import instance_of  # noqa: E402
+from dynamo_oss.engines.mocker_worker import _replays  # noqa: E402
+
+CHAT_PROMPT = [200006, 1428, 200008, 12194, 200007, *ASSISTANT_TURN]  # <|start|>user<|message|>Hi<|end|><|start|>assistant
+
+
+def request(**stop: object) -> dict:
+    return {"token_ids": CHAT_PROMPT, "stop_conditions": stop, "sampling_options": {}}
+
+
+def test_a_chat_answer_is_reasoning_then_a_final_message() -> None:
+    text = encoding().decode(completion_for(request()).tokens)
+    assert text.startswith("<|channel|>analysis<|message|>We ")
+    assert "<|end|><|start|>assistant<|channel|>final<|message|>Here " in text
+    assert text.endswith("<|return|>")
+
+
+def test_the_same_request_gets_the_same_answer() -> None:
+    assert completion_for(request()).tokens == completion_for(request()).tokens
+
+
+@pytest.mark.parametrize("length", [1, 7, 60, 2000])
+def test_ignore_eos_gives_exactly_max_tokens(length: int) -> None:
+    assert len(completion_for(request(ignore_eos=True, max_tokens=length)).tokens) == length
+
+
+def test_max_tokens_below_the_answer_cuts_it() -> None:
+    completion = completion_for(request(max_tokens=5))
+    assert len(completion.tokens) == 5 and not completion.finished
+
+
+def test_min_tokens_stretches_the_reasoning_and_keeps_the_answer_whole() -> None:
+    completion = completion_for(request(min_tokens=400, max_tokens=1000))
+    assert len(completion.tokens) == 400 and completion.finished
+
+
+def test_no_max_tokens_is_bounded_by_the_context() -> None:
+    assert len(completion_for(request(ignore_eos=True), context_length=len(CHAT_PROMPT) + 3).tokens) == 3
+
+
+def test_a_raw_prompt_gets_plain_text() -> None:
+    text = encoding().decode(completion_for({"token_ids": [12194, 11], "stop_conditions": {}}).tokens)
+    assert "<|channel|>" not in text and text.endswith("<|endoftext|>")
+
+
+SCHEMAS = [
+    {"type": "object", "properties": {"city": {"type": "string", "minLength": 12}}, "required": ["city"]},
+    {"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 10, "maximum": 11}}, "required": ["n"]},
+    {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 2}},
+     "required": ["tags"]},
+    {"type": "object", "properties": {"where": {"anyOf": [{"type": "object", "properties": {"lat": {"type": "number"}},
+     "required": ["lat"]}, {"type": "string"}]}}, "required": ["where"]},
+    {"allOf": [{"type": "object", "properties": {"a": {"const": 3}}, "required": ["a"]}]},
+    {"type": "object", "properties": {"x": {"type": ["null", "boolean"]}}, "required": ["x"]},
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("schema", SCHEMAS, ids=range(len(SCHEMAS)))
+def test_tool_arguments_are_valid_against_the_schema(schema: dict) -> None:
+    jsonschema.validate(instance_of(schema, random.Random(1)), schema)
+
+
+def test_only_requests_for_a_loaded_recording_pass_through_to_replay() -> None:
+    keys = frozenset({"final-answer"})
+    assert _replays({"annotations": ["output_replay_id:final-answer"]}, keys)
+    assert not _replays({"annotations": ["output_replay_id:unknown"]}, keys)  # would get random ids
+    assert not _replays({"annotations": []}, keys)
