@@ -81,3 +81,18 @@ def test_only_requests_for_a_loaded_recording_pass_through_to_replay() -> None:
     assert _replays({"annotations": ["output_replay_id:final-answer"]}, keys)
     assert not _replays({"annotations": ["output_replay_id:unknown"]}, keys)  # would get random ids
     assert not _replays({"annotations": []}, keys)
+
+
+def test_answer_lengths_follow_the_configured_range(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DYNAMO_OSS_MOCKER_REASONING_TOKENS", "200-200")
+    monkeypatch.setenv("DYNAMO_OSS_MOCKER_ANSWER_TOKENS", "300-300")
+    text = encoding().decode(completion_for(request()).tokens)
+    reasoning, answer = text.split("<|end|><|start|>assistant<|channel|>final<|message|>")
+    assert len(encoding().encode(reasoning, allowed_special="all")) == 3 + 1 + 200  # header, "We", the words
+    assert len(encoding().encode(answer, allowed_special="all")) == 1 + 300 + 2  # "Here", the words, ".", return
+
+
+def test_a_malformed_range_says_what_was_expected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DYNAMO_OSS_MOCKER_ANSWER_TOKENS", "many")
+    with pytest.raises(ValueError, match='DYNAMO_OSS_MOCKER_ANSWER_TOKENS: got "many"; expected LOW-HIGH'):
+        completion_for(request())

@@ -32,8 +32,9 @@ from dynamo_oss.engines.harmony.tool_args import ToolRequest, arguments_for, too
 ASSISTANT_TURN = [200006, 173781]  # <|start|>assistant: the chat template's generation prompt
 AUTO_TOOL_SHARE_ENV = "DYNAMO_OSS_MOCKER_AUTO_TOOL_SHARE"  # share of tool_choice "auto" requests that call
 DEFAULT_AUTO_TOOL_SHARE = 0.5
-REASONING_TOKENS = (24, 96)  # natural lengths, uniform
-ANSWER_TOKENS = (16, 80)
+# Natural lengths in tokens, uniform between LOW and HIGH; set as "LOW-HIGH" where `dynamo serve` runs.
+REASONING_TOKENS_ENV, REASONING_TOKENS = "DYNAMO_OSS_MOCKER_REASONING_TOKENS", (24, 96)
+ANSWER_TOKENS_ENV, ANSWER_TOKENS = "DYNAMO_OSS_MOCKER_ANSWER_TOKENS", (16, 80)
 
 _REASONING_WORDS = (
     "we need to answer the user question so first check what they ask then consider the "
@@ -92,7 +93,7 @@ def completion_for(request: dict[str, Any], context_length: int | None = None) -
     tools = tool_request(_prompt_text(prompt), sampling.get("guided_decoding")) if chat else None
     body = _body(rng, tools) if chat else _plain_text_body(rng)
 
-    reasoning = rng.randint(*REASONING_TOKENS)
+    reasoning = rng.randint(*token_range(REASONING_TOKENS_ENV, REASONING_TOKENS))
     natural = len(_assemble(rng_copy(rng), reasoning, body))
     if stop.get("ignore_eos"):
         length = max_tokens if max_tokens is not None else natural
@@ -139,14 +140,14 @@ def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
         args = json.dumps(arguments_for(tool, rng))
         header = f"<|end|><|start|>assistant<|channel|>commentary to=functions.{tool.name} <|constrain|>json<|message|>"
         return (*_special(header), *encoding().encode(args), CALL)
-    answer = _words(rng, _ANSWER_WORDS, rng.randint(*ANSWER_TOKENS))
+    answer = _words(rng, _ANSWER_WORDS, rng.randint(*token_range(ANSWER_TOKENS_ENV, ANSWER_TOKENS)))
     header = "<|end|><|start|>assistant<|channel|>final<|message|>"
     return (*_special(header), *_special("Here"), *answer, *_special("."), RETURN)
 
 
 def _plain_text_body(rng: random.Random) -> tuple[int, ...]:
     """A raw (/v1/completions) prompt is not a harmony turn: it gets plain text, ended by an eos id."""
-    return (*_words(rng, _ANSWER_WORDS, rng.randint(*ANSWER_TOKENS)), *_special("."), END_OF_TEXT)
+    return (*_words(rng, _ANSWER_WORDS, rng.randint(*token_range(ANSWER_TOKENS_ENV, ANSWER_TOKENS))), *_special("."), END_OF_TEXT)
 
 
 def _assemble(rng: random.Random, reasoning_tokens: int, body: tuple[int, ...]) -> list[int]:
@@ -177,3 +178,17 @@ def _words(rng: random.Random, vocabulary: list[str], count: int) -> list[int]:
 
 def _auto_tool_share() -> float:
     return float(os.environ.get(AUTO_TOOL_SHARE_ENV, DEFAULT_AUTO_TOOL_SHARE))
+
+
+def token_range(env: str, default: tuple[int, int]) -> tuple[int, int]:
+    """The LOW-HIGH length range set in `env`, else `default`; a malformed value says what was expected."""
+    text = os.environ.get(env)
+    if not text:
+        return default
+    try:
+        low, high = (int(part) for part in text.split("-"))
+    except ValueError:
+        raise ValueError(f'{env}: got "{text}"; expected LOW-HIGH in tokens, e.g. "16-80"') from None
+    if not 1 <= low <= high:
+        raise ValueError(f'{env}: got "{text}"; expected 1 <= LOW <= HIGH')
+    return low, high
