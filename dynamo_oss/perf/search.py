@@ -46,9 +46,13 @@ class LayoutPoint(BaseModel):
     layout: Layout
     serving: ServingPoint
 
-    def meets(self, ttft_ms: float | None, itl_ms: float | None) -> bool:
-        return (ttft_ms is None or self.serving.ttft_p50_ms <= ttft_ms) and (
-            itl_ms is None or self.serving.itl_p50_ms <= itl_ms
+    def meets(self, ttft_ms: float | None, itl_ms: float | None, ttft_p99_ms: float | None = None) -> bool:
+        """Median TTFT and ITL within `ttft_ms` and `itl_ms`, and TTFT p99 within `ttft_p99_ms` (None: no limit)."""
+        s = self.serving
+        return (
+            (ttft_ms is None or s.ttft_p50_ms <= ttft_ms)
+            and (itl_ms is None or s.itl_p50_ms <= itl_ms)
+            and (ttft_p99_ms is None or s.ttft_p99_ms <= ttft_p99_ms)
         )
 
 
@@ -63,10 +67,15 @@ class SearchResult(BaseModel):
         ttft_ms: float | None = None,
         itl_ms: float | None = None,
         speed: Callable[[ServingPoint], float] = lambda s: s.tok_s_user,
+        ttft_p99_ms: float | None = None,
     ) -> list[LayoutPoint]:
-        """Pareto-optimal points (`speed`, by default tok/s/user, against tok/s/GPU), highest
-        tok/s/GPU first."""
-        chosen = [p for p in self.points if (mode is None or p.layout.mode == mode) and p.meets(ttft_ms, itl_ms)]
+        """Pareto-optimal points (`speed`, by default aiperf's tok/s/user, against tok/s/GPU) within
+        the limits, highest tok/s/GPU first."""
+        chosen = [
+            p
+            for p in self.points
+            if (mode is None or p.layout.mode == mode) and p.meets(ttft_ms, itl_ms, ttft_p99_ms)
+        ]
         chosen.sort(key=lambda p: (-p.serving.tok_s_gpu, -speed(p.serving)))
         front, best = [], -1.0
         for p in chosen:
@@ -220,9 +229,11 @@ def search(
     modes: Sequence[Mode] = ("agg", "disagg"),
     precision: Precision | None = None,
     factors: Factors | None = None,
+    requests: int | None = None,
 ) -> SearchResult:
     """Screen every layout of `gpus` GPUs, then replay at each concurrency the few (at most
-    `keep`) that cover each mode's front within each TTFT limit (None: no limit)."""
+    `keep`) that cover each mode's front within each TTFT limit (None: no limit), with
+    `requests` per replay (default: `replay.default_requests`)."""
     if hardware not in HARDWARE:
         raise ValueError(f"Got hardware {hardware!r}. It must be one of {sorted(HARDWARE)}.")
     factors = factors or fitted_factors()
@@ -233,16 +244,23 @@ def search(
         for limit in ttft_limits:
             picked.update({layout.describe(): layout for layout in screen(layouts, workload, keep, factors, limit)})
         for layout in picked.values():
-            points += sweep(layout, workload, concurrencies, factors)
+            points += sweep(layout, workload, concurrencies, factors, requests=requests)
     return SearchResult(workload=workload, gpus=gpus, points=points)
 
 
-def sweep(layout: Layout, workload: Workload, concurrencies: Sequence[int], factors: Factors) -> list[LayoutPoint]:
+def sweep(
+    layout: Layout,
+    workload: Workload,
+    concurrencies: Sequence[int],
+    factors: Factors,
+    *,
+    requests: int | None = None,
+) -> list[LayoutPoint]:
     """Replay rising concurrencies until the layout saturates: past that point more requests
     in flight only queue, adding no tok/s/GPU and so no point to any Pareto front."""
     points: list[LayoutPoint] = []
     for concurrency in sorted(concurrencies):
-        serving = simulate(layout, workload, [concurrency], factors=factors)[0]
+        serving = simulate(layout, workload, [concurrency], requests=requests, factors=factors)[0]
         points.append(LayoutPoint(layout=layout, serving=serving))
         if len(points) > 1 and serving.tok_s_gpu < (1 + SATURATION_GAIN) * points[-2].serving.tok_s_gpu:
             break
