@@ -49,7 +49,7 @@ class Hardware(BaseModel):
 
 
 _TB = 1e12
-_NIC_400G = 400e9 / 8  # one 400 Gb/s NIC per GPU (facts: "about 24 ms over one 400 Gb/s NIC")
+_NIC_400G = 400e9 / 8  # one 400 Gb/s ConnectX-7 NIC per GPU, as in DGX H100/H200/B200 systems
 
 H100 = Hardware(
     name="h100",

@@ -86,6 +86,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan_parser.add_argument("--itl-ms", type=float, help="median ITL target")
     plan_parser.add_argument("--concurrency", type=_concurrencies, default=_concurrencies(DEFAULT_CONCURRENCY + ",512"))
     plan_parser.add_argument("--keep", type=int, default=4, help="most layouts replayed per mode")
+    plan_parser.add_argument(
+        "--requests", type=int, help="requests per replayed concurrency (default 10 x concurrency, at least 40)"
+    )
     plan_parser.add_argument("--top", type=int, default=5, help="points printed")
     plan_parser.add_argument("--out", type=Path, help="write the graph files of the printed layouts into this folder")
     plan_parser.set_defaults(handler=run_plan)
@@ -194,6 +197,7 @@ def run_plan(args: argparse.Namespace) -> int:
         keep=args.keep,
         ttft_limits=(args.ttft_ms,),
         precision=Precision(kv_cache=args.kv_cache),
+        requests=args.requests,
     )
     best: list[LayoutPoint] = result.front(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)[: args.top]
     if args.json:

@@ -68,6 +68,10 @@ class Efficiencies(BaseModel):
 
 HOPPER_MEASURED_PATH = Path(__file__).with_name("hopper_measured.json")
 MEASURED_GPUS = ("h200",)  # where hopper_measured.json's efficiencies were measured
+# The fitted compute efficiency is Blackwell's: only Blackwell has long-input rows to pin it. The H100,
+# neither measured nor covered at long input, keeps the prior its short-input rows fit.
+PRIOR_COMPUTE_EFFICIENCY = 0.76
+PRIOR_COMPUTE_GPUS = ("h100",)
 
 
 def hopper_measured() -> Efficiencies:
@@ -88,12 +92,12 @@ class Factors(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     compute_efficiency: float = Field(
-        0.76,
+        PRIOR_COMPUTE_EFFICIENCY,
         gt=0,
         le=1,
-        description="Fraction of peak tensor FLOP/s that GEMMs and attention reach, where no generation's "
-        "measurements apply (Blackwell). A prior from a first H200 check: a bf16 GEMM 8192x2880x5760 at about "
-        "750 of 989 TFLOP/s (facts/performance.md).",
+        description="Fraction of peak tensor FLOP/s that GEMMs and attention reach on Blackwell. Prior 0.76, "
+        "from a first H200 check (a bf16 GEMM 8192x2880x5760 at about 750 of 989 TFLOP/s); fitted since the "
+        "calibration has 8k-input rows, whose prefill it sets. The H100 keeps the prior.",
     )
     memory_efficiency: float = Field(
         0.90,
@@ -157,7 +161,7 @@ class Factors(BaseModel):
         if gpu.name in MEASURED_GPUS and self.hopper is not None:
             return self.hopper
         return Efficiencies(
-            compute=self.compute_efficiency,
+            compute=PRIOR_COMPUTE_EFFICIENCY if gpu.name in PRIOR_COMPUTE_GPUS else self.compute_efficiency,
             memory=self.memory_efficiency,
             link=self.link_efficiency,
             kv_handoff=self.link_efficiency,

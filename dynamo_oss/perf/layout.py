@@ -24,7 +24,8 @@ Mode = Literal["agg", "disagg"]
 Engine = Literal["trtllm", "vllm"]
 
 # A prefill worker's step budget: Dynamo's gpt-oss TensorRT-LLM guide runs prefill with
-# max_num_tokens 16-20k (facts/dynamo.md); aggregated workers keep TensorRT-LLM's 8192.
+# max_num_tokens 16-20k (ai-dynamo/dynamo docs/backends/trtllm/gpt-oss.md: prefill 20000, decode
+# 16384); aggregated workers keep TensorRT-LLM's default of 8192.
 PREFILL_MAX_NUM_TOKENS = 16384
 
 
