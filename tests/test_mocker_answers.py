@@ -96,3 +96,30 @@ def test_a_malformed_range_says_what_was_expected(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv("DYNAMO_OSS_MOCKER_ANSWER_TOKENS", "many")
     with pytest.raises(ValueError, match='DYNAMO_OSS_MOCKER_ANSWER_TOKENS: got "many"; expected LOW-HIGH'):
         completion_for(request())
+
+
+async def _chunks(*token_ids: list[int]):
+    for ids in token_ids:
+        yield {"token_ids": ids}
+    yield {"token_ids": [], "finish_reason": "stop"}
+
+
+@pytest.mark.parametrize(
+    ("max_tokens", "expected"),
+    [(None, [[1, 2], [3], [], "stop"]), (3, [[1, 2], [3], [], "stop"]), (2, [[1, 2], [], "length"]), (1, [[1], "length"])],
+)
+def test_a_replayed_recording_is_cut_at_max_tokens(max_tokens: int | None, expected: list) -> None:
+    import asyncio
+
+    from dynamo_oss.engines.mocker_worker import _within_max_tokens
+
+    async def collect() -> list:
+        request = {"token_ids": [9, 9], "stop_conditions": {"max_tokens": max_tokens}}
+        out = []
+        async for chunk in _within_max_tokens(_chunks([1, 2], [3]), request):
+            out.append(chunk["token_ids"])
+            if chunk.get("finish_reason"):
+                out.append(chunk["finish_reason"])
+        return out
+
+    assert asyncio.run(collect()) == expected

@@ -150,6 +150,20 @@ def test_tool_choice_gets_a_call_whose_arguments_fit_the_schema(disagg: ServedGr
     jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
+@pytest.mark.parametrize(("max_tokens", "finish", "content"), [(256, "stop", "Hello! Nice to meet you."), (5, "length", None)])
+def test_a_conformance_recording_replays_within_max_tokens(
+    disagg: ServedGraph, max_tokens: int, finish: str, content: str | None
+) -> None:
+    reply = client(disagg).chat.completions.create(
+        model=MODEL, messages=HELLO_USER, max_tokens=max_tokens,
+        extra_body={"nvext": {"annotations": ["output_replay_id:final-answer"]}},
+    )  # fmt: skip
+    assert reply.choices[0].finish_reason == finish
+    assert reply.choices[0].message.content == content
+    if finish == "length":
+        assert reply.usage.completion_tokens == max_tokens
+
+
 def test_completions_and_responses_answer_in_words(disagg: ServedGraph) -> None:
     completion = client(disagg).completions.create(model=MODEL, prompt="Once upon a time", max_tokens=20)
     assert len(words(completion.choices[0].text)) >= 5

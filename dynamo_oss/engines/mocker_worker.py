@@ -110,8 +110,9 @@ async def _start(runtime: Any, public: str, engine_config: Any, worker: _Pending
 
     async def generate(request: dict[str, Any], context: Any) -> AsyncIterator[dict[str, Any]]:
         if _replays(request, replayable):  # --response-replay-trace-path rows are already real tokens
-            async for item in await client.direct(request, instance_id, context=context):
-                yield item.data() if hasattr(item, "data") else item
+            stream = await client.direct(request, instance_id, context=context)
+            async for chunk in _within_max_tokens(stream, request):
+                yield chunk
             return
         completion = completion_for(request, context_length)
         stream = await client.direct(_asking_for(request, completion), instance_id, context=context)
@@ -188,6 +189,26 @@ async def _with_harmony_ids(
             yield {**chunk, "finish_reason": "stop", "completion_usage": {**usage, **done}}
             return
         yield chunk
+
+
+async def _within_max_tokens(stream: AsyncIterator[Any], request: Mapping[str, Any]) -> AsyncIterator[dict[str, Any]]:
+    """A replayed stream cut at the request's max_tokens, ending in `length` as a model's would: the
+    engine replays a recording whole, whatever the request's budget."""
+    budget = (request.get("stop_conditions") or {}).get("max_tokens")
+    sent = 0
+    async for item in stream:
+        chunk = item.data() if hasattr(item, "data") else item
+        ids = (chunk or {}).get("token_ids") or []
+        if budget is None or sent + len(ids) <= budget:
+            sent += len(ids)
+            yield chunk
+            continue
+        kept = ids[: budget - sent]
+        prompt = len(request.get("token_ids") or [])
+        usage = {**(chunk.get("completion_usage") or {}), "prompt_tokens": prompt,
+                 "completion_tokens": budget, "total_tokens": prompt + budget}  # fmt: skip
+        yield {**chunk, "token_ids": kept, "finish_reason": "length", "completion_usage": usage}
+        return
 
 
 def _replays(request: Mapping[str, Any], keys: frozenset[str]) -> bool:
