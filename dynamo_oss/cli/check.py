@@ -14,7 +14,10 @@ from dynamo_oss.launch.prepare import prepare
 RUN_DIR_PLACEHOLDER = Path("<run-dir>")  # serve's --run-dir, or the folder it makes
 
 
-def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+def add_graph_arguments(parser: argparse.ArgumentParser, run_dir_help: str) -> None:
+    """What `check` and `serve` both take: the graph, the engine swap, and the run folder."""
+    parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
+    parser.add_argument("--run-dir", type=Path, help=run_dir_help)
     parser.add_argument(
         "--engine",
         choices=["mocker"],
@@ -38,13 +41,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "line of every process `dynamo serve` would start, and the files serve writes first. Exits 2, "
         "naming each field, if the graph cannot run.",
     )
-    parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
-    add_engine_flags(parser)
-    parser.add_argument(
-        "--run-dir",
-        type=Path,
-        help=f"the --run-dir serve would get, for the paths shown (default: {RUN_DIR_PLACEHOLDER})",
-    )
+    add_graph_arguments(parser, f"the --run-dir serve would get, for the paths shown (default: {RUN_DIR_PLACEHOLDER})")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(handler=check)
 

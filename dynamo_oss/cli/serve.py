@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.cli.check import add_engine_flags
+from dynamo_oss.cli.check import add_graph_arguments
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
@@ -26,12 +26,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "workers; wait until the model is served; restart crashed workers; on Ctrl-C or SIGTERM drain "
         "and stop everything. Exits 2 before starting anything when the graph cannot run here.",
     )
-    parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
-    add_engine_flags(parser)
-    parser.add_argument(
-        "--run-dir",
-        type=Path,
-        help="folder for logs, etcd/NATS data, mocker profiles and state.json "
+    add_graph_arguments(
+        parser,
+        "folder for logs, etcd/NATS data, mocker profiles and state.json "
         "(default: a temporary folder, removed on a clean exit)",
     )
     parser.add_argument(
