@@ -312,6 +312,16 @@ def test_killed_decode_worker_is_restarted_and_serves_again(own_graph: ServedGra
         return bool(routes) and routes[-1][1] in new_decode_ids
 
     wait_for(served_by_new_worker, 60, "a completion decoded by the restarted worker")
+    serves_again = re.compile(r"decode-0\s+\| \[dynamo-oss\] serves again, [\d.]+ s after its restart")
+    wait_for(lambda: serves_again.search(own_graph.output.read_text()), 30, "the launcher to say decode-0 serves again")
+
+
+def test_routine_log_lines_stay_out_of_the_terminal(disagg: ServedGraph) -> None:
+    ask(disagg)
+    terminal = disagg.output.read_text()
+    assert "[INF]" not in terminal and "Adding worker" not in terminal  # NATS's banner, Dynamo's start-up WARNs
+    assert " INFO " not in terminal
+    assert "[INF]" in disagg.log_of("nats") and " INFO " in disagg.log_of("frontend")  # every line is in the logs
 
 
 def test_stop_leaves_no_process_and_no_listening_port(own_graph: ServedGraph) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import shutil
-import tempfile
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
@@ -15,6 +14,7 @@ from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
 from dynamo_oss.launch.prepare import prepare, write_plan_files
 from dynamo_oss.launch.probes import port_in_use
+from dynamo_oss.launch.run_dirs import KEEP_RUNS, new_run_dir
 from dynamo_oss.launch.supervisor import Supervisor
 
 
@@ -28,8 +28,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_graph_arguments(
         parser,
-        "folder for logs, etcd/NATS data, mocker profiles and state.json "
-        "(default: a temporary folder, removed on a clean exit)",
+        "folder for logs, etcd/NATS data, mocker profiles and state.json (default: a new folder under "
+        f"~/.cache/dynamo-oss/runs, of which the last {KEEP_RUNS} are kept)",
+    )
+    parser.add_argument(
+        "--verbose",
+        action="store_true",
+        help="echo every process's log lines to the terminal, not only warnings and errors (all lines are "
+        "always in RUN_DIR/logs)",
     )
     parser.add_argument(
         "--ready-timeout",
@@ -43,17 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def serve(args: argparse.Namespace) -> int:
     if args.run_dir is not None:
         return _serve(args, args.run_dir.resolve())
-    run_dir = Path(tempfile.mkdtemp(prefix="dynamo-oss-"))
+    run_dir = new_run_dir(args.graph.stem)
     try:
-        code = _serve(args, run_dir)
-    except BaseException:
-        shutil.rmtree(run_dir, ignore_errors=True)
+        return _serve(args, run_dir)
+    except UserError:
+        shutil.rmtree(run_dir, ignore_errors=True)  # nothing was started: nothing to keep
         raise
-    if code == 0 or not (run_dir / "logs").exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
-    else:
-        print(f"[dynamo-oss] logs kept for a look: {run_dir / 'logs'}", flush=True)
-    return code
 
 
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
@@ -66,7 +67,8 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan_files(plan)
     print(f"[dynamo-oss] serving {plan.graph}; logs and state in {run_dir}", flush=True)
-    return asyncio.run(Supervisor(plan).run(ready_timeout_s=args.ready_timeout or plan.ready_timeout_s))
+    supervisor = Supervisor(plan, verbose=args.verbose)
+    return asyncio.run(supervisor.run(ready_timeout_s=args.ready_timeout or plan.ready_timeout_s))
 
 
 def _refuse_replay_without_mocker(plan: HostPlan, trace: Path | None) -> None:

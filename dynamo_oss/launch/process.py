@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 from dynamo_oss.deployment.host import ProcessPlan
+from dynamo_oss.launch.terminal import for_terminal
 
 PR_SET_PDEATHSIG = 1
 
@@ -26,8 +27,10 @@ def _die_with_parent() -> None:
 
 
 class ManagedProcess:
-    def __init__(self, plan: ProcessPlan, log_dir: Path, name_width: int) -> None:
+    def __init__(self, plan: ProcessPlan, log_dir: Path, name_width: int, verbose: bool = False) -> None:
         self.plan = plan
+        self.verbose = verbose  # echo every line, not only `terminal.for_terminal` ones
+        self.draining = False  # once set, the process's shutdown chatter goes to its log file only
         self.log_path = log_dir / f"{plan.name}.log"
         self.prefix = f"{plan.name:<{name_width}} | "
         self.process: asyncio.subprocess.Process | None = None
@@ -104,5 +107,6 @@ class ManagedProcess:
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")
                 log.flush()
-                sys.stdout.write(self.prefix + line + "\n")
-                sys.stdout.flush()
+                if self.verbose or (for_terminal(line) and not self.draining):
+                    sys.stdout.write(self.prefix + line + "\n")
+                    sys.stdout.flush()

@@ -18,7 +18,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from dynamo_oss.catalog.names import component_for
-from dynamo_oss.deployment.host import HostPlan
+from dynamo_oss.deployment.host import LOOPBACK, HostPlan
 from dynamo_oss.launch import probes
 from dynamo_oss.launch.process import ManagedProcess
 from dynamo_oss.launch.state import PoolState, ProcessState, RunState
@@ -36,12 +36,13 @@ class StartupFailed(RuntimeError):
 
 
 class Supervisor:
-    def __init__(self, plan: HostPlan) -> None:
+    def __init__(self, plan: HostPlan, verbose: bool = False) -> None:
         self.plan = plan
         log_dir = plan.run_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
         width = max(len(p.name) for p in plan.processes)
-        self.processes = [ManagedProcess(p, log_dir, width) for p in plan.processes]
+        self.processes = [ManagedProcess(p, log_dir, width, verbose) for p in plan.processes]
+        self.recoveries: set[asyncio.Task] = set()  # "serves again" watches of restarted processes
         self.stopping = asyncio.Event()
         self.crash_looping = asyncio.Event()
         self.crash_report = ""
@@ -87,8 +88,8 @@ class Supervisor:
             )
             return 1
         finally:
-            for watcher in watchers:
-                watcher.cancel()
+            for task in [*watchers, *self.recoveries]:
+                task.cancel()
             await self._drain()
 
     def _on_signal(self) -> None:
@@ -171,15 +172,48 @@ class Supervisor:
                 self.crash_looping.set()
                 return
             process.say(f"exited with {reason}; restarting in {backoff:.0f} s (restart {process.restarts})")
+            before = await self._instances(process)
             await asyncio.sleep(backoff)  # the backoff itself, not a synchronisation
             if self.stopping.is_set():
                 return
             await process.start()
             self._write_state()
+            if self.ready:
+                watch = asyncio.create_task(self._announce_recovery(process, before))
+                self.recoveries.add(watch)
+                watch.add_done_callback(self.recoveries.discard)
             backoff = min(backoff * 2, BACKOFF_MAX_S)
+
+    async def _instances(self, process: ManagedProcess) -> set[str]:
+        """The discovery keys of a worker's component (empty for other processes)."""
+        if process.plan.kind != "worker" or process.plan.role is None:
+            return set()
+        prefix = probes.instances_prefix(self.plan.namespace, component_for(process.plan.role))
+        return set(await probes.etcd_keys(self.plan.etcd_endpoints[0], prefix))
+
+    async def _announce_recovery(self, process: ManagedProcess, before: set[str]) -> None:
+        """Say when a restarted process serves again: a worker once it registers an instance that was
+        not there before the crash (the dead one's key lingers until its lease lapses), any other
+        process once its port answers."""
+        restarted = time.monotonic()
+
+        async def serving() -> bool:
+            if process.plan.kind == "worker":
+                return bool(await self._instances(process) - before)
+            use = process.plan.ports[0]
+            return await probes.tcp_open(LOOPBACK if use.host in ("0.0.0.0", "::") else use.host, use.port)
+
+        try:
+            await probes.wait_until(serving, self.plan.ready_timeout_s, f"{process.name} serving again")
+        except probes.NotReady:
+            process.say(f"not serving {self.plan.ready_timeout_s:.0f} s after its restart; see {process.log_path}")
+            return
+        process.say(f"serves again, {time.monotonic() - restarted:.1f} s after its restart")
 
     async def _drain(self) -> None:
         """Gateway and frontend first (they finish in-flight streams), then workers, then NATS and etcd."""
+        for process in self.processes:
+            process.draining = True  # what they print while stopping (lost peers, closed streams) is expected
         for kinds in (("gateway",), ("frontend",), ("worker",), ("nats",), ("etcd",)):
             group = [p for p in self.processes if p.plan.kind in kinds]
             await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))

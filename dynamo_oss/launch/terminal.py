@@ -1,0 +1,29 @@
+"""Which child log lines reach the terminal: warnings, errors and anything unrecognised.
+
+Every line goes to the process's log file; the terminal gets what an operator acts on. Routine
+lines (INFO, DEBUG and TRACE of Dynamo's Rust and Python logs, NATS's [INF] banner, the gateway's
+INFO), the warnings printed on every healthy start, and what processes print while the launcher
+stops them stay in the files. `dynamo serve --verbose` echoes everything.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ROUTINE_LEVEL = re.compile(
+    r"^\S+Z\s+(INFO|DEBUG|TRACE)\s"  # Dynamo (Rust tracing and Python), 2026-11-22T23:29:14.540970Z  INFO ...
+    r"|\[(INF|DBG|TRC)\]"  # nats-server
+    r"|^\S+ \S+ (INFO|DEBUG) "  # the gateway's logging: 2026-11-22 23:29:14,540 INFO name: ...
+)
+# Warnings printed on every healthy start: Dynamo 1.6's for a worker's attention-DP ranks joining the
+# KV router and for a text-only model that multimodal routing cannot read; etcd's for its default
+# auth token, which a loopback-only etcd does not use.
+_ROUTINE_WARNINGS = re.compile(
+    r"WARN dynamo_kv_router::sequences::multi_worker: Adding worker|WARN mm_routing: "
+    r'|"msg":"simple token is not cryptographically signed"'
+)
+
+
+def for_terminal(line: str) -> bool:
+    """True when an operator watching the terminal should see `line`."""
+    return not (_ROUTINE_LEVEL.search(line) or _ROUTINE_WARNINGS.search(line))

@@ -1,0 +1,58 @@
+"""The launcher's small decisions, in-process: which log lines reach the terminal, where runs live."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from dynamo_oss.launch.run_dirs import new_run_dir, runs_root
+from dynamo_oss.launch.terminal import for_terminal
+
+
+@pytest.mark.parametrize(
+    ("line", "shown"),
+    [
+        ("2026-11-22T23:29:14.540970Z  INFO dynamo_llm::http::service: request served", False),
+        ("2026-11-22T23:29:14.540970Z DEBUG dynamo_runtime: lease renewed", False),
+        ("[16361] 2026/11/22 23:29:10.152179 [INF] Starting JetStream", False),
+        ("2026-11-22 23:29:14,540 INFO dynamo_oss.gateway: listening", False),
+        ("2026-11-22T23:29:14.541008Z  WARN dynamo_kv_router::sequences::multi_worker: Adding worker WorkerWithDpRank", False),
+        ("2026-11-22T23:29:16.378029Z  WARN mm_routing: /models/x is not supported for MM-aware KV routing", False),
+        ("2026-11-22T23:29:14.540970Z  WARN dynamo_llm::discovery: worker lease lost", True),
+        ("2026-11-22T23:29:14.540970Z ERROR dynamo_llm::engine: stream failed", True),
+        ("[16361] 2026/11/22 23:29:10.152179 [ERR] JetStream store failed", True),
+        ("Traceback (most recent call last):", True),
+        ("[dynamo-oss] exited with status 1; restarting in 1 s (restart 1)", True),
+    ],
+)
+def test_the_terminal_gets_warnings_errors_and_the_unknown(line: str, shown: bool) -> None:
+    assert for_terminal(line) is shown
+
+
+def _finish(run: Path, stopped: bool, pid: int) -> None:
+    state = {"graph": "g", "endpoint": "http://x/v1", "supervisor_pid": pid, "ready": True, "stopped": stopped,
+             "pools": [], "processes": []}  # fmt: skip
+    (run / "state.json").write_text(json.dumps(state))
+
+
+def test_runs_are_kept_in_the_cache_and_the_oldest_finished_ones_pruned(tmp_path: Path) -> None:
+    first = new_run_dir("graph", cache_root=tmp_path, keep=2)
+    assert first.parent == runs_root(tmp_path) and first.name.startswith("graph-") and first.is_dir()
+    _finish(first, stopped=True, pid=os.getpid())
+    live = new_run_dir("graph", cache_root=tmp_path, keep=2)
+    _finish(live, stopped=False, pid=os.getpid())  # this process is its supervisor: alive
+    os.utime(first, (1, 1))
+    os.utime(live, (2, 2))
+    third = new_run_dir("graph", cache_root=tmp_path, keep=2)
+    assert not (first / "state.json").exists()  # finished, oldest: pruned (its name may be reused)
+    assert (live / "state.json").exists() and third != live  # a live run is never touched
+    assert sorted(runs_root(tmp_path).iterdir()) == sorted({live, third})
+
+
+def test_etcds_auth_token_warning_is_routine() -> None:
+    line = '{"level":"warn","ts":"2026-11-23T00:21:30.407Z","msg":"simple token is not cryptographically signed"}'
+    assert not for_terminal(line)
+    assert for_terminal('{"level":"warn","msg":"slow fdatasync"}')
