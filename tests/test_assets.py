@@ -32,8 +32,8 @@ from dynamo_oss.assets import ENCODINGS_ENV, chat_template, model_folder, tiktok
 from dynamo_oss.assets import folder as folder_module
 from dynamo_oss.assets.cache import build_once
 from dynamo_oss.assets.encodings import O200K_FILE, O200K_PATTERN
-from dynamo_oss.conformance.reference import reference_prompt
 from dynamo_oss.catalog.models import GPT_OSS_20B, GPT_OSS_120B, ModelShape
+from dynamo_oss.conformance.reference import reference_prompt
 
 # ---------------------------------------------------------------- fixtures
 

@@ -16,8 +16,8 @@ import pytest
 from conftest import free_ports, run_dynamo, shipped_graph_on_free_ports, start_serving, wait_for, wait_ready
 
 from dynamo_oss.assets import ENCODINGS_ENV, model_folder, tiktoken_encodings_dir
-from dynamo_oss.conformance.cases import CASES
 from dynamo_oss.catalog.models import GPT_OSS_120B
+from dynamo_oss.conformance.cases import CASES
 
 MODEL = "openai/gpt-oss-120b"
 

@@ -123,3 +123,43 @@ def test_a_replayed_recording_is_cut_at_max_tokens(max_tokens: int | None, expec
         return out
 
     assert asyncio.run(collect()) == expected
+
+
+REF_SCHEMA = {
+    "type": "object",
+    "$defs": {"Place": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+    "properties": {"p": {"$ref": "#/$defs/Place"}, "q": {"$ref": "#/$defs/Missing"}},
+    "required": ["p"],
+}
+NESTED_TOOL = {"type": "function", "function": {"name": "plan_trip", "parameters": {
+    "type": "object",
+    "properties": {
+        "loc": {"type": "object", "description": "where", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                "required": ["city"]},
+        "days": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
+        "mode": {"type": "string", "enum": ["car", "train"]},
+    },
+    "required": ["loc", "days"],
+}}}  # fmt: skip
+
+
+def test_refs_resolve_against_the_schema_they_came_in() -> None:
+    jsonschema.validate(instance_of(REF_SCHEMA, random.Random(1)), REF_SCHEMA)
+
+
+def test_auto_tool_calls_fill_nested_objects_and_arrays_from_the_prompt() -> None:
+    import jinja2
+
+    from dynamo_oss.assets import chat_template
+    from dynamo_oss.engines.harmony.tool_args import arguments_for, tool_request
+
+    env = jinja2.Environment()
+    env.globals["strftime_now"] = lambda fmt: "2026-11-23"
+    prompt = env.from_string(chat_template()).render(
+        messages=[{"role": "user", "content": "plan"}], tools=[NESTED_TOOL], add_generation_prompt=True
+    )
+    request = tool_request(prompt, None)
+    assert request is not None and request.choice == "auto" and [t.name for t in request.tools] == ["plan_trip"]
+    arguments = arguments_for(request.tools[0], random.Random(3))
+    jsonschema.validate(arguments, NESTED_TOOL["function"]["parameters"])
+    assert arguments["loc"]["city"] and arguments["days"]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.models import GPT_OSS_20B, GPT_OSS_120B
 from dynamo_oss.perf.costs import CostModel, Factors, attention_spans, kv_handoff_ms
-from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 
 B200, H200 = HARDWARE["b200"], HARDWARE["h200"]

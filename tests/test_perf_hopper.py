@@ -8,6 +8,7 @@ import json
 import pytest
 
 from benchmarks.gpu.hopper_factors import HANDOFF, KERNELS, derive
+from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.models import GPT_OSS_120B
 from dynamo_oss.perf.costs import (
     HOPPER_MEASURED_PATH,
@@ -19,7 +20,6 @@ from dynamo_oss.perf.costs import (
     hopper_measured,
     kv_handoff_ms,
 )
-from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 from dynamo_oss.perf.profiles import kv_transfer_bandwidth_gbps
 

@@ -75,6 +75,8 @@ def test_a_prefill_on_one_rank_stalls_decode_on_the_other(pool: PoolLayout, key:
 
 
 def test_a_step_lasts_as_long_as_the_slowest_rank_not_the_sum(tmp_path: Path) -> None:
+    """Independent ranks would pass this too; with the test above it tells lockstep-by-maximum from
+    a lockstep that adds the ranks' work."""
     pool = PoolLayout(tp=2, attention_dp=True, max_num_tokens=8192)
     (tmp_path / "one").mkdir()
     (tmp_path / "two").mkdir()

@@ -13,7 +13,6 @@ from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 from dynamo_oss.perf.profiles import (
     kv_transfer_bytes_per_token,
     simulated_timing,
-    write_mocker_profile,
 )
 from dynamo_oss.perf.replay import check_step_times
 
@@ -28,7 +27,7 @@ AGG = Layout(hardware="h200", pools={"agg": PoolLayout(tp=2)})
 @pytest.mark.parametrize("role", ["agg", "prefill", "decode"])
 def test_profile_has_the_mockers_arrays(tmp_path, role):
     layout = AGG if role == "agg" else DISAGG
-    path = write_mocker_profile(tmp_path / "p.npz", layout, role, prompt_tokens=8192)
+    path = simulated_timing(layout, role, tmp_path / "p.npz", prompt_tokens=8192).profile.write()
     with np.load(path) as data:
         for axis in ("prefill_isl", "decode_active_kv_tokens", "decode_context_length"):
             assert data[axis].dtype == np.float64 and np.all(np.diff(data[axis]) > 0)

@@ -267,8 +267,11 @@ def test_second_graph_on_the_same_ports_is_refused_before_starting(disagg: Serve
 
 
 def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
-    profiles = sorted(path.name for path in (disagg.run_dir / "profiles").iterdir())
-    assert profiles == ["decode.npz", "prefill.npz"]
+    plan = json.loads(run_dynamo("check", str(disagg.graph), "--engine", "mocker", "--run-dir", str(disagg.run_dir),
+                                 "--json").stdout)  # fmt: skip
+    planned = {Path(file["path"]) for file in plan["files"]}
+    assert {path.name for path in planned} == {"prefill.npz", "decode.npz", "conformance-responses.jsonl"}
+    assert all(path.is_file() for path in planned)
 
 
 def test_status_reads_the_running_graph(disagg: ServedGraph) -> None:

@@ -27,11 +27,11 @@ from pathlib import Path
 import matplotlib
 import numpy as np
 
-from dynamo_oss.perf.costs import Factors, fitted_factors
 from dynamo_oss.catalog.hardware import HARDWARE
-from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
-from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
+from dynamo_oss.perf.costs import Factors, fitted_factors
 from dynamo_oss.perf.graphs import layout_from_file
+from dynamo_oss.perf.layout import Layout, Precision, Workload
+from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.search import LayoutPoint, SearchResult, search, sweep
 
 matplotlib.use("Agg")

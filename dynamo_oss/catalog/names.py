@@ -7,11 +7,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-PoolRole = Literal["prefill", "decode", "agg"]
-POOL_ROLES: tuple[PoolRole, ...] = ("prefill", "decode", "agg")  # also the start and GPU placement order
+PoolRole = Literal["prefill", "decode", "agg"]  # in start and GPU placement order
 
 EngineName = Literal["trtllm", "mocker"]
-ENGINE_NAMES: tuple[EngineName, ...] = ("trtllm", "mocker")
 
 RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
 

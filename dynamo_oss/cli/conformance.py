@@ -40,6 +40,8 @@ def conformance(args: argparse.Namespace) -> int:
     from dynamo_oss.conformance.runner import format_table, run_suite
 
     if args.write_mocker_responses:
+        if not args.write_mocker_responses.parent.is_dir():
+            raise UserError(f"--write-mocker-responses: folder not found: {args.write_mocker_responses.parent}")
         print(f"wrote {write_replay_trace(args.write_mocker_responses)}")
         return 0
     if not args.url:

@@ -59,9 +59,9 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] preparing {args.graph} (model folder, host plan)", flush=True)
-    trace = args.mocker_responses.resolve() if args.mocker_responses else None
-    deployment, plan = prepare(args.graph, run_dir=run_dir, engine_override=args.engine, mocker_responses=trace)
-    _refuse_replay_without_mocker(plan, trace)
+    deployment, plan = prepare(
+        args.graph, run_dir=run_dir, engine_override=args.engine, mocker_responses=args.mocker_responses
+    )
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_ports_taken(plan)
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -69,15 +69,6 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] serving {plan.graph}; logs and state in {run_dir}", flush=True)
     supervisor = Supervisor(plan, verbose=args.verbose)
     return asyncio.run(supervisor.run(ready_timeout_s=args.ready_timeout or plan.ready_timeout_s))
-
-
-def _refuse_replay_without_mocker(plan: HostPlan, trace: Path | None) -> None:
-    if trace is None:
-        return
-    if not trace.is_file():
-        raise UserError(f"--mocker-responses: file not found: {trace}")
-    if not any(p.engine == "mocker" for p in plan.workers()):
-        raise UserError("--mocker-responses: no pool runs the mocker; add --engine mocker to replay recorded responses")
 
 
 def _refuse_unavailable_engines(deployment: Deployment, plan: HostPlan, graph: Path) -> None:

@@ -12,8 +12,8 @@ from pydantic import BaseModel
 
 from dynamo_oss.conformance import outcome as outcomes
 from dynamo_oss.conformance.cases import CASES, Case, Inconclusive
-from dynamo_oss.conformance.replay import replay_annotation
 from dynamo_oss.conformance.reference import reference_prompt
+from dynamo_oss.conformance.replay import replay_annotation
 
 
 class CaseResult(BaseModel):

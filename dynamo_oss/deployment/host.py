@@ -20,7 +20,7 @@ from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import SimulatedTiming, WorkerContext, WorkerFile, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, FrontendSection
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
 LOOPBACK = "127.0.0.1"
@@ -102,7 +102,7 @@ def plan_host(
         "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
     }
-    frontend_processes = _frontend_processes(spec.frontend, deployment.namespace, shared_env, model_folder)
+    frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
     workers, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
     problems += _port_clashes(processes)
@@ -125,14 +125,14 @@ def plan_host(
     )
 
 
-def _frontend_processes(
-    frontend: FrontendSection, namespace: str, shared_env: dict[str, str], model_folder: Path
-) -> list[ProcessPlan]:
-    """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`."""
-    dynamo_host, dynamo_port = frontend.host, frontend.port
+def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], model_folder: Path) -> list[ProcessPlan]:
+    """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`: what they do
+    comes from the deployment's frontend component, where they listen from the graph's frontend section."""
+    frontend, listen = deployment.frontend, deployment.spec.frontend
+    dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
     if frontend.gateway:
-        dynamo_host, dynamo_port = LOOPBACK, frontend.dynamo_port or frontend.port + 1
+        dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port or listen.port + 1
         dynamo_field = "frontend.dynamo_port"
     processes = [
         ProcessPlan(
@@ -144,7 +144,7 @@ def _frontend_processes(
                 "--http-port", str(dynamo_port),
                 "--router-mode", frontend.router,
                 "--migration-limit", str(frontend.migration_limit),
-                "--namespace", namespace,
+                "--namespace", deployment.namespace,
             ],  # fmt: skip
             env=shared_env,
             ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
@@ -157,13 +157,13 @@ def _frontend_processes(
                 kind="gateway",
                 argv=[
                     sys.executable, "-m", "dynamo_oss.gateway",
-                    "--host", frontend.host,
-                    "--port", str(frontend.port),
+                    "--host", listen.host,
+                    "--port", str(listen.port),
                     "--upstream", f"http://{LOOPBACK}:{dynamo_port}",
                     "--model-folder", str(model_folder),
                 ],  # fmt: skip
                 env={},
-                ports=[PortUse(field="frontend.port", host=frontend.host, port=frontend.port)],
+                ports=[PortUse(field="frontend.port", host=listen.host, port=listen.port)],
             )
         )
     return processes
@@ -182,7 +182,7 @@ def _worker_processes(
     next_gpu = 0
     for pool in deployment.pools:
         engine = engine_for(pool.engine)
-        first_port = dict(deployment.spec.pools.items())[pool.role].system_port or DEFAULT_SYSTEM_PORT[pool.role]
+        first_port = getattr(deployment.spec.pools, pool.role).system_port or DEFAULT_SYSTEM_PORT[pool.role]
         context = WorkerContext(
             role=pool.role,
             served_name=model.served_name,

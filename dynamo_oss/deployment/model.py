@@ -86,16 +86,9 @@ class Deployment(Frozen):
     def namespace(self) -> str:
         return self.name
 
-    def pool(self, role: PoolRole) -> Pool:
-        return next(pool for pool in self.pools if pool.role == role)
-
     @property
     def engines(self) -> set[EngineName]:
         return {pool.engine for pool in self.pools}
-
-    def gpus_needed(self, engine: EngineName | None = None) -> int:
-        """GPUs the pools take at start, of one engine or of all."""
-        return sum(p.workers * p.gpus_per_worker for p in self.pools if engine in (None, p.engine))
 
 
 def build_deployment(graph: Graph, *, engine_override: EngineName | None = None) -> Deployment:

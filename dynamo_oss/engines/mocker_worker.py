@@ -31,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -44,6 +45,7 @@ from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
 from dynamo_oss.engines.harmony.answers import Completion, completion_for
 
 CORE_NAMESPACE_PREFIX = "mocker-core-"
+ENGINE_START_TIMEOUT_S = 120.0
 REPLAY_ANNOTATION = "output_replay_id:"  # the engine replays a recorded response: leave it alone
 
 log = logging.getLogger(__name__)
@@ -101,9 +103,14 @@ async def _start(runtime: Any, public: str, engine_config: Any, worker: _Pending
     engine = asyncio.ensure_future(_stock_run_input(runtime, "dyn://" + core, engine_config))
 
     client = await runtime.endpoint(core).client()
-    await client.wait_for_instances()
     endpoint = runtime.endpoint(public)
     instance_id = endpoint.connection_id()
+    # Every worker of a pool serves its engine under the same core endpoint: wait for this one's own.
+    deadline = time.monotonic() + ENGINE_START_TIMEOUT_S
+    while instance_id not in client.instance_ids():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the mocker engine at {core} did not register within {ENGINE_START_TIMEOUT_S:.0f} s")
+        await asyncio.sleep(0.1)  # polling the client's view of discovery, with the deadline above
     context_length = runtime_config.context_length or None
 
     replayable = _replay_keys(entry)
@@ -198,7 +205,9 @@ async def _within_max_tokens(stream: AsyncIterator[Any], request: Mapping[str, A
     sent = 0
     async for item in stream:
         chunk = item.data() if hasattr(item, "data") else item
-        ids = (chunk or {}).get("token_ids") or []
+        if chunk is None:
+            continue
+        ids = chunk.get("token_ids") or []
         if budget is None or sent + len(ids) <= budget:
             sent += len(ids)
             yield chunk

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
+from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.conformance.replay import replay_trace
 from dynamo_oss.deployment.host import HostPlan, plan_host
@@ -35,6 +36,8 @@ def prepare(
     cache on first use: it belongs to the model, not to a run.
     """
     deployment = build_deployment(load_graph(graph_file), engine_override=engine_override)
+    if mocker_responses is not None:
+        mocker_responses = _replay_trace(mocker_responses, deployment)
     model = deployment.model
     folder = model_folder(model.shape) if model.shape else model.checkout
     assert folder is not None, "the schema requires a path for a model it does not know"
@@ -58,6 +61,16 @@ def prepare(
     if suite:
         plan.files.append(suite)
     return deployment, plan
+
+
+def _replay_trace(trace: Path, deployment: Deployment) -> Path:
+    """--mocker-responses, resolved: a file that exists, for a graph with a mocker pool."""
+    trace = trace.resolve()
+    if not trace.is_file():
+        raise UserError(f"--mocker-responses: file not found: {trace}")
+    if "mocker" not in deployment.engines:
+        raise UserError("--mocker-responses: no pool runs the mocker; add --engine mocker to replay recorded responses")
+    return trace
 
 
 def write_plan_files(plan: HostPlan) -> None:

@@ -164,6 +164,7 @@ class Supervisor:
                 backoff = BACKOFF_FIRST_S
             reason = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
             process.restarts += 1
+            self._write_state()  # dynamo status shows it down during the backoff
             if not self.ready and process.restarts >= STARTUP_CRASH_LIMIT:
                 self.crash_report = (
                     f"{process.name} exited {process.restarts} times before the graph was ready "

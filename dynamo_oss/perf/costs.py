@@ -25,8 +25,8 @@ import numpy as np
 from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field
 
-from dynamo_oss.catalog.models import ModelShape
 from dynamo_oss.catalog.hardware import ComputeDtype, Hardware
+from dynamo_oss.catalog.models import ModelShape
 from dynamo_oss.perf.layout import Engine, Layout, PoolLayout, Precision, Role
 
 BYTES_PER_ELEMENT = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8}  # MXFP4: 4 bits + an 8-bit scale per 32

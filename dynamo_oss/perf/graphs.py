@@ -34,6 +34,12 @@ def layout_from_deployment(deployment: Deployment) -> Layout:
     pools: dict[str, PoolLayout] = {}
     for pool in deployment.pools:
         shape = pool.shape
+        if shape.pipeline_parallel > 1:
+            raise GraphError(
+                str(deployment.source),
+                [Problem(path=f"pools.{pool.role}.engine_args", message=f"pipeline_parallel_size "
+                         f"{shape.pipeline_parallel}: the performance model times tensor and expert parallelism only")],
+            )
         fields: dict[str, Any] = {"workers": pool.workers, "tp": shape.tensor_parallel, "attention_dp": shape.attention_dp}
         if shape.expert_parallel not in (None, shape.tensor_parallel):
             fields["ep"] = shape.expert_parallel

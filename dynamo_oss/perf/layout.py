@@ -16,8 +16,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from dynamo_oss.catalog.models import BUILTIN_MODELS, BuiltinModelName, ModelShape
 from dynamo_oss.catalog.hardware import HARDWARE, Hardware, HardwareName
+from dynamo_oss.catalog.models import BUILTIN_MODELS, BuiltinModelName, ModelShape
 
 Role = Literal["agg", "prefill", "decode"]
 Mode = Literal["agg", "disagg"]

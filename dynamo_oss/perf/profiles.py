@@ -30,7 +30,6 @@ import numpy as np
 
 from dynamo_oss.engines import SimulatedTiming, WorkerFile
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
-
 from dynamo_oss.perf.costs import (
     BYTES_PER_ELEMENT,
     CostModel,
@@ -112,19 +111,6 @@ def simulated_timing(
         kv_transfer_gbps=kv_transfer_bandwidth_gbps(layout, factors) if handoff else None,
         kv_bytes_per_token=kv_transfer_bytes_per_token(layout, prompt_tokens) if handoff else None,
     )
-
-
-def write_mocker_profile(
-    path: str | Path,
-    layout: Layout,
-    role: Role,
-    *,
-    prompt_tokens: int | None = None,
-    factors: Factors | None = None,
-) -> Path:
-    """Write the timing profile of `layout`'s `role` pool and return its path."""
-    timing = simulated_timing(layout, role, path, prompt_tokens=prompt_tokens, factors=factors)
-    return timing.profile.write()
 
 
 def kv_transfer_bytes_per_token(layout: Layout, prompt_tokens: int | None = None) -> int:

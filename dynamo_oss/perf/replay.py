@@ -14,10 +14,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from dynamo_oss.engines.mocker import replay_engine_args
 from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Workload
 from dynamo_oss.perf.metrics import RequestRecord, ServingPoint, serving_point
-from dynamo_oss.engines.mocker import replay_engine_args
 from dynamo_oss.perf.profiles import simulated_timing
 
 os.environ.setdefault("DYN_LOG", "warn")  # the replay logs every profile load at info

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 import numpy as np
 from pydantic import BaseModel
 
+from dynamo_oss.catalog.hardware import HARDWARE, HardwareName
 from dynamo_oss.catalog.models import BuiltinModelName
 from dynamo_oss.perf.costs import (
     CostModel,
@@ -22,7 +23,6 @@ from dynamo_oss.perf.costs import (
     fitted_factors,
     kv_handoff_ms,
 )
-from dynamo_oss.catalog.hardware import HARDWARE, HardwareName
 from dynamo_oss.perf.layout import (
     PREFILL_MAX_NUM_TOKENS,
     Engine,

@@ -94,7 +94,7 @@ def completion_for(request: dict[str, Any], context_length: int | None = None) -
     body = _body(rng, tools) if chat else _plain_text_body(rng)
 
     reasoning = rng.randint(*token_range(REASONING_TOKENS_ENV, REASONING_TOKENS))
-    natural = len(_assemble(rng_copy(rng), reasoning, body))
+    natural = len(_assemble(_rng_copy(rng), reasoning, body))
     if stop.get("ignore_eos"):
         length = max_tokens if max_tokens is not None else natural
     else:
@@ -109,7 +109,7 @@ def completion_for(request: dict[str, Any], context_length: int | None = None) -
     return Completion(tokens=tokens)
 
 
-def rng_copy(rng: random.Random) -> random.Random:
+def _rng_copy(rng: random.Random) -> random.Random:
     copy = random.Random()
     copy.setstate(rng.getstate())
     return copy

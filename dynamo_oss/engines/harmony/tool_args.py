@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 ToolChoice = Literal["none", "auto", "required", "named"]
+TsFields = dict[str, tuple["str | TsFields", bool]]  # a TypeScript object type as the template renders it
 
 _NAMESPACE_BLOCK = re.compile(r"namespace functions \{\n(.*?)\n\} // namespace functions", re.S)
 _TOOL = re.compile(r"^type ([A-Za-z0-9_.\-]+) = \((.*?)\) => any;$", re.S | re.M)
-_FIELD = re.compile(r"^([A-Za-z0-9_]+)(\??): (.+?),$")
+_FIELD = re.compile(r"^([A-Za-z0-9_]+)(\??): (.+?),?$")
 _WORDS = ["alpha", "blue", "city", "delta", "green", "harbor", "river", "summit", "valley", "north"]
 
 
@@ -27,7 +28,7 @@ _WORDS = ["alpha", "blue", "city", "delta", "green", "harbor", "river", "summit"
 class Tool:
     name: str
     schema: dict[str, Any] | None = None  # JSON schema of the arguments, when Dynamo sent one
-    fields: dict[str, tuple[str, bool]] = field(default_factory=dict)  # prompt: name -> (TS type, required)
+    fields: TsFields = field(default_factory=dict)  # from the prompt: name -> (TS type or nested fields, required)
 
 
 @dataclass
@@ -59,23 +60,27 @@ def arguments_for(tool: Tool, rng: random.Random) -> Any:
     """Arguments for a call: an instance of the tool's JSON schema, else of its prompt fields."""
     if tool.schema is not None:
         return instance_of(tool.schema, rng)
-    return {name: _ts_value(ts_type, rng) for name, (ts_type, required) in tool.fields.items() if required}
+    return _ts_object(tool.fields, rng)
 
 
-def instance_of(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> Any:
-    """A small value valid against a JSON schema: required properties, first enum value, bounds kept."""
+def instance_of(schema: dict[str, Any], rng: random.Random, depth: int = 0, root: dict[str, Any] | None = None) -> Any:
+    """A small value valid against a JSON schema: required properties, first enum value, bounds kept;
+    `$ref`s resolve against the schema they came in (`root`)."""
+    root = root if root is not None else schema
+    if isinstance(schema.get("$ref"), str) and depth <= 8:
+        return instance_of(_resolve(schema["$ref"], root), rng, depth + 1, root)
     if "const" in schema:
         return schema["const"]
     if "enum" in schema:
         return schema["enum"][0]
     for key in ("anyOf", "oneOf"):
         if schema.get(key):
-            return instance_of(schema[key][0], rng, depth)
+            return instance_of(schema[key][0], rng, depth, root)
     if schema.get("allOf"):
         merged: dict[str, Any] = {}
         for part in schema["allOf"]:
             merged.update(part)
-        return instance_of(merged, rng, depth)
+        return instance_of(merged, rng, depth, root)
     kind = schema.get("type", "object" if "properties" in schema else "string")
     if isinstance(kind, list):
         kind = next((k for k in kind if k != "null"), "null")
@@ -84,11 +89,11 @@ def instance_of(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> A
         required = schema.get("required", [])
         if depth > 4:
             return {}
-        return {name: instance_of(properties.get(name, {}), rng, depth + 1) for name in required}
+        return {name: instance_of(properties.get(name, {}), rng, depth + 1, root) for name in required}
     if kind == "array":
         count = max(schema.get("minItems", 1), 0)
         count = min(count, schema.get("maxItems", count))
-        return [instance_of(schema.get("items", {}), rng, depth + 1) for _ in range(count)]
+        return [instance_of(schema.get("items", {}), rng, depth + 1, root) for _ in range(count)]
     if kind == "integer":
         return int(_in_bounds(schema, rng.randint(1, 10)))
     if kind == "number":
@@ -101,6 +106,14 @@ def instance_of(schema: dict[str, Any], rng: random.Random, depth: int = 0) -> A
     minimum, maximum = schema.get("minLength", 0), schema.get("maxLength")
     word = word.ljust(minimum, "x")
     return word[:maximum] if maximum is not None else word
+
+
+def _resolve(ref: str, root: dict[str, Any]) -> dict[str, Any]:
+    """A local JSON pointer (`#/$defs/Place`) within the root schema; an unknown one is any value."""
+    node: Any = root
+    for part in ref.removeprefix("#/").split("/") if ref.startswith("#/") else [None]:
+        node = node.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(node, dict) and part else None
+    return node if isinstance(node, dict) else {}
 
 
 def _in_bounds(schema: dict[str, Any], value: float) -> float:
@@ -117,22 +130,32 @@ def _prompt_tools(prompt_text: str) -> list[Tool]:
     blocks = _NAMESPACE_BLOCK.findall(prompt_text)
     if not blocks:
         return []
-    return [Tool(name=name, fields=_top_level_fields(params)) for name, params in _TOOL.findall(blocks[-1])]
+    return [Tool(name=name, fields=_ts_fields(params.splitlines()[1:], 0)[0]) for name, params in _TOOL.findall(blocks[-1])]
 
 
-def _top_level_fields(params: str) -> dict[str, tuple[str, bool]]:
-    """`_: {\\nname?: type,\\n...}` -> {name: (type, required)}; nested objects count as one field."""
-    fields: dict[str, tuple[str, bool]] = {}
-    depth = 0
-    for line in params.splitlines():
-        stripped = line.strip()
-        if depth == 1 and (match := _FIELD.match(stripped)):
-            fields[match.group(1)] = (match.group(3), match.group(2) != "?")
-        elif depth == 1 and stripped.endswith("{") and ":" in stripped:
-            name = stripped.split(":")[0]
-            fields[name.rstrip("?")] = ("{}", not name.endswith("?"))
-        depth += stripped.count("{") - stripped.count("}")
-    return fields
+def _ts_fields(lines: list[str], start: int) -> tuple[TsFields, int]:
+    """The fields of one TypeScript object type from `start` to its closing brace, nested objects
+    parsed in turn; comment lines (the template's descriptions) are skipped."""
+    fields: TsFields = {}
+    index = start
+    while index < len(lines):
+        line = lines[index].strip()
+        index += 1
+        if line.startswith("}"):
+            break
+        match = _FIELD.match(line)
+        if not match:
+            continue
+        name, optional, ts_type = match.groups()
+        ts_type = ts_type.split("//")[0].strip()  # `loc:     // where` puts a description before the type
+        if not ts_type and index < len(lines) and lines[index].strip() == "{":
+            ts_type, index = "{", index + 1  # ... and the object's brace on the next line
+        if ts_type == "{":
+            nested, index = _ts_fields(lines, index)
+            fields[name] = (nested, optional != "?")
+        else:
+            fields[name] = (ts_type, optional != "?")
+    return fields, index
 
 
 def _tool_matching(tools: list[Tool], schema: dict[str, Any]) -> Tool:
@@ -141,17 +164,24 @@ def _tool_matching(tools: list[Tool], schema: dict[str, Any]) -> Tool:
     return next((tool for tool in tools if set(tool.fields) == wanted), tools[0])
 
 
-def _ts_value(ts_type: str, rng: random.Random) -> Any:
-    """A value for a TypeScript type as the gpt-oss template writes JSON schema types."""
+def _ts_object(fields: TsFields, rng: random.Random) -> dict[str, Any]:
+    return {name: _ts_value(ts_type, rng) for name, (ts_type, required) in fields.items() if required}
+
+
+def _ts_value(ts_type: str | TsFields, rng: random.Random) -> Any:
+    """A value of a TypeScript type as the gpt-oss template renders JSON Schema types: objects with
+    their required fields, one element for an array (minItems is not rendered), a union's first member."""
+    if isinstance(ts_type, dict):
+        return _ts_object(ts_type, rng)
     first = ts_type.split(" | ")[0].strip()
     if first.startswith('"') and first.endswith('"'):
         return first[1:-1]
     if first.endswith("[]"):
-        return []
+        return [_ts_value(first[:-2], rng)]
     if first in ("number", "integer"):
-        return rng.randint(1, 10)
+        return rng.randint(1, 10)  # an integer is a valid JSON Schema number too
     if first == "boolean":
         return True
-    if first.startswith("{"):
-        return {}
+    if first == "null":
+        return None
     return rng.choice(_WORDS)
