@@ -258,3 +258,19 @@ def test_engine_args_of_the_wrong_type_name_the_key(broken, tmp_path: Path) -> N
     err = broken(lambda g: g["pools"]["decode"].update(engine_args="engine.yaml"))
     assert "pools.decode.engine_args: engine.yaml: tensor_parallel_size:" in err
     assert "'four'" in err
+
+
+def test_external_infrastructure_starts_nothing_and_is_passed_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = write_graph(tmp_path)
+    graph = yaml.safe_load(path.read_text())
+    graph["infrastructure"] = {"etcd": {"mode": "external", "endpoints": ["http://etcd.example:2379"]},
+                               "nats": {"mode": "external", "url": "nats://nats.example:4222"}}  # fmt: skip
+    graph["frontend"]["gateway"] = False
+    path.write_text(yaml.safe_dump(graph))
+    code, out, err = dynamo(capsys, "check", str(path), "--json")
+    assert code == 0, out + err
+    plan = json.loads(out)
+    assert {p["name"] for p in plan["processes"]} == {"frontend", "prefill-0", "decode-0"}
+    worker = next(p for p in plan["processes"] if p["name"] == "decode-0")
+    assert worker["env"]["ETCD_ENDPOINTS"] == "http://etcd.example:2379"
+    assert worker["env"]["NATS_SERVER"] == "nats://nats.example:4222"

@@ -79,18 +79,15 @@ def plan_host(
     problems: list[Problem] = []
     infra: list[ProcessPlan] = []
 
-    etcd = spec.infrastructure.etcd
-    if isinstance(etcd, EmbeddedEtcd):
+    wanted = deployment.infrastructure
+    etcd_endpoints, nats_url = wanted.etcd_endpoints, wanted.nats_url or ""
+    etcd, nats = spec.infrastructure.etcd, spec.infrastructure.nats  # where embedded ones listen
+    if wanted.etcd_embedded and isinstance(etcd, EmbeddedEtcd):
         etcd_endpoints = [f"http://{LOOPBACK}:{etcd.client_port}"]
-        infra.append(_etcd_process(etcd, spec.name, run_dir, problems))
-    else:
-        etcd_endpoints = etcd.endpoints
-    nats = spec.infrastructure.nats
-    if isinstance(nats, EmbeddedNats):
+        infra.append(_etcd_process(etcd, deployment.name, run_dir, problems))
+    if wanted.nats_embedded and isinstance(nats, EmbeddedNats):
         nats_url = f"nats://{LOOPBACK}:{nats.port}"
         infra.append(_nats_process(nats, run_dir, problems))
-    else:
-        nats_url = nats.url
 
     shared_env = {
         "DYN_NAMESPACE": deployment.namespace,
@@ -131,7 +128,7 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
     frontend, listen = deployment.frontend, deployment.spec.frontend
     dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
-    if frontend.gateway:
+    if deployment.gateway:
         dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port or listen.port + 1
         dynamo_field = "frontend.dynamo_port"
     processes = [
@@ -150,7 +147,7 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
             ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
         )
     ]
-    if frontend.gateway:
+    if deployment.gateway:
         processes.append(
             ProcessPlan(
                 name="gateway",

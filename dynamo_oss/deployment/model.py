@@ -18,7 +18,7 @@ from dynamo_oss.catalog.names import EngineName, PoolRole, RouterMode, component
 from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
-from dynamo_oss.graph.schema import GraphSpec
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, GraphSpec
 
 
 class Frozen(BaseModel):
@@ -35,10 +35,25 @@ class ModelComponent(Frozen):
         return BUILTIN_MODELS.get(self.builtin or "")
 
 
+class Infrastructure(Frozen):
+    """Discovery (etcd) and the event plane (NATS): started with the graph, or already running elsewhere."""
+
+    etcd_embedded: bool
+    etcd_endpoints: list[str] = Field(default_factory=list, description="client URLs of an external etcd")
+    nats_embedded: bool
+    nats_url: str | None = Field(default=None, description="URL of an external NATS")
+
+
 class FrontendComponent(Frozen):
+    """Dynamo's OpenAI frontend and the router inside it."""
+
     router: RouterMode
     migration_limit: int
-    gateway: bool = Field(description="dynamo-oss's request gateway stands in front of Dynamo's frontend")
+
+
+class Gateway(Frozen):
+    """dynamo-oss's request gateway in front of Dynamo's frontend, which then listens on loopback:
+    bad requests get OpenAI errors there. It has no settings of its own yet."""
 
 
 class Autoscale(Frozen):
@@ -77,10 +92,15 @@ class Deployment(Frozen):
     model: ModelComponent
     hardware: HardwareName
     gpus: int = Field(description="GPUs the host or node gives the graph")
+    infrastructure: Infrastructure
     frontend: FrontendComponent
+    gateway: Gateway | None = Field(description="the request gateway, unless the graph turns it off")
     pools: list[Pool] = Field(description="in start and placement order: prefill, decode, agg")
     planner: Planner | None = None
-    spec: GraphSpec = Field(description="the graph as written: placement details only one renderer reads")
+    spec: GraphSpec = Field(
+        description="the graph as written, for placement only one renderer reads: the host's listen addresses "
+        "and ports"
+    )
 
     @property
     def namespace(self) -> str:
@@ -146,12 +166,22 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         ),
         hardware=spec.hardware.gpu,
         gpus=spec.hardware.gpus,
-        frontend=FrontendComponent(
-            router=spec.frontend.router, migration_limit=spec.frontend.migration_limit, gateway=spec.frontend.gateway
-        ),
+        infrastructure=_infrastructure(spec),
+        frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
+        gateway=Gateway() if spec.frontend.gateway else None,
         pools=pools,
         planner=planner,
         spec=spec,
+    )
+
+
+def _infrastructure(spec: GraphSpec) -> Infrastructure:
+    etcd, nats = spec.infrastructure.etcd, spec.infrastructure.nats
+    return Infrastructure(
+        etcd_embedded=isinstance(etcd, EmbeddedEtcd),
+        etcd_endpoints=[] if isinstance(etcd, EmbeddedEtcd) else etcd.endpoints,
+        nats_embedded=isinstance(nats, EmbeddedNats),
+        nats_url=None if isinstance(nats, EmbeddedNats) else nats.url,
     )
 
 
