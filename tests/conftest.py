@@ -151,11 +151,14 @@ def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
     so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone."""
     source = REPO / "graphs" / name
     graph = yaml.safe_load(source.read_text())
-    etcd_client, etcd_peer, nats, frontend, dynamo, *system = free_ports(5 + len(graph["pools"]))
+    etcd_client, etcd_peer, nats, frontend, dynamo, prometheus, launcher, *system = free_ports(7 + len(graph["pools"]))
     graph["infrastructure"] = {
         "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
         "nats": {"mode": "embedded", "port": nats},
     }
+    if "observability" in graph:
+        graph["observability"] = {"prometheus": {"mode": "embedded", "port": prometheus, "scrape_interval_s": 1},
+                                  "launcher_port": launcher}  # fmt: skip
     graph["frontend"].update(port=frontend, dynamo_port=dynamo)
     for pool, port in zip(graph["pools"].values(), system, strict=True):
         pool["system_port"] = port  # workers i of a pool take port + i: the pools here hold at most 2

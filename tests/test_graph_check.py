@@ -37,7 +37,7 @@ def test_check_prints_placement_and_command_lines(capsys: pytest.CaptureFixture[
     assert code == 0, out + err
     plan = json.loads(out)
     by_name = {p["name"]: p for p in plan["processes"]}
-    assert set(by_name) == {"etcd", "nats", "frontend", "gateway", "prefill-0", "decode-0"}
+    assert set(by_name) == {"etcd", "nats", "prometheus", "frontend", "gateway", "prefill-0", "decode-0"}
     assert by_name["prefill-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     assert by_name["decode-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
     prefill_argv = by_name["prefill-0"]["argv"]
@@ -67,10 +67,10 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
     profiles = {run_dir / "profiles" / "prefill.npz", run_dir / "profiles" / "decode.npz"}
-    assert planned == profiles | {run_dir / "conformance-responses.jsonl"}
+    assert planned == profiles | {run_dir / "conformance-responses.jsonl", run_dir / "prometheus.yml"}
     assert not run_dir.exists()  # check wrote nothing into the run folder
-    paths = [Path(arg) for p in plan["processes"] for arg in p["argv"] if arg.startswith("/")]
-    data_dirs = {run_dir / "etcd", run_dir / "nats"}  # etcd and NATS make their own stores
+    paths = [Path(arg.split("=", 1)[-1]) for p in plan["processes"] for arg in p["argv"] if "/" in arg.split("=", 1)[-1][:1]]
+    data_dirs = {run_dir / "etcd", run_dir / "nats", run_dir / "prometheus"}  # stores the services make themselves
     missing = [path for path in paths if not path.exists() and path not in planned | data_dirs]
     assert paths and not missing
     code, out, _ = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker")

@@ -63,6 +63,12 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         f"  endpoint   {plan.endpoint}  (model {plan.served_name}, namespace {plan.namespace})",
         f"  etcd       {', '.join(plan.etcd_endpoints)}",
         f"  nats       {plan.nats_url}",
+        *([f"  metrics    {plan.prometheus_url} (Prometheus)"] if plan.prometheus_url else []),
+        *(
+            [f"  launcher   http://{plan.launcher_metrics.host}:{plan.launcher_metrics.port}/metrics"]
+            if plan.launcher_metrics
+            else []
+        ),
         "  processes:",
     ]
     for process in plan.processes:

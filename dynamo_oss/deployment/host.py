@@ -12,37 +12,18 @@ import shutil
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel
 
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.model import Deployment
-from dynamo_oss.engines import SimulatedTiming, WorkerContext, WorkerFile, engine_for
+from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
+from dynamo_oss.deployment.scrape import scrape_config
+from dynamo_oss.engines import PlannedFile, SimulatedTiming, WorkerContext, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
-LOOPBACK = "127.0.0.1"
-
-
-class PortUse(BaseModel):
-    """A port a process listens on, and the graph field that chose it."""
-
-    field: str
-    host: str
-    port: int
-
-
-class ProcessPlan(BaseModel):
-    name: str
-    kind: Literal["etcd", "nats", "frontend", "worker", "gateway"]
-    role: PoolRole | None = None
-    engine: EngineName | None = None
-    argv: list[str]
-    env: dict[str, str]  # set on top of the caller's environment
-    ports: list[PortUse] = []
-    gpus: list[int] = []
 
 
 class HostPlan(BaseModel):
@@ -54,9 +35,11 @@ class HostPlan(BaseModel):
     nats_url: str
     run_dir: Path
     shared_env: dict[str, str]  # what every Dynamo process gets; ProcessPlan.env includes it
-    files: list[WorkerFile]  # written by `dynamo serve` before any process starts
+    files: list[PlannedFile]  # written by `dynamo serve` before any process starts
     processes: list[ProcessPlan]
     ready_timeout_s: float  # the slowest engine's time to register
+    prometheus_url: str | None = None  # where the graph's metrics can be queried
+    launcher_metrics: PortUse | None = None  # where the launcher serves its own /metrics
 
     def workers(self, role: PoolRole | None = None) -> list[ProcessPlan]:
         return [p for p in self.processes if p.kind == "worker" and (role is None or p.role == role)]
@@ -102,7 +85,22 @@ def plan_host(
     frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
     workers, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
-    problems += _port_clashes(processes)
+    launcher_metrics, prometheus_url = None, None
+    observability = deployment.observability
+    if observability is not None and spec.observability is not None:
+        launcher_metrics = PortUse(field="observability.launcher_port", host=LOOPBACK, port=spec.observability.launcher_port)
+        prometheus_url = observability.prometheus_url
+        wanted = spec.observability.prometheus
+        if observability.prometheus_embedded and isinstance(wanted, EmbeddedPrometheus):
+            config = PlannedFile(
+                path=run_dir / "prometheus.yml",
+                purpose="Prometheus scrape config",
+                content=scrape_config(processes, launcher_metrics, deployment.namespace, wanted.scrape_interval_s).encode(),
+            )
+            files.append(config)
+            processes.append(_prometheus_process(wanted, config.path, run_dir, problems))
+            prometheus_url = f"http://{LOOPBACK}:{wanted.port}"
+    problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [])
     if problems:
         raise GraphError(str(deployment.source), problems)
     frontend = spec.frontend
@@ -119,6 +117,8 @@ def plan_host(
         files=files,
         processes=processes,
         ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
+        prometheus_url=prometheus_url,
+        launcher_metrics=launcher_metrics,
     )
 
 
@@ -172,7 +172,7 @@ def _worker_processes(
     shared_env: dict[str, str],
     timings: dict[PoolRole, SimulatedTiming],
     mocker_responses: Path | None,
-) -> tuple[list[ProcessPlan], list[WorkerFile]]:
+) -> tuple[list[ProcessPlan], list[PlannedFile]]:
     """Every pool's workers, GPUs handed out in pool order, and the files their command lines name."""
     model = deployment.model
     processes, files = [], []
@@ -217,8 +217,8 @@ def _worker_processes(
     return processes, files
 
 
-def _port_clashes(processes: list[ProcessPlan]) -> list[Problem]:
-    uses = [use for process in processes for use in process.ports]
+def _port_clashes(processes: list[ProcessPlan], others: list[PortUse]) -> list[Problem]:
+    uses = [use for process in processes for use in process.ports] + others
     counts = Counter(use.port for use in uses)
     problems = []
     for port, count in counts.items():
@@ -274,6 +274,29 @@ def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[P
             PortUse(field="infrastructure.etcd.client_port", host=LOOPBACK, port=etcd.client_port),
             PortUse(field="infrastructure.etcd.peer_port", host=LOOPBACK, port=etcd.peer_port),
         ],
+    )
+
+
+def _prometheus_process(prometheus: EmbeddedPrometheus, config: Path, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+    binary = _embedded_binary(
+        "prometheus",
+        "observability.prometheus",
+        "install Debian's package (apt-get install --no-install-recommends prometheus)",
+        problems,
+    )
+    return ProcessPlan(
+        name="prometheus",
+        kind="prometheus",
+        argv=[
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={run_dir / 'prometheus'}",
+            f"--web.listen-address={LOOPBACK}:{prometheus.port}",
+            "--storage.tsdb.retention.time=2d",
+            "--log.level=warn",
+        ],
+        env={},
+        ports=[PortUse(field="observability.prometheus.port", host=LOOPBACK, port=prometheus.port)],
     )
 
 

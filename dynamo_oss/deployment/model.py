@@ -18,7 +18,7 @@ from dynamo_oss.catalog.names import EngineName, PoolRole, RouterMode, component
 from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, GraphSpec
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus, GraphSpec
 
 
 class Frozen(BaseModel):
@@ -54,6 +54,13 @@ class FrontendComponent(Frozen):
 class Gateway(Frozen):
     """dynamo-oss's request gateway in front of Dynamo's frontend, which then listens on loopback:
     bad requests get OpenAI errors there. It has no settings of its own yet."""
+
+
+class Observability(Frozen):
+    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself."""
+
+    prometheus_embedded: bool
+    prometheus_url: str | None = Field(default=None, description="an external Prometheus")
 
 
 class Autoscale(Frozen):
@@ -97,6 +104,7 @@ class Deployment(Frozen):
     gateway: Gateway | None = Field(description="the request gateway, unless the graph turns it off")
     pools: list[Pool] = Field(description="in start and placement order: prefill, decode, agg")
     planner: Planner | None = None
+    observability: Observability | None = None
     spec: GraphSpec = Field(
         description="the graph as written, for placement only one renderer reads: the host's listen addresses "
         "and ports"
@@ -171,6 +179,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         gateway=Gateway() if spec.frontend.gateway else None,
         pools=pools,
         planner=planner,
+        observability=_observability(spec),
         spec=spec,
     )
 
@@ -183,6 +192,14 @@ def _infrastructure(spec: GraphSpec) -> Infrastructure:
         nats_embedded=isinstance(nats, EmbeddedNats),
         nats_url=None if isinstance(nats, EmbeddedNats) else nats.url,
     )
+
+
+def _observability(spec: GraphSpec) -> Observability | None:
+    if spec.observability is None:
+        return None
+    prometheus = spec.observability.prometheus
+    embedded = isinstance(prometheus, EmbeddedPrometheus)
+    return Observability(prometheus_embedded=embedded, prometheus_url=None if embedded else prometheus.url)
 
 
 def _gpu_budget(spec: GraphSpec) -> list[Problem]:

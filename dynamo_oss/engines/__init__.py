@@ -50,8 +50,8 @@ class EngineShape(BaseModel):
         return self.tensor_parallel if self.attention_dp else 1
 
 
-class WorkerFile(BaseModel):
-    """A file a worker's command line names, written by `dynamo serve` before the worker starts."""
+class PlannedFile(BaseModel):
+    """A file a command line names (a worker's profile, Prometheus's config), written by `dynamo serve` first."""
 
     path: Path
     purpose: str
@@ -72,7 +72,7 @@ class SimulatedTiming(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    profile: WorkerFile = Field(description="step-time tables (Dynamo's dynamo_profile .npz)")
+    profile: PlannedFile = Field(description="step-time tables (Dynamo's dynamo_profile .npz)")
     imitates: Literal["trtllm", "vllm"] = Field("trtllm", description="whose scheduler the simulated worker copies")
     attention_ranks: int = Field(ge=1, description="schedulers per worker, each with its own batch and KV")
     block_size: int = Field(ge=1, description="tokens per KV block")
@@ -114,7 +114,7 @@ class Engine(Protocol):
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
         """Environment the engine needs beyond the graph-wide variables."""
 
-    def worker_files(self, ctx: WorkerContext) -> list[WorkerFile]:
+    def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         """Files the command line names that `dynamo serve` must write first."""
 
 

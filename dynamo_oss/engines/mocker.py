@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dynamo_oss.catalog.names import PoolRole
-from dynamo_oss.engines import EngineShape, SimulatedTiming, WorkerContext, WorkerFile
+from dynamo_oss.engines import EngineShape, PlannedFile, SimulatedTiming, WorkerContext
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK, read_llm_args
 
 READY_TIMEOUT_S = 120.0
@@ -54,7 +54,7 @@ class MockerEngine:
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
         return {}
 
-    def worker_files(self, ctx: WorkerContext) -> list[WorkerFile]:
+    def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         return [ctx.timing.profile] if ctx.timing else []
 
 

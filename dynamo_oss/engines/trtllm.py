@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
 from dynamo_oss.catalog.names import PoolRole
-from dynamo_oss.engines import EngineArgsError, EngineShape, WorkerContext, WorkerFile
+from dynamo_oss.engines import EngineArgsError, EngineShape, PlannedFile, WorkerContext
 
 DEFAULT_TOKENS_PER_BLOCK = 32  # TensorRT-LLM's KV block, in tokens, when kv_cache_config does not say
 READY_TIMEOUT_S = 1800.0  # loading 61 GB of weights, building CUDA graphs and warming up
@@ -140,7 +140,7 @@ class TrtllmEngine:
         # Programmatic dependent launch: used by every published gpt-oss TensorRT-LLM recipe.
         return {"TRTLLM_ENABLE_PDL": "1"}
 
-    def worker_files(self, ctx: WorkerContext) -> list[WorkerFile]:
+    def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         return []
 
 

@@ -207,6 +207,34 @@ class PoolsSection(Strict):
         return [(role, pool) for role, pool in pools if pool is not None]
 
 
+class EmbeddedPrometheus(Strict):
+    mode: Literal["embedded"] = "embedded"
+    port: Port = Field(default=9090, description="Port Prometheus serves its UI and API on (loopback).")
+    scrape_interval_s: float = Field(default=5.0, gt=0, le=300, description="Seconds between scrapes.")
+
+
+class ExternalPrometheus(Strict):
+    mode: Literal["external"] = "external"
+    url: str = Field(description="Prometheus that scrapes this graph, e.g. http://prometheus:9090.")
+
+
+class ObservabilitySection(Strict):
+    prometheus: Annotated[EmbeddedPrometheus | ExternalPrometheus, Field(discriminator="mode")] = Field(
+        default_factory=EmbeddedPrometheus,
+        description="`embedded` starts Prometheus (Debian's prometheus package) with a scrape config made from "
+        "the graph; `external` names one that scrapes the graph itself.",
+    )
+    launcher_port: Port = Field(
+        default=9091, description="Port of the launcher's own /metrics: restarts, pool sizes, readiness (loopback)."
+    )
+
+    @field_validator("prometheus", mode="before")
+    @classmethod
+    def _shorthand(cls, value: object) -> object:
+        """`prometheus: embedded` is short for `prometheus: {mode: embedded}`."""
+        return {"mode": value} if isinstance(value, str) else value
+
+
 class PlannerSection(Strict):
     ttft_ms: float = Field(gt=0, description="Time-to-first-token target the planner sizes prefill for, ms.")
     itl_ms: float = Field(gt=0, description="Inter-token latency target the planner sizes decode for, ms.")
@@ -229,6 +257,9 @@ class GraphSpec(Strict):
     pools: PoolsSection
     planner: PlannerSection | None = Field(
         default=None, description="Latency targets and GPU budget for the pools that autoscale."
+    )
+    observability: ObservabilitySection | None = Field(
+        default=None, description="Metrics: Prometheus and the launcher's own /metrics. Left out: neither."
     )
 
     @model_validator(mode="after")

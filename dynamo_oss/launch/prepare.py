@@ -15,7 +15,7 @@ from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.conformance.replay import replay_trace
 from dynamo_oss.deployment.host import HostPlan, plan_host
 from dynamo_oss.deployment.model import Deployment, build_deployment
-from dynamo_oss.engines import WorkerFile
+from dynamo_oss.engines import PlannedFile
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.perf.graphs import simulated_timings
 
@@ -45,7 +45,7 @@ def prepare(
     if mocker_responses is None and "mocker" in deployment.engines:
         # The mocker answers the conformance suite's annotated requests with the suite's recorded
         # harmony, as a model would; every other request gets a generated answer.
-        suite = WorkerFile(
+        suite = PlannedFile(
             path=run_dir / SUITE_RESPONSES,
             purpose="conformance suite's recorded answers, replayed by the mocker",
             content=replay_trace().encode(),

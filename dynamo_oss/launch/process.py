@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from dynamo_oss.deployment.host import ProcessPlan
+from dynamo_oss.deployment.processes import ProcessPlan
 from dynamo_oss.launch.terminal import for_terminal
 
 PR_SET_PDEATHSIG = 1

@@ -8,19 +8,19 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, Field, ValidationError
 
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.deployment.processes import ProcessKind
 
 STATE_FILE = "state.json"
 
 
 class ProcessState(BaseModel):
     name: str
-    kind: Literal["etcd", "nats", "frontend", "worker", "gateway"]
+    kind: ProcessKind
     role: PoolRole | None = None
     pid: int | None = Field(description="the process's pid while it runs, else None")
     restarts: int

@@ -18,8 +18,10 @@ from collections.abc import Coroutine
 from typing import Any
 
 from dynamo_oss.catalog.names import component_for
-from dynamo_oss.deployment.host import LOOPBACK, HostPlan
+from dynamo_oss.deployment.host import HostPlan
+from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.launch import probes
+from dynamo_oss.launch.metrics import LauncherMetrics
 from dynamo_oss.launch.process import ManagedProcess
 from dynamo_oss.launch.state import PoolState, ProcessState, RunState
 
@@ -28,7 +30,8 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTHY_RUN_S = 60.0  # a process that ran this long starts its backoff over
 STARTUP_CRASH_LIMIT = 3  # exits before the graph is ready that mean it never will be
-GRACE_S = {"gateway": 30.0, "frontend": 30.0, "worker": 20.0, "nats": 5.0, "etcd": 5.0}
+GRACE_S = {"gateway": 30.0, "frontend": 30.0, "worker": 20.0, "prometheus": 5.0, "nats": 5.0, "etcd": 5.0}
+INFRASTRUCTURE = ("etcd", "nats", "prometheus")  # started first, in plan order, each ready before the next
 
 
 class StartupFailed(RuntimeError):
@@ -43,6 +46,7 @@ class Supervisor:
         width = max(len(p.name) for p in plan.processes)
         self.processes = [ManagedProcess(p, log_dir, width, verbose) for p in plan.processes]
         self.recoveries: set[asyncio.Task] = set()  # "serves again" watches of restarted processes
+        self.metrics = LauncherMetrics(plan.namespace)
         self.stopping = asyncio.Event()
         self.crash_looping = asyncio.Event()
         self.crash_report = ""
@@ -59,9 +63,11 @@ class Supervisor:
         watchers: list[asyncio.Task] = []
         try:
             started = time.monotonic()
+            if self.plan.launcher_metrics is not None:
+                self.metrics.serve(self.plan.launcher_metrics)
             await self._start_infrastructure()
             for process in self.processes:
-                if process.plan.kind in ("frontend", "worker", "gateway"):
+                if process.plan.kind not in INFRASTRUCTURE:
                     await process.start()
                     self._write_state()
             watchers = [asyncio.create_task(self._keep_running(p)) for p in self.processes]
@@ -76,6 +82,8 @@ class Supervisor:
                 f"ready in {time.monotonic() - started:.1f} s: {self.plan.endpoint} serves "
                 f"{self.plan.served_name} ({sizes}). Ctrl-C stops."
             )
+            if self.plan.prometheus_url:
+                self.say(f"metrics: Prometheus at {self.plan.prometheus_url}")
             await self.stopping.wait()
             return 0
         except StartupFailed as err:
@@ -100,7 +108,7 @@ class Supervisor:
 
     async def _start_infrastructure(self) -> None:
         for process in self.processes:
-            if process.plan.kind not in ("etcd", "nats"):
+            if process.plan.kind not in INFRASTRUCTURE:
                 continue
             await process.start()
             self._write_state()
@@ -164,6 +172,7 @@ class Supervisor:
                 backoff = BACKOFF_FIRST_S
             reason = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
             process.restarts += 1
+            self.metrics.restarted(process.name, process.plan.kind)
             self._write_state()  # dynamo status shows it down during the backoff
             if not self.ready and process.restarts >= STARTUP_CRASH_LIMIT:
                 self.crash_report = (
@@ -215,7 +224,7 @@ class Supervisor:
         """Gateway and frontend first (they finish in-flight streams), then workers, then NATS and etcd."""
         for process in self.processes:
             process.draining = True  # what they print while stopping (lost peers, closed streams) is expected
-        for kinds in (("gateway",), ("frontend",), ("worker",), ("nats",), ("etcd",)):
+        for kinds in (("gateway",), ("frontend",), ("worker",), ("prometheus",), ("nats",), ("etcd",)):
             group = [p for p in self.processes if p.plan.kind in kinds]
             await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))
         self._write_state(stopped=True)
@@ -255,3 +264,6 @@ class Supervisor:
             ],
         )
         state.write(self.plan.run_dir)
+        self.metrics.ready.set(1 if self.ready else 0)
+        for pool in state.pools:
+            self.metrics.pool(pool.role, target=pool.target, live=pool.live)

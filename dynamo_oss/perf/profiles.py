@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from dynamo_oss.engines import SimulatedTiming, WorkerFile
+from dynamo_oss.engines import PlannedFile, SimulatedTiming
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
 from dynamo_oss.perf.costs import (
     BYTES_PER_ELEMENT,
@@ -101,7 +101,7 @@ def simulated_timing(
     np.savez(buffer, **{k: v.astype(np.float64) for k, v in tables.items()}, dynamo_oss=np.asarray(json.dumps(about)))
     handoff = role == "prefill"
     return SimulatedTiming(
-        profile=WorkerFile(path=Path(profile), purpose=f"mocker timing profile, {role} pool", content=buffer.getvalue()),
+        profile=PlannedFile(path=Path(profile), purpose=f"mocker timing profile, {role} pool", content=buffer.getvalue()),
         imitates=layout.engine,
         attention_ranks=pool.ranks,
         block_size=BLOCK_SIZE,

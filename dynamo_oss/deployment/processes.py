@@ -1,0 +1,31 @@
+"""One process of a host plan: its command line, environment, ports and GPUs."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel
+
+from dynamo_oss.catalog.names import EngineName, PoolRole
+
+LOOPBACK = "127.0.0.1"
+ProcessKind = Literal["etcd", "nats", "prometheus", "frontend", "worker", "gateway"]
+
+
+class PortUse(BaseModel):
+    """A port a process listens on, and the graph field that chose it."""
+
+    field: str
+    host: str
+    port: int
+
+
+class ProcessPlan(BaseModel):
+    name: str
+    kind: ProcessKind
+    role: PoolRole | None = None
+    engine: EngineName | None = None
+    argv: list[str]
+    env: dict[str, str]  # set on top of the caller's environment
+    ports: list[PortUse] = []
+    gpus: list[int] = []

@@ -1,0 +1,48 @@
+"""The launcher's own Prometheus metrics: what only the process that supervises the graph knows.
+
+Restarts by process, each pool's target, live and draining workers, scaling actions (the
+planner's, once it runs on one host), and whether the graph is ready. Served on loopback from
+a registry of its own, so nothing of the launcher's Python runtime leaks in.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+from dynamo_oss.deployment.processes import PortUse
+
+
+class LauncherMetrics:
+    def __init__(self, namespace: str) -> None:
+        self.registry = CollectorRegistry()
+        labels = {"namespace": namespace}
+        self.restarts = Counter(
+            "dynamo_oss_process_restarts", "Times the launcher restarted a process after it exited.",
+            ["namespace", "process", "kind"], registry=self.registry,
+        )  # fmt: skip
+        self.pool_workers = Gauge(
+            "dynamo_oss_pool_workers", "Workers of a pool: target (wanted), live (running), draining (stopping).",
+            ["namespace", "pool", "state"], registry=self.registry,
+        )  # fmt: skip
+        self.scaling_actions = Counter(
+            "dynamo_oss_scaling_actions", "Workers added (up) or removed (down) by a scaling decision.",
+            ["namespace", "pool", "direction"], registry=self.registry,
+        )  # fmt: skip
+        self.ready = Gauge(
+            "dynamo_oss_graph_ready", "1 once every worker registered and the model was served.",
+            ["namespace"], registry=self.registry,
+        ).labels(**labels)  # fmt: skip
+        self._namespace = namespace
+
+    def serve(self, where: PortUse) -> None:
+        """Serve /metrics on `where` from a daemon thread, for the launcher's lifetime."""
+        start_http_server(where.port, addr=where.host, registry=self.registry)
+
+    def restarted(self, process: str, kind: str) -> None:
+        self.restarts.labels(self._namespace, process, kind).inc()
+
+    def pool(self, pool: str, target: int, live: int, draining: int = 0) -> None:
+        for state, count in (("target", target), ("live", live), ("draining", draining)):
+            self.pool_workers.labels(self._namespace, pool, state).set(count)
+        for direction in ("up", "down"):
+            self.scaling_actions.labels(self._namespace, pool, direction)  # present at 0 from the start

@@ -1,0 +1,75 @@
+"""Metrics of a served graph: an embedded Prometheus scrapes every target the graph starts, and the
+launcher's own metrics say what only it knows (pool sizes, readiness, restarts)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import ServedGraph, shipped_graph_on_free_ports, start_serving, wait_for, wait_ready
+
+JOBS = {"dynamo-frontend", "dynamo-workers", "etcd", "dynamo-oss-launcher"}
+
+
+@pytest.fixture(scope="module")
+def observed(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("observed")
+    served = start_serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run")
+    try:
+        wait_ready(served)
+        yield served
+    finally:
+        served.stop()
+
+
+def prometheus(served: ServedGraph) -> str:
+    port = next(p["ports"][0] for p in served.state()["processes"] if p["name"] == "prometheus")
+    return f"http://127.0.0.1:{port}"
+
+
+def query(served: ServedGraph, promql: str) -> list[dict]:
+    response = httpx.get(f"{prometheus(served)}/api/v1/query", params={"query": promql}, timeout=10)
+    response.raise_for_status()
+    return response.json()["data"]["result"]
+
+
+def test_every_target_the_graph_starts_is_scraped_and_up(observed: ServedGraph) -> None:
+    def targets_up() -> dict[str, set[str]] | None:
+        response = httpx.get(f"{prometheus(observed)}/api/v1/targets", timeout=10).json()
+        active = response["data"]["activeTargets"]
+        by_job: dict[str, set[str]] = {}
+        for target in active:
+            by_job.setdefault(target["labels"]["job"], set()).add(target["health"])
+        return by_job if set(by_job) == JOBS and all(h == {"up"} for h in by_job.values()) else None
+
+    wait_for(targets_up, 60, "Prometheus to scrape every target of the graph")
+    workers = query(observed, 'up{job="dynamo-workers"}')
+    assert {(r["metric"]["pool"], r["metric"]["process"]) for r in workers} == {("prefill", "prefill-0"), ("decode", "decode-0")}
+
+
+def test_the_launcher_reports_pool_sizes_and_readiness(observed: ServedGraph) -> None:
+    def live_workers() -> dict[str, float] | None:
+        rows = query(observed, 'dynamo_oss_pool_workers{state="live"}')
+        return {r["metric"]["pool"]: float(r["value"][1]) for r in rows} or None
+
+    assert wait_for(live_workers, 60, "the launcher's pool sizes in Prometheus") == {"prefill": 1.0, "decode": 1.0}
+    ready = wait_for(lambda: [float(r["value"][1]) for r in query(observed, "dynamo_oss_graph_ready") if r["value"][1] == "1"],
+                     30, "the launcher's readiness in Prometheus")  # fmt: skip
+    assert ready == [1.0]
+
+
+def test_prometheus_listens_on_loopback_only(observed: ServedGraph) -> None:
+    assert prometheus(observed).startswith("http://127.0.0.1:")
+    config = (observed.run_dir / "prometheus.yml").read_text()
+    assert "127.0.0.1:" in config and "0.0.0.0" not in config  # targets are scraped over loopback
+
+
+def test_a_missing_prometheus_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dynamo_oss.graph.errors import GraphError
+    from dynamo_oss.launch.prepare import prepare
+
+    monkeypatch.setattr("dynamo_oss.deployment.host.find_binary", lambda name: None if name == "prometheus" else name)
+    with pytest.raises(GraphError) as error:
+        prepare(shipped_graph_on_free_ports("disagg.yaml", tmp_path), run_dir=tmp_path / "run", engine_override="mocker")
+    assert "observability.prometheus: prometheus is not installed: install Debian's package" in str(error.value)
