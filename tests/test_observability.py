@@ -7,20 +7,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import ServedGraph, shipped_graph_on_free_ports, start_serving, wait_for, wait_ready
+from conftest import ServedGraph, shipped_graph_on_free_ports, wait_for
 
 JOBS = {"dynamo-frontend", "dynamo-workers", "etcd", "dynamo-oss-launcher"}
-
-
-@pytest.fixture(scope="module")
-def observed(tmp_path_factory: pytest.TempPathFactory):
-    folder = tmp_path_factory.mktemp("observed")
-    served = start_serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run")
-    try:
-        wait_ready(served)
-        yield served
-    finally:
-        served.stop()
 
 
 def prometheus(served: ServedGraph) -> str:
@@ -34,9 +23,9 @@ def query(served: ServedGraph, promql: str) -> list[dict]:
     return response.json()["data"]["result"]
 
 
-def test_every_target_the_graph_starts_is_scraped_and_up(observed: ServedGraph) -> None:
+def test_every_target_the_graph_starts_is_scraped_and_up(disagg: ServedGraph) -> None:
     def targets_up() -> dict[str, set[str]] | None:
-        response = httpx.get(f"{prometheus(observed)}/api/v1/targets", timeout=10).json()
+        response = httpx.get(f"{prometheus(disagg)}/api/v1/targets", timeout=10).json()
         active = response["data"]["activeTargets"]
         by_job: dict[str, set[str]] = {}
         for target in active:
@@ -44,24 +33,24 @@ def test_every_target_the_graph_starts_is_scraped_and_up(observed: ServedGraph) 
         return by_job if set(by_job) == JOBS and all(h == {"up"} for h in by_job.values()) else None
 
     wait_for(targets_up, 60, "Prometheus to scrape every target of the graph")
-    workers = query(observed, 'up{job="dynamo-workers"}')
+    workers = query(disagg, 'up{job="dynamo-workers"}')
     assert {(r["metric"]["pool"], r["metric"]["process"]) for r in workers} == {("prefill", "prefill-0"), ("decode", "decode-0")}
 
 
-def test_the_launcher_reports_pool_sizes_and_readiness(observed: ServedGraph) -> None:
+def test_the_launcher_reports_pool_sizes_and_readiness(disagg: ServedGraph) -> None:
     def live_workers() -> dict[str, float] | None:
-        rows = query(observed, 'dynamo_oss_pool_workers{state="live"}')
+        rows = query(disagg, 'dynamo_oss_pool_workers{state="live"}')
         return {r["metric"]["pool"]: float(r["value"][1]) for r in rows} or None
 
     assert wait_for(live_workers, 60, "the launcher's pool sizes in Prometheus") == {"prefill": 1.0, "decode": 1.0}
-    ready = wait_for(lambda: [float(r["value"][1]) for r in query(observed, "dynamo_oss_graph_ready") if r["value"][1] == "1"],
+    ready = wait_for(lambda: [float(r["value"][1]) for r in query(disagg, "dynamo_oss_graph_ready") if r["value"][1] == "1"],
                      30, "the launcher's readiness in Prometheus")  # fmt: skip
     assert ready == [1.0]
 
 
-def test_prometheus_listens_on_loopback_only(observed: ServedGraph) -> None:
-    assert prometheus(observed).startswith("http://127.0.0.1:")
-    config = (observed.run_dir / "prometheus.yml").read_text()
+def test_prometheus_listens_on_loopback_only(disagg: ServedGraph) -> None:
+    assert prometheus(disagg).startswith("http://127.0.0.1:")
+    config = (disagg.run_dir / "prometheus.yml").read_text()
     assert "127.0.0.1:" in config and "0.0.0.0" not in config  # targets are scraped over loopback
 
 

@@ -20,6 +20,11 @@ Port = Annotated[int, Field(ge=1, le=65535)]
 FilePath = Annotated[Path, Field(strict=False)]  # YAML gives strings; paths are the one coercion allowed
 
 
+def _mode_shorthand(value: object) -> object:
+    """`etcd: embedded` is short for `etcd: {mode: embedded}`; likewise nats and prometheus."""
+    return {"mode": value} if isinstance(value, str) else value
+
+
 class Strict(BaseModel):
     """Base of every section: unknown keys are errors, values are not coerced across types."""
 
@@ -92,11 +97,7 @@ class InfrastructureSection(Strict):
         description="Event plane (KV events, metrics): `embedded` starts nats-server with JetStream.",
     )
 
-    @field_validator("etcd", "nats", mode="before")
-    @classmethod
-    def _shorthand(cls, value: object) -> object:
-        """`etcd: embedded` is short for `etcd: {mode: embedded}`."""
-        return {"mode": value} if isinstance(value, str) else value
+    _shorthand = field_validator("etcd", "nats", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
 
 
 class FrontendSection(Strict):
@@ -228,11 +229,7 @@ class ObservabilitySection(Strict):
         default=9091, description="Port of the launcher's own /metrics: restarts, pool sizes, readiness (loopback)."
     )
 
-    @field_validator("prometheus", mode="before")
-    @classmethod
-    def _shorthand(cls, value: object) -> object:
-        """`prometheus: embedded` is short for `prometheus: {mode: embedded}`."""
-        return {"mode": value} if isinstance(value, str) else value
+    _shorthand = field_validator("prometheus", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
 
 
 class PlannerSection(Strict):
