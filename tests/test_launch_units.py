@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamo_oss.launch.run_dirs import new_run_dir, runs_root
+from dynamo_oss.launch.run_dirs import new_run_dir, newest_run_dir, runs_root
 from dynamo_oss.launch.terminal import for_terminal
 
 
@@ -56,3 +56,14 @@ def test_etcds_auth_token_warning_is_routine() -> None:
     line = '{"level":"warn","ts":"2026-11-23T00:21:30.407Z","msg":"simple token is not cryptographically signed"}'
     assert not for_terminal(line)
     assert for_terminal('{"level":"warn","msg":"slow fdatasync"}')
+
+
+def test_status_finds_the_newest_run(tmp_path: Path) -> None:
+    from dynamo_oss.catalog.errors import UserError
+
+    with pytest.raises(UserError, match="no run folder"):
+        newest_run_dir(tmp_path)
+    older = new_run_dir("a", cache_root=tmp_path)
+    newer = new_run_dir("b", cache_root=tmp_path)
+    os.utime(older, (1, 1))
+    assert newest_run_dir(tmp_path) == newer

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
 
 
@@ -12,16 +13,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
         help="show a served graph's pools and processes",
-        description="Read RUN_DIR/state.json, which `dynamo serve --run-dir RUN_DIR` keeps current, and "
+        description="Read RUN_DIR/state.json, which `dynamo serve` keeps current in its run folder, and "
         "print each pool's target and live workers and each process's pid, restarts and ports.",
     )
-    parser.add_argument("run_dir", type=Path, metavar="RUN_DIR", help="the --run-dir the graph was served with")
+    parser.add_argument(
+        "run_dir",
+        type=Path,
+        nargs="?",
+        metavar="RUN_DIR",
+        help="the run folder `dynamo serve` printed (default: the newest under ~/.cache/dynamo-oss/runs)",
+    )
     parser.add_argument("--json", action="store_true", help="print the state as one JSON object")
     parser.set_defaults(handler=status)
 
 
 def status(args: argparse.Namespace) -> int:
-    state = RunState.read(args.run_dir)
+    state = RunState.read(args.run_dir or newest_run_dir())
     if args.json:
         print(state.model_dump_json(indent=2))
         return 0

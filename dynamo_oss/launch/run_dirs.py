@@ -41,6 +41,15 @@ def new_run_dir(graph: str, cache_root: Path | None = None, keep: int = KEEP_RUN
     raise UserError(f"{root}: cannot make a run folder for {graph}")
 
 
+def newest_run_dir(cache_root: Path | None = None) -> Path:
+    """The most recently started run folder; UserError when there is none."""
+    root = runs_root(cache_root)
+    runs = [run for run in root.iterdir() if run.is_dir()] if root.is_dir() else []
+    if not runs:
+        raise UserError(f"no run folder under {root}: start a graph with `dynamo serve GRAPH`, or name its folder")
+    return max(runs, key=lambda run: run.stat().st_mtime)
+
+
 def _prune(root: Path, keep: int) -> None:
     """Remove the oldest finished runs until at most `keep` runs remain; a live run is never touched."""
     runs = [run for run in root.iterdir() if run.is_dir()]

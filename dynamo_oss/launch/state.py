@@ -57,7 +57,7 @@ class RunState(BaseModel):
         try:
             return cls.model_validate_json(path.read_text())
         except FileNotFoundError:
-            raise UserError(f"{path}: not found; is {run_dir} the --run-dir of a `dynamo serve`?") from None
+            raise UserError(f"{path}: not found; is {run_dir} a run folder `dynamo serve` printed?") from None
         except ValidationError as err:
             raise UserError(f"{path}: not a dynamo-oss state file ({err.error_count()} problem(s))") from None
 
