@@ -62,3 +62,40 @@ def test_a_missing_prometheus_says_how_to_install_it(tmp_path: Path, monkeypatch
     with pytest.raises(GraphError) as error:
         prepare(shipped_graph_on_free_ports("disagg.yaml", tmp_path), run_dir=tmp_path / "run", engine_override="mocker")
     assert "observability.prometheus: prometheus is not installed: install Debian's package" in str(error.value)
+
+
+# Panels whose queries cannot have data on this graph, and why.
+NO_DATA_HERE: dict[tuple[str, str], str] = {}
+
+
+def test_every_dashboard_query_returns_data_under_load(disagg: ServedGraph) -> None:
+    import openai
+
+    from dynamo_oss.observe.dashboards import queries, render
+
+    client = openai.OpenAI(base_url=disagg.endpoint, api_key="-", max_retries=0, timeout=60)
+    for _ in range(4):
+        stream = client.chat.completions.create(
+            model="openai/gpt-oss-120b", messages=[{"role": "user", "content": "Tell me about Paris."}],
+            max_tokens=48, stream=True,
+        )  # fmt: skip
+        assert list(stream)
+    values = {"$namespace": disagg.state()["graph"], "$model": "openai/gpt-oss-120b",
+              "$__rate_interval": "1m", "$__range": "10m"}  # fmt: skip
+
+    empty: list[tuple[str, str, str]] = []
+
+    def all_have_data() -> bool:
+        empty.clear()
+        for name, text in render().items():
+            for title, expr in queries(text):
+                for variable, value in values.items():
+                    expr = expr.replace(variable, value)
+                if (name.removesuffix(".json"), title) not in NO_DATA_HERE and not query(disagg, expr):
+                    empty.append((name, title, expr))
+        return not empty
+
+    try:
+        wait_for(all_have_data, 40, "every dashboard query to return data")
+    except pytest.fail.Exception:
+        pytest.fail(f"dashboard queries without data: {empty}")

@@ -38,6 +38,10 @@ class LauncherMetrics:
         """Serve /metrics on `where` from a daemon thread, for the launcher's lifetime."""
         start_http_server(where.port, addr=where.host, registry=self.registry)
 
+    def watch(self, process: str, kind: str) -> None:
+        """Export a process's restart count from the start, at 0, so a quiet graph still has the series."""
+        self.restarts.labels(self._namespace, process, kind)
+
     def restarted(self, process: str, kind: str) -> None:
         self.restarts.labels(self._namespace, process, kind).inc()
 

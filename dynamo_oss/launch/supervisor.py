@@ -47,6 +47,8 @@ class Supervisor:
         self.processes = [ManagedProcess(p, log_dir, width, verbose) for p in plan.processes]
         self.recoveries: set[asyncio.Task] = set()  # "serves again" watches of restarted processes
         self.metrics = LauncherMetrics(plan.namespace)
+        for process in self.processes:
+            self.metrics.watch(process.name, process.plan.kind)
         self.stopping = asyncio.Event()
         self.crash_looping = asyncio.Event()
         self.crash_report = ""

@@ -1,0 +1,219 @@
+"""The four dashboards of a served graph, as code: overview, disaggregation, planner, infrastructure.
+
+Metric names are the ones Dynamo 1.6's frontend and workers export (`dynamo_frontend_*`,
+`dynamo_component_*`, TensorRT-LLM's `trtllm:*`), the etcd server's, and the launcher's own
+(`dynamo_oss_*`, dynamo_oss/launch/metrics.py). `uv run dynamo dashboards` writes them to
+deploy/grafana/; a test fails when the committed files differ.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+from grafana_foundation_sdk.builders import dashboard
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef
+
+from dynamo_oss.observe.panels import GRAPH, MODEL, panel
+
+RATE = "$__rate_interval"
+WORKERS = f'job="dynamo-workers", {GRAPH}'
+# The mocker worker serves its engine under a hidden namespace too (engines/mocker_worker.py): count each
+# request once.
+PUBLIC = 'dynamo_endpoint="generate", dynamo_namespace!~"mocker_core_.*"'
+
+
+def _quantiles(metric: str, labels: str) -> list[tuple[str, str]]:
+    return [
+        (f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{labels}}}[{RATE}])))", f"p{round(q * 100)}")
+        for q in (0.5, 0.99)
+    ]
+
+
+def _variables(board: dashboard.Dashboard) -> dashboard.Dashboard:
+    datasource = DataSourceRef(type_val="prometheus", uid="${datasource}")
+    return (
+        board.with_variable(dashboard.DatasourceVariable("datasource").label("Prometheus").type("prometheus"))
+        .with_variable(
+            dashboard.QueryVariable("namespace")
+            .label("graph")
+            .description("The graph's name, which is its Dynamo namespace")
+            .query("label_values(dynamo_oss_graph_ready, namespace)")
+            .datasource(datasource)
+            .multi(True)
+        )
+        .with_variable(
+            dashboard.QueryVariable("model")
+            .label("model")
+            .query('label_values(dynamo_frontend_requests_total{namespace=~"$namespace"}, model)')
+            .datasource(datasource)
+            .multi(True)
+        )
+    )
+
+
+def _board(uid: str, title: str, description: str) -> dashboard.Dashboard:
+    return _variables(
+        dashboard.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["dynamo-oss", "gpt-oss"])
+        .refresh("10s")
+        .time("now-30m", "now")
+    )
+
+
+def overview() -> dashboard.Dashboard:
+    return (
+        _board("dynamo-oss-overview", "dynamo-oss: overview", "Requests, latency and throughput at the frontend.")
+        .with_panel(panel(
+            "Requests by status", "Requests finished per second at Dynamo's frontend, by status.", "reqps",
+            [(f"sum by (status) (rate(dynamo_frontend_requests_total{{{MODEL}}}[{RATE}]))", "{{status}}")],
+        ))
+        .with_panel(panel(
+            "Time to first token", "TTFT at the frontend, p50 and p99 of its histogram.", "s",
+            _quantiles("dynamo_frontend_time_to_first_token_seconds", MODEL), warn_at=2,
+        ))
+        .with_panel(panel(
+            "Inter-token latency", "Gaps between streamed tokens at the frontend, p50 and p99.", "s",
+            _quantiles("dynamo_frontend_inter_token_latency_seconds", MODEL), warn_at=0.1,
+        ))
+        .with_panel(panel(
+            "End-to-end latency", "Request duration at the frontend, p50 and p99.", "s",
+            _quantiles("dynamo_frontend_request_duration_seconds", MODEL),
+        ))
+        .with_panel(panel(
+            "Tokens per second per user",
+            "1 / mean inter-token gap at the frontend: a stream's speed once it started (not aiperf's "
+            "per-request mean; see dynamo_oss/perf/metrics.py).",
+            "none",
+            [(f"sum(rate(dynamo_frontend_inter_token_latency_seconds_count{{{MODEL}}}[{RATE}])) / "
+              f"sum(rate(dynamo_frontend_inter_token_latency_seconds_sum{{{MODEL}}}[{RATE}]))", "tok/s/user")],
+        ))
+        .with_panel(panel(
+            "Output tokens per second", "Output tokens the frontend streamed per second, all users.", "none",
+            [(f"sum(rate(dynamo_frontend_output_tokens_total{{{MODEL}}}[{RATE}]))", "tok/s")],
+        ))
+        .with_panel(panel(
+            "Requests in flight and queued", "Requests the frontend holds, and those waiting for a worker.", "none",
+            [(f"sum(dynamo_frontend_inflight_requests{{{MODEL}}})", "in flight"),
+             (f"sum(dynamo_frontend_queued_requests{{{MODEL}}})", "queued")],
+        ))
+    )  # fmt: skip
+
+
+def disaggregation() -> dashboard.Dashboard:
+    return (
+        _board("dynamo-oss-disaggregation", "dynamo-oss: disaggregation",
+               "Load per pool and per worker, KV cache, KV reuse and handoff.")
+        .with_panel(panel(
+            "Requests per worker", "Requests each worker started per second, by pool.", "reqps",
+            [(f"sum by (pool, process) (rate(dynamo_component_requests_total{{{WORKERS}, {PUBLIC}}}[{RATE}]))",
+              "{{pool}} {{process}}")],
+        ))
+        .with_panel(panel(
+            "KV cache usage", "Share of each worker's KV cache blocks in use.", "percentunit",
+            [(f"max by (pool, process) (trtllm:kv_cache_usage_perc{{{WORKERS}}})", "{{pool}} {{process}}")],
+            warn_at=0.9,
+        ))
+        .with_panel(panel(
+            "Running and waiting requests", "Sequences each worker runs, and those it queues (prefill queue).",
+            "none",
+            [(f"sum by (pool, process) (trtllm:num_requests_running{{{WORKERS}}})", "running {{process}}"),
+             (f"sum by (pool, process) (trtllm:num_requests_waiting{{{WORKERS}}})", "waiting {{process}}")],
+        ))
+        .with_panel(panel(
+            "KV hit rate", "Share of a prompt the KV router found cached on the worker it chose (mean).",
+            "percentunit",
+            [(f"sum(rate(dynamo_component_router_kv_hit_rate_sum{{job=\"dynamo-frontend\", {GRAPH}}}[{RATE}])) / "
+              f"sum(rate(dynamo_component_router_kv_hit_rate_count{{job=\"dynamo-frontend\", {GRAPH}}}[{RATE}]))",
+              "hit rate")],
+        ))
+        .with_panel(panel(
+            "KV handoff latency (router estimate)",
+            "The router's estimate of the prefill-to-decode KV transfer, p50 and p99; engines that report "
+            "measured handoffs add their own series.",
+            "s",
+            _quantiles("dynamo_component_router_kv_transfer_estimated_latency_seconds", f'job="dynamo-frontend", {GRAPH}'),
+        ))
+        .with_panel(panel(
+            "Router time to first token", "TTFT as the router measures it per request, p50 and p99.", "s",
+            _quantiles("dynamo_component_router_time_to_first_token_seconds", f'job="dynamo-frontend", {GRAPH}'),
+        ))
+    )  # fmt: skip
+
+
+def planner() -> dashboard.Dashboard:
+    return (
+        _board("dynamo-oss-planner", "dynamo-oss: planner", "Pool sizes against their targets, scaling, latency.")
+        .with_panel(panel(
+            "Workers per pool", "Each pool's target and live workers, from the launcher.", "none",
+            [(f'sum by (pool, state) (dynamo_oss_pool_workers{{state=~"target|live|draining", {GRAPH}}})',
+              "{{pool}} {{state}}")],
+        ))
+        .with_panel(panel(
+            "Scaling actions", "Workers added (up) and removed (down) per pool over the dashboard's range.", "none",
+            [(f"sum by (pool, direction) (increase(dynamo_oss_scaling_actions_total{{{GRAPH}}}[$__range]))",
+              "{{pool}} {{direction}}")],
+        ))
+        .with_panel(panel(
+            "TTFT p50 against its target", "Median time to first token; the red line is 2 s.", "s",
+            _quantiles("dynamo_frontend_time_to_first_token_seconds", MODEL)[:1], warn_at=2,
+        ))
+        .with_panel(panel(
+            "ITL p50 against its target", "Median inter-token gap; the red line is 50 ms.", "s",
+            _quantiles("dynamo_frontend_inter_token_latency_seconds", MODEL)[:1], warn_at=0.05,
+        ))
+    )  # fmt: skip
+
+
+def infrastructure() -> dashboard.Dashboard:
+    return (
+        _board("dynamo-oss-infrastructure", "dynamo-oss: infrastructure",
+               "etcd, scrape targets, and what the launcher did: restarts and readiness.")
+        .with_panel(panel(
+            "Scrape targets up", "1 for each target Prometheus reaches, by job.", "none",
+            [(f"sum by (job) (up{{{GRAPH}}})", "{{job}}")],
+        ))
+        .with_panel(panel(
+            "etcd has a leader", "1 while the embedded etcd has a leader: discovery works.", "none",
+            [(f'max(etcd_server_has_leader{{job="etcd", {GRAPH}}})', "leader")],
+        ))
+        .with_panel(panel(
+            "etcd proposals failed", "Failed raft proposals per second: writes etcd could not commit.", "none",
+            [(f'sum(rate(etcd_server_proposals_failed_total{{job="etcd", {GRAPH}}}[{RATE}]))', "failed")],
+            warn_at=0.01,
+        ))
+        .with_panel(panel(
+            "Process restarts", "Restarts by process over the dashboard's range, from the launcher.", "none",
+            [(f"sum by (process) (increase(dynamo_oss_process_restarts_total{{{GRAPH}}}[$__range]))", "{{process}}")],
+            warn_at=1,
+        ))
+        .with_panel(panel(
+            "Graph ready", "1 once every worker registered and the model was served.", "none",
+            [(f"max(dynamo_oss_graph_ready{{{GRAPH}}})", "ready")],
+        ))
+    )  # fmt: skip
+
+
+DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
+    "overview": overview,
+    "disaggregation": disaggregation,
+    "planner": planner,
+    "infrastructure": infrastructure,
+}
+
+
+def render() -> dict[str, str]:
+    """{file name: dashboard JSON} for deploy/grafana/."""
+    return {
+        f"{name}.json": json.dumps(build().build(), cls=JSONEncoder, indent=2, sort_keys=True) + "\n"
+        for name, build in DASHBOARDS.items()
+    }
+
+
+def queries(rendered: str) -> list[tuple[str, str]]:
+    """(panel title, PromQL) of every query in one rendered dashboard."""
+    board = json.loads(rendered)
+    return [(p["title"], t["expr"]) for p in board.get("panels", []) for t in p.get("targets", [])]
