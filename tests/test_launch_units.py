@@ -33,7 +33,7 @@ def test_the_terminal_gets_warnings_errors_and_the_unknown(line: str, shown: boo
 
 
 def _finish(run: Path, stopped: bool, pid: int) -> None:
-    state = {"graph": "g", "endpoint": "http://x/v1", "supervisor_pid": pid, "ready": True, "stopped": stopped,
+    state = {"graph": "g", "endpoint": "http://x/v1", "served_name": "m", "supervisor_pid": pid, "ready": True, "stopped": stopped,
              "pools": [], "processes": []}  # fmt: skip
     (run / "state.json").write_text(json.dumps(state))
 

@@ -99,3 +99,13 @@ def test_every_dashboard_query_returns_data_under_load(disagg: ServedGraph) -> N
         wait_for(all_have_data, 40, "every dashboard query to return data")
     except pytest.fail.Exception:
         pytest.fail(f"dashboard queries without data: {empty}")
+
+
+def test_a_snapshot_draws_a_dashboard_from_prometheus(disagg: ServedGraph, tmp_path: Path) -> None:
+    from conftest import run_dynamo
+
+    result = run_dynamo("dashboard", "snapshot", str(disagg.run_dir), "--out", str(tmp_path), "--minutes", "2",
+                        "--only", "overview", timeout_s=120)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    png = tmp_path / "overview.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000

@@ -39,6 +39,8 @@ class PoolState(BaseModel):
 class RunState(BaseModel):
     graph: str
     endpoint: str
+    served_name: str = Field(description="the model clients ask for")
+    prometheus_url: str | None = Field(default=None, description="the Prometheus that scrapes the graph")
     supervisor_pid: int
     ready: bool = Field(description="every worker registered and the model served, at least once")
     stopped: bool = Field(default=False, description="the supervisor has stopped every process")

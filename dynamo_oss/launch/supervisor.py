@@ -239,6 +239,8 @@ class Supervisor:
         state = RunState(
             graph=self.plan.graph,
             endpoint=self.plan.endpoint,
+            served_name=self.plan.served_name,
+            prometheus_url=self.plan.prometheus_url,
             supervisor_pid=os.getpid(),
             ready=self.ready,
             stopped=stopped,

@@ -2,7 +2,7 @@
 
 Metric names are the ones Dynamo 1.6's frontend and workers export (`dynamo_frontend_*`,
 `dynamo_component_*`, TensorRT-LLM's `trtllm:*`), the etcd server's, and the launcher's own
-(`dynamo_oss_*`, dynamo_oss/launch/metrics.py). `uv run dynamo dashboards` writes them to
+(`dynamo_oss_*`, dynamo_oss/launch/metrics.py). `uv run dynamo dashboard write` writes them to
 deploy/grafana/; a test fails when the committed files differ.
 """
 

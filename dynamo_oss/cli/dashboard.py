@@ -1,0 +1,74 @@
+"""`dynamo dashboard write|snapshot`: the Grafana dashboards (dynamo_oss/observe) as JSON, or as PNGs."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.launch.run_dirs import newest_run_dir
+from dynamo_oss.launch.state import RunState
+from dynamo_oss.observe.dashboards import DASHBOARDS, render
+from dynamo_oss.observe.snapshot import snapshot
+
+DEFAULT_OUT = Path("deploy/grafana/dashboards")
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("dashboard", help="write the Grafana dashboards, or draw them without Grafana")
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    write = actions.add_parser(
+        "write",
+        help="write the dashboards as JSON",
+        description="Render the overview, disaggregation, planner and infrastructure dashboards from code "
+        f"into OUT (default {DEFAULT_OUT}), where Grafana's provisioning (deploy/grafana/provisioning) "
+        "loads them. --check exits 1 when the files there differ from the code.",
+    )
+    write.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the JSON files")
+    write.add_argument("--check", action="store_true", help="compare instead of writing")
+    write.set_defaults(handler=write_dashboards)
+    draw = actions.add_parser(
+        "snapshot",
+        help="draw each dashboard's panels from Prometheus into PNGs",
+        description="Run every panel's queries over the last MINUTES against the Prometheus of a served "
+        "graph and draw each dashboard as one PNG in OUT, for a look where no Grafana runs.",
+    )
+    draw.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
+                      help="the served graph's run folder (default: the newest)")  # fmt: skip
+    draw.add_argument("--out", type=Path, default=Path("dashboard-snapshots"), help="folder for the PNGs")
+    draw.add_argument("--minutes", type=float, default=15, help="time range drawn")
+    draw.add_argument("--only", choices=sorted(DASHBOARDS), action="append", help="draw only these dashboards")
+    draw.set_defaults(handler=snapshot_dashboards)
+
+
+def write_dashboards(args: argparse.Namespace) -> int:
+    rendered = render()
+    if args.check:
+        stale = [name for name, text in rendered.items() if _read(args.out / name) != text]
+        for name in stale:
+            print(f"{args.out / name}: out of date; run `uv run dynamo dashboard write --out {args.out}`")
+        return 1 if stale else 0
+    if not args.out.parent.is_dir():
+        raise UserError(f"--out: folder not found: {args.out.parent}")
+    args.out.mkdir(exist_ok=True)
+    for name, text in rendered.items():
+        (args.out / name).write_text(text)
+        print(f"wrote {args.out / name}")
+    return 0
+
+
+def snapshot_dashboards(args: argparse.Namespace) -> int:
+    state = RunState.read(args.run_dir or newest_run_dir())
+    if not state.prometheus_url:
+        raise UserError(f"graph {state.graph} runs no Prometheus: give it an observability section")
+    for name, text in render().items():
+        if args.only and name.removesuffix(".json") not in args.only:
+            continue
+        out = args.out / f"{name.removesuffix('.json')}.png"
+        snapshot(text, state.prometheus_url, state.graph, state.served_name, out, minutes=args.minutes)
+        print(f"wrote {out}")
+    return 0
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text() if path.is_file() else None
