@@ -125,14 +125,14 @@ def alive(pid: int) -> bool:
 
 def write_graph(folder: Path, **sections: object) -> Path:
     """A small disaggregated mocker graph on free ports, with `sections` replacing top-level keys."""
-    etcd_client, etcd_peer, nats, frontend, dynamo, prefill, decode = free_ports(7)
+    etcd_client, etcd_peer, nats, nats_monitoring, frontend, dynamo, prefill, decode = free_ports(8)
     graph = {
         "name": "test-graph",
         "model": "gpt-oss-20b",
         "hardware": {"gpu": "h200", "gpus": 2},
         "infrastructure": {
             "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
-            "nats": {"mode": "embedded", "port": nats},
+            "nats": {"mode": "embedded", "port": nats, "monitoring_port": nats_monitoring},
         },
         "frontend": {"port": frontend, "dynamo_port": dynamo},
         "pools": {
@@ -151,10 +151,12 @@ def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
     so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone."""
     source = REPO / "graphs" / name
     graph = yaml.safe_load(source.read_text())
-    etcd_client, etcd_peer, nats, frontend, dynamo, prometheus, launcher, *system = free_ports(7 + len(graph["pools"]))
+    etcd_client, etcd_peer, nats, monitoring, frontend, dynamo, prometheus, launcher, *system = free_ports(
+        8 + len(graph["pools"])
+    )
     graph["infrastructure"] = {
         "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
-        "nats": {"mode": "embedded", "port": nats},
+        "nats": {"mode": "embedded", "port": nats, "monitoring_port": monitoring},
     }
     if "observability" in graph:
         graph["observability"] = {"prometheus": {"mode": "embedded", "port": prometheus, "scrape_interval_s": 1},

@@ -331,7 +331,7 @@ def test_stop_leaves_no_process_and_no_listening_port(own_graph: ServedGraph) ->
     processes = own_graph.state()["processes"]
     pids = [p["pid"] for p in processes]
     ports = [port for p in processes for port in p["ports"]]
-    assert all(pids) and len(ports) == 7
+    assert all(pids) and len(ports) == 8
 
     assert own_graph.stop() == 0
     assert "stopped: every process has exited" in own_graph.output.read_text()

@@ -40,6 +40,7 @@ class HostPlan(BaseModel):
     ready_timeout_s: float  # the slowest engine's time to register
     prometheus_url: str | None = None  # where the graph's metrics can be queried
     launcher_metrics: PortUse | None = None  # where the launcher serves its own /metrics
+    nats_monitoring: str | None = None  # an embedded nats-server's monitoring URL, which the launcher exports
 
     def workers(self, role: PoolRole | None = None) -> list[ProcessPlan]:
         return [p for p in self.processes if p.kind == "worker" and (role is None or p.role == role)]
@@ -119,6 +120,7 @@ def plan_host(
         ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
         prometheus_url=prometheus_url,
         launcher_metrics=launcher_metrics,
+        nats_monitoring=f"http://{LOOPBACK}:{nats.monitoring_port}" if isinstance(nats, EmbeddedNats) else None,
     )
 
 
@@ -308,7 +310,11 @@ def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) ->
         name="nats",
         kind="nats",
         # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
-        argv=[binary, "-a", LOOPBACK, "-p", str(nats.port), "-js", "-sd", str(run_dir / "nats")],
+        argv=[binary, "-a", LOOPBACK, "-p", str(nats.port), "-m", str(nats.monitoring_port),
+              "-js", "-sd", str(run_dir / "nats")],  # fmt: skip
         env={},
-        ports=[PortUse(field="infrastructure.nats.port", host=LOOPBACK, port=nats.port)],
+        ports=[
+            PortUse(field="infrastructure.nats.port", host=LOOPBACK, port=nats.port),
+            PortUse(field="infrastructure.nats.monitoring_port", host=LOOPBACK, port=nats.monitoring_port),
+        ],
     )

@@ -80,6 +80,10 @@ class ExternalEtcd(Strict):
 class EmbeddedNats(Strict):
     mode: Literal["embedded"] = "embedded"
     port: Port = Field(default=4222, description="Port nats-server listens on (loopback).")
+    monitoring_port: Port = Field(
+        default=8222,
+        description="Port of nats-server's monitoring endpoint (loopback); the launcher turns it into metrics.",
+    )
 
 
 class ExternalNats(Strict):

@@ -66,6 +66,8 @@ class Supervisor:
         try:
             started = time.monotonic()
             if self.plan.launcher_metrics is not None:
+                if self.plan.nats_monitoring is not None:
+                    self.metrics.watch_nats(self.plan.nats_monitoring)
                 self.metrics.serve(self.plan.launcher_metrics)
             await self._start_infrastructure()
             for process in self.processes:

@@ -31,6 +31,13 @@ def _quantiles(metric: str, labels: str) -> list[tuple[str, str]]:
     ]
 
 
+def _share_within(metric: str, bound: str) -> str:
+    """The share of a histogram's observations at most `bound` (one of its bucket bounds)."""
+    return (
+        f'sum(rate({metric}_bucket{{le="{bound}", {MODEL}}}[{RATE}])) / sum(rate({metric}_count{{{MODEL}}}[{RATE}]))'
+    )
+
+
 def _variables(board: dashboard.Dashboard) -> dashboard.Dashboard:
     datasource = DataSourceRef(type_val="prometheus", uid="${datasource}")
     return (
@@ -165,6 +172,14 @@ def planner() -> dashboard.Dashboard:
             "ITL p50 against its target", "Median inter-token gap; the red line is 50 ms.", "s",
             _quantiles("dynamo_frontend_inter_token_latency_seconds", MODEL)[:1], warn_at=0.05,
         ))
+        .with_panel(panel(
+            "Share within the targets",
+            "Requests whose TTFT was at most 2.2 s, and inter-token gaps of at most 64 ms: the bounds of "
+            "Dynamo 1.6's histogram buckets nearest a 2 s TTFT and a 50 ms ITL target.",
+            "percentunit",
+            [(_share_within("dynamo_frontend_time_to_first_token_seconds", "2.2"), "TTFT <= 2.2 s"),
+             (_share_within("dynamo_frontend_inter_token_latency_seconds", "0.064"), "ITL <= 64 ms")],
+        ))
     )  # fmt: skip
 
 
@@ -184,6 +199,16 @@ def infrastructure() -> dashboard.Dashboard:
             "etcd proposals failed", "Failed raft proposals per second: writes etcd could not commit.", "none",
             [(f'sum(rate(etcd_server_proposals_failed_total{{job="etcd", {GRAPH}}}[{RATE}]))', "failed")],
             warn_at=0.01,
+        ))
+        .with_panel(panel(
+            "NATS up and connections", "1 while nats-server answers (from the launcher), and its client connections.",
+            "none",
+            [(f"max(dynamo_oss_nats_up{{{GRAPH}}})", "up"), (f"max(dynamo_oss_nats_connections{{{GRAPH}}})", "connections")],
+        ))
+        .with_panel(panel(
+            "NATS messages", "Messages nats-server received and delivered per second (KV events, metrics).", "none",
+            [(f"sum(rate(dynamo_oss_nats_in_msgs_total{{{GRAPH}}}[{RATE}]))", "in"),
+             (f"sum(rate(dynamo_oss_nats_out_msgs_total{{{GRAPH}}}[{RATE}]))", "out")],
         ))
         .with_panel(panel(
             "Process restarts", "Restarts by process over the dashboard's range, from the launcher.", "none",
