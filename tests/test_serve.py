@@ -263,6 +263,7 @@ def test_second_graph_on_the_same_ports_is_refused_before_starting(disagg: Serve
     frontend_port = next(p["ports"][0] for p in disagg.state()["processes"] if p["name"] == "gateway")
     assert f"frontend.port: 127.0.0.1:{frontend_port} is taken" in result.stderr
     assert "infrastructure.etcd.client_port" in result.stderr
+    assert "observability.launcher_port" in result.stderr  # the launcher's own metrics port counts too
     assert not (tmp_path / "run" / "logs").exists()  # nothing was started
 
 

@@ -83,7 +83,8 @@ def _refuse_unavailable_engines(deployment: Deployment, plan: HostPlan, graph: P
 
 
 def _refuse_ports_taken(plan: HostPlan) -> None:
-    taken = [use for p in plan.processes for use in p.ports if port_in_use(use.host, use.port)]
+    uses = [use for p in plan.processes for use in p.ports] + ([plan.launcher_metrics] if plan.launcher_metrics else [])
+    taken = [use for use in uses if port_in_use(use.host, use.port)]
     if not taken:
         return
     lines = [f"{plan.graph}: {len(taken)} port(s) already in use on this host, nothing was started:"]

@@ -86,21 +86,7 @@ def plan_host(
     frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
     workers, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
-    launcher_metrics, prometheus_url = None, None
-    observability = deployment.observability
-    if observability is not None and spec.observability is not None:
-        launcher_metrics = PortUse(field="observability.launcher_port", host=LOOPBACK, port=spec.observability.launcher_port)
-        prometheus_url = observability.prometheus_url
-        wanted = spec.observability.prometheus
-        if observability.prometheus_embedded and isinstance(wanted, EmbeddedPrometheus):
-            config = PlannedFile(
-                path=run_dir / "prometheus.yml",
-                purpose="Prometheus scrape config",
-                content=scrape_config(processes, launcher_metrics, deployment.namespace, wanted.scrape_interval_s).encode(),
-            )
-            files.append(config)
-            processes.append(_prometheus_process(wanted, config.path, run_dir, problems))
-            prometheus_url = f"http://{LOOPBACK}:{wanted.port}"
+    launcher_metrics, prometheus_url = _observe(deployment, processes, files, run_dir, problems)
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [])
     if problems:
         raise GraphError(str(deployment.source), problems)
@@ -122,6 +108,32 @@ def plan_host(
         launcher_metrics=launcher_metrics,
         nats_monitoring=f"http://{LOOPBACK}:{nats.monitoring_port}" if isinstance(nats, EmbeddedNats) else None,
     )
+
+
+def _observe(
+    deployment: Deployment,
+    processes: list[ProcessPlan],
+    files: list[PlannedFile],
+    run_dir: Path,
+    problems: list[Problem],
+) -> tuple[PortUse | None, str | None]:
+    """The launcher's metrics port and the graph's Prometheus URL; an embedded Prometheus joins
+    `processes`, its scrape config (of the processes so far) joins `files`."""
+    section = deployment.spec.observability
+    if deployment.observability is None or section is None:
+        return None, None
+    launcher = PortUse(field="observability.launcher_port", host=LOOPBACK, port=section.launcher_port)
+    prometheus = section.prometheus  # where an embedded one listens
+    if not (deployment.observability.prometheus_embedded and isinstance(prometheus, EmbeddedPrometheus)):
+        return launcher, deployment.observability.prometheus_url
+    config = PlannedFile(
+        path=run_dir / "prometheus.yml",
+        purpose="Prometheus scrape config",
+        content=scrape_config(processes, launcher, deployment.namespace, prometheus.scrape_interval_s).encode(),
+    )
+    files.append(config)
+    processes.append(_prometheus_process(prometheus, config.path, run_dir, problems))
+    return launcher, f"http://{LOOPBACK}:{prometheus.port}"
 
 
 def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], model_folder: Path) -> list[ProcessPlan]:
