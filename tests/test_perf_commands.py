@@ -8,6 +8,7 @@ import json
 import pytest
 
 from dynamo_oss.cli import main as dynamo
+from dynamo_oss.cli import arguments
 from dynamo_oss.cli import perf as commands
 from dynamo_oss.perf.graphs import graph_files, layout_from_file
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
@@ -74,7 +75,7 @@ def test_plan_says_when_nothing_meets_the_targets(capsys):
 @pytest.mark.parametrize("bad", ["0,4", "a,b"])
 def test_concurrency_list_is_validated(bad):
     with pytest.raises(argparse.ArgumentTypeError):
-        commands._concurrencies(bad)
+        arguments.concurrencies(bad)
 
 
 def test_simulate_of_a_model_it_has_no_shape_for_is_a_user_error(capsys, tmp_path):

@@ -32,6 +32,7 @@ from dynamo_oss.perf.costs import Factors, fitted_factors
 from dynamo_oss.perf.graphs import layout_from_file
 from dynamo_oss.perf.layout import Layout, Precision, Workload
 from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
+from dynamo_oss.perf.pareto import interactivity_ratios, ratio_summary
 from dynamo_oss.perf.search import LayoutPoint, SearchResult, search, sweep
 
 matplotlib.use("Agg")
@@ -64,35 +65,8 @@ SPEEDS: dict[str, Callable[[ServingPoint], float]] = {
 
 
 def ratios(agg: list[LayoutPoint], disagg: list[LayoutPoint], speed: Callable[[ServingPoint], float]) -> np.ndarray:
-    """Disaggregated over aggregated `speed` at equal tok/s/GPU, over the range both fronts
-    reach, each interpolated log-linearly between replayed concurrencies: rows (tok/s/GPU, ratio)."""
-    curves = [np.array([(p.serving.tok_s_gpu, speed(p.serving)) for p in reversed(f)]) for f in (agg, disagg)]
-    if any(len(c) < 2 for c in curves):
-        return np.empty((0, 2))
-    low, high = max(c[0, 0] for c in curves), min(c[-1, 0] for c in curves)
-    if high <= low:
-        return np.empty((0, 2))
-    x = np.geomspace(low, high, 32)
-    at = [np.exp(np.interp(np.log(x), np.log(c[:, 0]), np.log(c[:, 1]))) for c in curves]
-    return np.column_stack([x, at[1] / at[0]])
-
-
-def ratio_summary(r: np.ndarray) -> dict[str, float | None]:
-    """The ratio at 50% and 90% of the highest tok/s/GPU both fronts reach, and its maximum."""
-    if not len(r):
-        return {"at_50pct": None, "at_90pct": None, "max": None, "max_at_tok_s_gpu": None}
-
-    def at(fraction: float) -> float | None:
-        x = fraction * r[-1, 0]
-        return round(float(np.interp(x, r[:, 0], r[:, 1])), 2) if x >= r[0, 0] else None
-
-    best = int(np.argmax(r[:, 1]))
-    return {
-        "at_50pct": at(0.5),
-        "at_90pct": at(0.9),
-        "max": round(float(r[best, 1]), 2),
-        "max_at_tok_s_gpu": round(float(r[best, 0])),
-    }
+    """Disaggregated over aggregated `speed` at equal tok/s/GPU: rows (tok/s/GPU, ratio)."""
+    return interactivity_ratios([p.serving for p in agg], [p.serving for p in disagg], speed)
 
 
 def summarise(result: SearchResult, limit: float | None, p99_limit: float | None = None) -> dict[str, object]:

@@ -6,6 +6,7 @@ import argparse
 import shlex
 from pathlib import Path
 
+from dynamo_oss.cli.arguments import positive_float
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
@@ -31,6 +32,14 @@ def add_graph_arguments(parser: argparse.ArgumentParser, run_dir_help: str) -> N
         'nvext {"annotations": ["output_replay_id:ID"]} (rows: request_id, output_length, output_token_ids); '
         "default: the conformance suite's recordings. Other requests get a generated harmony answer",
     )
+    parser.add_argument(
+        "--mocker-time-scale",
+        type=positive_float,
+        default=1.0,
+        metavar="F",
+        help="run mocker workers F times slower than the modelled hardware (steps and KV handoff alike), so "
+        "a small machine keeps up with a fast model; divide measured latencies by F (default: 1)",
+    )
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -52,6 +61,7 @@ def check(args: argparse.Namespace) -> int:
         run_dir=args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER,
         engine_override=args.engine,
         mocker_responses=args.mocker_responses,
+        mocker_time_scale=args.mocker_time_scale,
     )
     print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
     return 0

@@ -22,6 +22,7 @@ from dynamo_oss.perf.layout import (
     Precision,
     Workload,
 )
+from dynamo_oss.cli.arguments import concurrencies, positive_int
 from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.replay import check_step_times, simulate
 from dynamo_oss.perf.search import LayoutPoint, search
@@ -29,32 +30,12 @@ from dynamo_oss.perf.search import LayoutPoint, search
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 
 
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'Got "{text}". It must be a whole number.') from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f'Got "{text}". It must be at least 1.')
-    return value
-
-
-def _concurrencies(text: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f'Got "{text}". It must be a comma-separated list of integers.') from None
-    if not values or min(values) < 1:
-        raise argparse.ArgumentTypeError(f'Got "{text}". Each concurrency must be at least 1.')
-    return values
-
-
 def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", choices=sorted(BUILTIN_MODELS), default="gpt-oss-120b")
     parser.add_argument("--hardware", choices=sorted(HARDWARE), default="b200")
     parser.add_argument("--kv-cache", choices=["bf16", "fp8"], default="fp8", help="KV cache precision")
-    parser.add_argument("--isl", type=_positive, required=True, help="input tokens per request")
-    parser.add_argument("--osl", type=_positive, required=True, help="output tokens per request")
+    parser.add_argument("--isl", type=positive_int, required=True, help="input tokens per request")
+    parser.add_argument("--osl", type=positive_int, required=True, help="output tokens per request")
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
 
@@ -70,17 +51,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     simulate_parser.add_argument("--mode", choices=["agg", "disagg"], default="agg")
     simulate_parser.add_argument("--engine", choices=["trtllm", "vllm"], default="trtllm")
     for prefix, label in (("", "aggregated"), ("prefill-", "prefill"), ("decode-", "decode")):
-        simulate_parser.add_argument(f"--{prefix}tp", type=_positive, default=1, help=f"GPUs per {label} worker")
+        simulate_parser.add_argument(f"--{prefix}tp", type=positive_int, default=1, help=f"GPUs per {label} worker")
         simulate_parser.add_argument(
-            f"--{prefix}ep", type=_positive, help=f"MoE expert parallelism of {label} workers (default: tp)"
+            f"--{prefix}ep", type=positive_int, help=f"MoE expert parallelism of {label} workers (default: tp)"
         )
         simulate_parser.add_argument(
             f"--{prefix}attention-dp", action="store_true", help=f"attention data-parallel {label} workers"
         )
-        simulate_parser.add_argument(f"--{prefix}workers", type=_positive, help=f"{label} workers")
-    simulate_parser.add_argument("--gpus", type=_positive, help="aggregated GPUs in all (workers = gpus / tp)")
-    simulate_parser.add_argument("--concurrency", type=_concurrencies, default=_concurrencies(DEFAULT_CONCURRENCY))
-    simulate_parser.add_argument("--requests", type=_positive, help="requests per concurrency (default 10 x concurrency)")
+        simulate_parser.add_argument(f"--{prefix}workers", type=positive_int, help=f"{label} workers")
+    simulate_parser.add_argument("--gpus", type=positive_int, help="aggregated GPUs in all (workers = gpus / tp)")
+    simulate_parser.add_argument("--concurrency", type=concurrencies, default=concurrencies(DEFAULT_CONCURRENCY))
+    simulate_parser.add_argument("--requests", type=positive_int, help="requests per concurrency (default 10 x concurrency)")
     simulate_parser.set_defaults(handler=run_simulate)
 
     plan_parser = subparsers.add_parser(
@@ -91,15 +72,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "tok/s/user against tok/s/GPU within the targets, best tok/s/GPU first, with graph files.",
     )
     _add_model_args(plan_parser)
-    plan_parser.add_argument("--gpus", type=_positive, required=True)
+    plan_parser.add_argument("--gpus", type=positive_int, required=True)
     plan_parser.add_argument("--ttft-ms", type=float, help="median TTFT target")
     plan_parser.add_argument("--itl-ms", type=float, help="median ITL target")
-    plan_parser.add_argument("--concurrency", type=_concurrencies, default=_concurrencies(DEFAULT_CONCURRENCY + ",512"))
-    plan_parser.add_argument("--keep", type=_positive, default=4, help="most layouts replayed per mode")
+    plan_parser.add_argument("--concurrency", type=concurrencies, default=concurrencies(DEFAULT_CONCURRENCY + ",512"))
+    plan_parser.add_argument("--keep", type=positive_int, default=4, help="most layouts replayed per mode")
     plan_parser.add_argument(
-        "--requests", type=_positive, help="requests per replayed concurrency (default 10 x concurrency, at least 40)"
+        "--requests", type=positive_int, help="requests per replayed concurrency (default 10 x concurrency, at least 40)"
     )
-    plan_parser.add_argument("--top", type=_positive, default=5, help="points printed")
+    plan_parser.add_argument("--top", type=positive_int, default=5, help="points printed")
     plan_parser.add_argument("--out", type=Path, help="write the graph files of the printed layouts into this folder")
     plan_parser.set_defaults(handler=run_plan)
 

@@ -60,7 +60,11 @@ def serve(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] preparing {args.graph} (model folder, host plan)", flush=True)
     deployment, plan = prepare(
-        args.graph, run_dir=run_dir, engine_override=args.engine, mocker_responses=args.mocker_responses
+        args.graph,
+        run_dir=run_dir,
+        engine_override=args.engine,
+        mocker_responses=args.mocker_responses,
+        mocker_time_scale=args.mocker_time_scale,
     )
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_ports_taken(plan)

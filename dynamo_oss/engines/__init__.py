@@ -81,6 +81,12 @@ class SimulatedTiming(BaseModel):
     max_num_batched_tokens: int = Field(ge=1, description="token budget of one step")
     kv_transfer_gbps: float | None = Field(None, description="prefill-to-decode KV handoff, decimal GB/s")
     kv_bytes_per_token: int | None = Field(None, description="KV bytes handed over per prompt token")
+    time_scale: float = Field(
+        1.0,
+        gt=0,
+        description="live workers run this many times slower than modelled (steps and KV handoff alike), "
+        "so a small machine keeps up; offline replay ignores it",
+    )
 
 
 class WorkerContext(BaseModel):

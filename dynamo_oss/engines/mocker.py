@@ -96,9 +96,12 @@ def _timing_flags(timing: SimulatedTiming) -> list[str]:
         "--max-num-batched-tokens", str(timing.max_num_batched_tokens),
     ]  # fmt: skip
     if timing.kv_transfer_gbps is not None:
-        flags += ["--kv-transfer-bandwidth", str(timing.kv_transfer_gbps)]
+        # The handoff delay is bytes over bandwidth, outside the speedup ratio: scale it here.
+        flags += ["--kv-transfer-bandwidth", f"{timing.kv_transfer_gbps / timing.time_scale:g}"]
     if timing.kv_bytes_per_token is not None:
         flags += ["--kv-bytes-per-token", str(timing.kv_bytes_per_token)]
+    if timing.time_scale != 1.0:
+        flags += ["--speedup-ratio", f"{1 / timing.time_scale:g}"]
     return flags
 
 

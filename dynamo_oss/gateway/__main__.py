@@ -6,6 +6,7 @@ import argparse
 import logging
 from pathlib import Path
 
+import uvloop
 from aiohttp import web
 
 from dynamo_oss.gateway.app import Gateway
@@ -22,7 +23,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     counter = PromptCounter(args.model_folder) if args.model_folder else None
     # On SIGTERM aiohttp stops accepting, then gives requests in flight (streams) time to finish.
-    web.run_app(Gateway(args.upstream, counter).app(), host=args.host, port=args.port,
+    # uvloop (libuv's event loop) spends less CPU per streamed chunk than asyncio's own loop.
+    web.run_app(Gateway(args.upstream, counter).app(), host=args.host, port=args.port, loop=uvloop.new_event_loop(),
                 shutdown_timeout=30, access_log=None, print=None)  # fmt: skip
 
 

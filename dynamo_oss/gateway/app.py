@@ -37,7 +37,9 @@ class Gateway:
 
     async def _client(self, app: web.Application):  # noqa: ANN202 - aiohttp's cleanup context
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-        self.session = aiohttp.ClientSession(timeout=timeout, auto_decompress=False)
+        # No connection limit: aiohttp's default of 100 would cap the requests in flight upstream.
+        connector = aiohttp.TCPConnector(limit=0)
+        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
         yield
         await self.session.close()
 

@@ -29,18 +29,18 @@ def prepare(
     run_dir: Path,
     engine_override: EngineName | None = None,
     mocker_responses: Path | None = None,
+    mocker_time_scale: float = 1.0,
 ) -> tuple[Deployment, HostPlan]:
-    """Load, validate, build and place a graph; GraphError lists whatever stops it from running here.
-
-    A built-in model's offline folder (tokenizer, config, template) is made in the shared
-    cache on first use: it belongs to the model, not to a run.
-    """
+    """Load, validate, build and place a graph; GraphError lists whatever stops it from running here."""
     deployment = build_deployment(load_graph(graph_file), engine_override=engine_override)
     if mocker_responses is not None:
         mocker_responses = _replay_trace(mocker_responses, deployment)
-    model = deployment.model
-    folder = model_folder(model.shape) if model.shape else model.checkout
-    assert folder is not None, "the schema requires a path for a model it does not know"
+    timings = simulated_timings(deployment, run_dir / PROFILES_FOLDER, mocker_time_scale)
+    if mocker_time_scale != 1.0 and not timings:
+        raise UserError(
+            "--mocker-time-scale: no pool runs the mocker at a modelled speed (add --engine mocker, with a built-in model)"
+        )
+    folder = model_files(deployment)
     suite = None
     if mocker_responses is None and "mocker" in deployment.engines:
         # The mocker answers the conformance suite's annotated requests with the suite's recorded
@@ -55,12 +55,21 @@ def prepare(
         run_dir=run_dir,
         model_folder=folder,
         encodings_dir=tiktoken_encodings_dir(),
-        timings=simulated_timings(deployment, run_dir / PROFILES_FOLDER),
+        timings=timings,
         mocker_responses=suite.path if suite else mocker_responses,
     )
     if suite:
         plan.files.append(suite)
     return deployment, plan
+
+
+def model_files(deployment: Deployment) -> Path:
+    """The folder with the model's tokenizer, config and chat template: a built-in model's offline
+    folder (made in the shared cache on first use), else the graph's checkout."""
+    model = deployment.model
+    folder = model_folder(model.shape) if model.shape else model.checkout
+    assert folder is not None, "the schema requires a path for a model it does not know"
+    return folder
 
 
 def _replay_trace(trace: Path, deployment: Deployment) -> Path:

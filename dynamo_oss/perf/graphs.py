@@ -68,8 +68,9 @@ def layout_from_file(path: str | Path) -> Layout:
     return layout_from_deployment(build_deployment(load_graph(Path(path))))
 
 
-def simulated_timings(deployment: Deployment, folder: Path) -> dict[PoolRole, SimulatedTiming]:
-    """The modelled speed of each mocker pool of a built-in model, profiles to be written in `folder`.
+def simulated_timings(deployment: Deployment, folder: Path, time_scale: float = 1.0) -> dict[PoolRole, SimulatedTiming]:
+    """The modelled speed of each mocker pool of a built-in model, profiles to be written in `folder`,
+    run `time_scale` times slower than modelled.
 
     Empty when no pool runs the mocker or the model has no known shape: the mocker then keeps
     its default timing.
@@ -78,7 +79,10 @@ def simulated_timings(deployment: Deployment, folder: Path) -> dict[PoolRole, Si
     if not mocked or deployment.model.builtin is None:
         return {}
     layout = layout_from_deployment(deployment)
-    return {role: simulated_timing(layout, role, folder / f"{role}.npz") for role in mocked}
+    return {
+        role: simulated_timing(layout, role, folder / f"{role}.npz").model_copy(update={"time_scale": time_scale})
+        for role in mocked
+    }
 
 
 def graph_files(layout: Layout, name: str) -> dict[str, str]:

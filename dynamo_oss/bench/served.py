@@ -1,0 +1,68 @@
+"""A graph served for a benchmark: `dynamo serve` in a subprocess of its own, ready before the
+first request, drained and stopped afterwards whatever happened (Ctrl-C included)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.catalog.names import EngineName
+from dynamo_oss.launch.state import STATE_FILE, RunState
+
+READY_TIMEOUT_S = 300.0  # the serve process applies the engine's own ready timeout inside this
+STOP_TIMEOUT_S = 60.0
+SERVE_LOG = "serve.log"
+
+
+@contextmanager
+def served_graph(
+    graph: Path, run_dir: Path, *, engine: EngineName | None, time_scale: float
+) -> Iterator[RunState]:
+    """Serve `graph` with its logs and state in `run_dir`; yields the state once the model is served."""
+    argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(graph), "--run-dir", str(run_dir)]
+    if engine:
+        argv += ["--engine", engine]
+    if time_scale != 1.0:
+        argv += ["--mocker-time-scale", f"{time_scale:g}"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log = run_dir.parent / SERVE_LOG
+    with log.open("w") as output:
+        # A session of its own: Ctrl-C reaches the benchmark, which then stops the graph in order.
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield _wait_ready(process, run_dir, log)
+    finally:
+        _stop(process)
+
+
+def _wait_ready(process: subprocess.Popen, run_dir: Path, log: Path) -> RunState:
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            tail = "\n".join(log.read_text().splitlines()[-15:])
+            raise UserError(f"`dynamo serve` exited ({process.returncode}) before the graph was ready:\n{tail}")
+        if (run_dir / STATE_FILE).exists():
+            state = RunState.read(run_dir)
+            if state.ready:
+                return state
+        time.sleep(0.2)
+    raise UserError(f"the graph was not ready within {READY_TIMEOUT_S:.0f} s; see {log} and {run_dir / 'logs'}")
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM, which `dynamo serve` answers by draining and stopping every process it started;
+    the whole session is killed if that takes longer than STOP_TIMEOUT_S."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
