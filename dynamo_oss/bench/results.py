@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.catalog.errors import read_json_file
 from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.replay import default_requests
 
@@ -73,12 +73,9 @@ class Sweep(BaseModel):
     @classmethod
     def load(cls, folder: Path) -> Sweep:
         path = folder / SWEEP_FILE if folder.is_dir() else folder
-        try:
-            return cls.model_validate_json(path.read_text())
-        except FileNotFoundError:
-            raise UserError(f"{path}: not found; give a results folder `dynamo bench` wrote") from None
-        except ValidationError as err:
-            raise UserError(f"{path}: not a dynamo bench results file ({err.error_count()} problem(s))") from None
+        return read_json_file(
+            cls, path, missing="give a results folder `dynamo bench` wrote", kind="a dynamo bench results file"
+        )
 
     @property
     def points(self) -> list[ServingPoint]:

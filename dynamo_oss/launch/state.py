@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field
 
-from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.catalog.errors import read_json_file
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.processes import ProcessKind
 
@@ -55,13 +55,10 @@ class RunState(BaseModel):
 
     @classmethod
     def read(cls, run_dir: Path) -> RunState:
-        path = run_dir / STATE_FILE
-        try:
-            return cls.model_validate_json(path.read_text())
-        except FileNotFoundError:
-            raise UserError(f"{path}: not found; is {run_dir} a run folder `dynamo serve` printed?") from None
-        except ValidationError as err:
-            raise UserError(f"{path}: not a dynamo-oss state file ({err.error_count()} problem(s))") from None
+        return read_json_file(
+            cls, run_dir / STATE_FILE, missing=f"is {run_dir} a run folder `dynamo serve` printed?",
+            kind="a dynamo-oss state file",
+        )  # fmt: skip
 
     @property
     def supervisor_alive(self) -> bool:
