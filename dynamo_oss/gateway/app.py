@@ -1,14 +1,23 @@
-"""The gateway's HTTP side: check the three generation APIs, pass everything else and every
-response stream through to Dynamo's frontend, rewrite its errors in OpenAI's shape."""
+"""The gateway's HTTP side, at the socket: check the three generation APIs, then pass the request
+to Dynamo's frontend on a pooled keep-alive connection and its response back byte for byte.
+
+Why not a web framework: a framework re-frames every streamed chunk (parse, re-chunk, await a
+drain) and spends CPU per token on a machine whose cores the engine and frontend need. Here
+requests are parsed by httptools (C), and a response is only parsed to find where it ends, while
+its bytes go to the client as they arrive. A response of 400 or more is held back and rewritten
+in OpenAI's error shape. Back-pressure: a slow client pauses reading from the frontend.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import time
+from http import HTTPStatus
 
 import aiohttp
-from aiohttp import web
+import httptools
 
 from dynamo_oss.gateway.errors import ApiError, from_upstream, openai_error
 from dynamo_oss.gateway.prompt import PromptCounter
@@ -16,75 +25,277 @@ from dynamo_oss.gateway.validation import check_request
 
 log = logging.getLogger("dynamo_oss.gateway")
 
-CHECKED_ROUTES = {"/v1/chat/completions": "chat", "/v1/completions": "completions", "/v1/responses": "responses"}
-HOP_BY_HOP = {"connection", "content-length", "transfer-encoding", "host", "keep-alive"}
+CHECKED_ROUTES = {b"/v1/chat/completions": "chat", b"/v1/completions": "completions", b"/v1/responses": "responses"}
+# Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
+NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
+                 b"content-length", b"expect"}  # fmt: skip
+MAX_BODY_BYTES = 64 * 1024 * 1024
 MODELS_TTL_S = 2.0  # how long the frontend's model list is trusted (workers come and go)
 
 
 class Gateway:
+    """What every connection shares: the upstream address and idle connections, and the model list."""
+
     def __init__(self, upstream: str, counter: PromptCounter | None) -> None:
         self.upstream = upstream.rstrip("/")
+        host_port = self.upstream.split("://", 1)[1]
+        self.host, _, port = host_port.partition(":")
+        self.port = int(port or 80)
         self.counter = counter
-        self.session: aiohttp.ClientSession | None = None
+        self.idle: list[UpstreamConnection] = []
+        self.exchanges = 0  # requests between the client's last byte and the response's last byte
+        self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, int] = {}
         self._models_at = 0.0
-
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.cleanup_ctx.append(self._client)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
-
-    async def _client(self, app: web.Application):  # noqa: ANN202 - aiohttp's cleanup context
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10)
-        # No connection limit: aiohttp's default of 100 would cap the requests in flight upstream.
-        connector = aiohttp.TCPConnector(limit=0)
-        self.session = aiohttp.ClientSession(connector=connector, timeout=timeout, auto_decompress=False)
-        yield
-        await self.session.close()
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
-        api = CHECKED_ROUTES.get(request.path) if request.method == "POST" else None
-        if api is not None:
-            try:
-                check_request(api, _json(body), await self.models(), self.counter)
-            except ApiError as err:
-                log.info("refused %s %s: %s", request.method, request.path, err.message)
-                return web.json_response(err.body(), status=err.status)
-        try:
-            return await self._forward(request, body)
-        except aiohttp.ClientError as err:
-            return web.json_response(openai_error(502, f"Dynamo's frontend is unreachable: {err}"), status=502)
 
     async def models(self) -> dict[str, int]:
         """Served model ids and their context windows, from the frontend's /v1/models."""
         if time.monotonic() - self._models_at > MODELS_TTL_S:
-            assert self.session is not None
-            async with self.session.get(f"{self.upstream}/v1/models") as response:
+            if self._session is None:
+                self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+            async with self._session.get(f"{self.upstream}/v1/models") as response:
                 listing = await response.json()
             self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing.get("data", [])}
             self._models_at = time.monotonic()
         return self._models
 
-    async def _forward(self, request: web.Request, body: bytes) -> web.StreamResponse:
-        assert self.session is not None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_BY_HOP}
-        async with self.session.request(
-            request.method, f"{self.upstream}{request.path_qs}", headers=headers, data=body
-        ) as upstream:
-            if upstream.status >= 400:
-                payload = await upstream.read()
-                return web.json_response(from_upstream(upstream.status, _json(payload)), status=upstream.status)
-            response = web.StreamResponse(status=upstream.status)
-            for key, value in upstream.headers.items():
-                if key.lower() not in HOP_BY_HOP:
-                    response.headers[key] = value
-            await response.prepare(request)
-            async for chunk in upstream.content.iter_any():
-                await response.write(chunk)
-            await response.write_eof()
-            return response
+    async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
+        """An idle keep-alive connection (and True), or a new one (and False)."""
+        while self.idle and not fresh:
+            connection = self.idle.pop()
+            if not connection.transport.is_closing():
+                return connection, True
+        loop = asyncio.get_running_loop()
+        _, connection = await loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port)
+        return connection, False
+
+    async def close(self) -> None:
+        for connection in self.idle:
+            connection.transport.close()
+        if self._session is not None:
+            await self._session.close()
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client's connection: requests in order, one exchange at a time."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.parser = httptools.HttpRequestParser(self)
+        self.transport: asyncio.Transport
+        self.upstream: UpstreamConnection | None = None
+        self.turn = asyncio.Lock()  # a pipelining client's requests are answered in order
+        self.tasks: set[asyncio.Task] = set()  # exchanges under way (the loop keeps only weak references)
+        self._url, self._headers, self._body = b"", [], []
+        self._size = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as err:
+            self.respond(400, openai_error(400, f"Malformed HTTP request: {err}"), keep_alive=False)
+            self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.upstream is not None:  # the client left mid-response: the frontend stops generating
+            self.upstream.transport.abort()
+
+    def pause_writing(self) -> None:
+        if self.upstream is not None:
+            self.upstream.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.upstream is not None:
+            self.upstream.transport.resume_reading()
+
+    # httptools callbacks
+    def on_message_begin(self) -> None:
+        self._url, self._headers, self._body, self._size = b"", [], [], 0
+
+    def on_url(self, url: bytes) -> None:
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._headers.append((name, value))
+
+    def on_headers_complete(self) -> None:
+        if any(n.lower() == b"expect" and v.lower() == b"100-continue" for n, v in self._headers):
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def on_body(self, body: bytes) -> None:
+        self._size += len(body)
+        if self._size <= MAX_BODY_BYTES:
+            self._body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.transport.pause_reading()  # one exchange at a time
+        method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
+        body = b"".join(self._body) if self._size <= MAX_BODY_BYTES else None
+        task = asyncio.get_running_loop().create_task(self.exchange(method, self._url, self._headers, body, keep_alive))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def exchange(self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool) -> None:
+        """One request and its response; `body` None: it was over MAX_BODY_BYTES."""
+        async with self.turn:
+            await self._exchange(method, url, headers, body, keep_alive)
+
+    async def _exchange(self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool) -> None:
+        self.gateway.exchanges += 1
+        try:
+            if body is None:
+                raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
+            api = CHECKED_ROUTES.get(url.split(b"?", 1)[0]) if method == b"POST" else None
+            if api is not None:
+                await self.check(api, method, url, body)
+            await self.forward(method, url, headers, body)
+        except ApiError as err:
+            self.respond(err.status, err.body(), keep_alive)
+        except (OSError, aiohttp.ClientError) as err:
+            self.respond(502, openai_error(502, f"Dynamo's frontend is unreachable: {err}"), keep_alive)
+        finally:
+            self.gateway.exchanges -= 1
+            self.upstream = None
+        if not keep_alive:
+            self.transport.close()
+        elif not self.transport.is_closing():
+            self.transport.resume_reading()
+
+    async def check(self, api: str, method: bytes, url: bytes, body: bytes) -> None:
+        models = await self.gateway.models()
+        try:
+            check_request(api, _json(body), models, self.gateway.counter)
+        except ApiError as err:
+            log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
+            raise
+
+    async def forward(self, method: bytes, url: bytes, headers: list, body: bytes) -> None:
+        head = [method + b" " + url + b" HTTP/1.1"]
+        head += [n + b": " + v for n, v in headers if n.lower() not in NOT_FORWARDED]
+        head.append(b"content-length: " + str(len(body)).encode())
+        request = b"\r\n".join(head) + b"\r\n\r\n" + body
+        self.upstream, reused = await self.gateway.connection()
+        try:
+            await self.upstream.exchange(self, request, head_only=method == b"HEAD")
+        except ConnectionError:
+            if not reused or self.upstream.status or self.transport.is_closing():
+                raise
+            # An idle keep-alive connection the frontend had closed: once more on a new one.
+            self.upstream, _ = await self.gateway.connection(fresh=True)
+            await self.upstream.exchange(self, request, head_only=method == b"HEAD")
+
+    def respond(self, status: int, body: dict, keep_alive: bool) -> None:
+        if self.transport.is_closing():
+            return
+        payload = json.dumps(body).encode()
+        head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
+                f"content-length: {len(payload)}"] + ([] if keep_alive else ["connection: close"])  # fmt: skip
+        self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + payload)
+
+
+class UpstreamConnection(asyncio.Protocol):
+    """One keep-alive connection to Dynamo's frontend, carrying one exchange at a time."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.gateway = gateway
+        self.transport: asyncio.Transport
+        self.client: ClientConnection | None = None
+        self.done: asyncio.Future[None] | None = None
+        self.parser: httptools.HttpResponseParser | None = None
+        self.status = 0
+        self.error_body: list[bytes] | None = None  # an error response, held back to be rewritten
+        self.pending: list[bytes] = []  # bytes before the status line is complete
+        self.head_only = False
+        self.complete = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    async def exchange(self, client: ClientConnection, request: bytes, head_only: bool) -> None:
+        self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
+        self.parser = httptools.HttpResponseParser(self)
+        self.head_only = head_only
+        self.done = asyncio.get_running_loop().create_future()
+        self.transport.write(request)
+        try:
+            await self.done
+        finally:
+            self.client = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.parser is None or self.client is None:
+            self.transport.close()  # bytes outside an exchange: the connection is not reusable
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as err:
+            self._finish(ConnectionError(f"unreadable response from the frontend: {err}"))
+            return
+        if not self.status:
+            self.pending.append(data)  # headers still incomplete: not yet known whether to rewrite
+        elif self.error_body is None:
+            if self.pending:
+                data, self.pending = b"".join([*self.pending, data]), []
+            self.client.transport.write(data)  # verbatim, headers and chunk framing included
+        if self.complete:
+            self._finish(None)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self.done is not None and not self.done.done():
+            if self.status and self.error_body is None:
+                if self.client is not None:
+                    self.client.transport.close()  # part of the response went out: the client must see it end
+                self.done.set_result(None)
+            else:
+                self.done.set_exception(ConnectionError("the frontend closed the connection"))
+
+    # httptools callbacks
+    def on_headers_complete(self) -> None:
+        assert self.parser is not None
+        self.status = self.parser.get_status_code()
+        if self.status >= 400:
+            self.error_body = []
+        if self.head_only:
+            self.complete = True
+
+    def on_body(self, body: bytes) -> None:
+        if self.error_body is not None:
+            self.error_body.append(body)
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+
+    def _finish(self, error: Exception | None) -> None:
+        assert self.done is not None and self.client is not None and self.parser is not None
+        if error is not None:
+            self.transport.abort()
+            self.done.set_exception(error)
+            return
+        if self.error_body is not None:
+            payload = _json(b"".join(self.error_body))
+            self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
+        if self.parser.should_keep_alive() and not self.head_only:
+            self.gateway.idle.append(self)
+        else:
+            self.transport.close()
+        self.parser = None
+        self.done.set_result(None)
+
+
+async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, stop: asyncio.Event) -> None:
+    """Listen until `stop`, then stop accepting and let exchanges in flight (streams) finish."""
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: ClientConnection(gateway), host, port, reuse_address=True)
+    log.info("listening on %s:%d, upstream %s", host, port, gateway.upstream)
+    await stop.wait()
+    server.close()
+    deadline = loop.time() + drain_timeout_s
+    while gateway.exchanges and loop.time() < deadline:
+        await asyncio.sleep(0.05)
+    await gateway.close()
 
 
 def _json(raw: bytes) -> object:
