@@ -43,7 +43,7 @@ def command(base_url: str, parameters: SweepParameters, concurrency: int, artifa
         "--concurrency", str(concurrency), "--request-rate", f"{PACING_RATE:g}", "--arrival-pattern", "constant",
         "--request-count", str(requests),
         "--num-dataset-entries", str(requests + warmup),  # no prompt sent twice
-        "--random-seed", str(p.seed),
+        "--random-seed", str(p.seed_at(concurrency)),
         "--output-artifact-dir", str(artifacts),
         "--ui-type", "none", "--no-gpu-telemetry", "--no-server-metrics",
     ]  # fmt: skip

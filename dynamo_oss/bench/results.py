@@ -26,7 +26,11 @@ class SweepParameters(BaseModel):
     concurrencies: list[int] = Field(min_length=1, description="streams kept in flight, one run each")
     requests: int | None = Field(None, ge=1, description="measured requests per run; None: 10 per stream, at least 40")
     warmup: int | None = Field(None, ge=0, description="unmeasured requests first; None: one per stream")
-    seed: int = Field(0, description="aiperf's random seed: the same prompts every time")
+    seed: int = Field(
+        0,
+        description="the prompts: each concurrency's run sends its own (`seed_at`), and a second sweep with the "
+        "same seed sends the same ones again, which a deployment with prefix caching answers from cache",
+    )
     model: str = Field(description="the model name requests carry")
     tokenizer: str = Field(description="what aiperf builds prompts with: a model folder or hub name")
     gpus: int = Field(ge=1, description="GPUs of all pools, the divisor of tok/s/GPU")
@@ -34,6 +38,11 @@ class SweepParameters(BaseModel):
 
     def requests_at(self, concurrency: int) -> int:
         return self.requests or default_requests(concurrency)
+
+    def seed_at(self, concurrency: int) -> int:
+        """aiperf's random seed for one run: fixed, and different for every concurrency, so no run is
+        sped up by prompts an earlier one left in the prefix cache."""
+        return self.seed * 1_000_003 + concurrency
 
     def warmup_at(self, concurrency: int) -> int:
         return concurrency if self.warmup is None else self.warmup
