@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import socket
 import time
 from http import HTTPStatus
 
@@ -30,6 +31,10 @@ CHECKED_ROUTES = {b"/v1/chat/completions": "chat", b"/v1/completions": "completi
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
                  b"content-length", b"expect"}  # fmt: skip
 MAX_BODY_BYTES = 64 * 1024 * 1024
+QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+# A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
+# 32k-token prompt here): that runs in a thread, so the event loop keeps streaming everyone else's tokens.
+THREAD_CHECK_BYTES = 64 * 1024
 MODELS_TTL_S = 2.0  # how long the frontend's model list is trusted (workers come and go)
 
 
@@ -47,17 +52,30 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, int] = {}
         self._models_at = 0.0
+        self._refresh: asyncio.Task | None = None
 
-    async def models(self) -> dict[str, int]:
-        """Served model ids and their context windows, from the frontend's /v1/models."""
-        if time.monotonic() - self._models_at > MODELS_TTL_S:
-            if self._session is None:
-                self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-            async with self._session.get(f"{self.upstream}/v1/models") as response:
-                listing = await response.json()
-            self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing.get("data", [])}
-            self._models_at = time.monotonic()
+    async def models(self, wanted: object) -> dict[str, int]:
+        """Served model ids and their context windows, from the frontend's /v1/models.
+
+        A request for a model the list has is checked against it at once, and a list older than
+        MODELS_TTL_S is refreshed behind it: the frontend's listing takes milliseconds, which no
+        request should wait for. Only a model the list lacks waits for a fresh list.
+        """
+        if isinstance(wanted, str) and wanted in self._models:
+            stale = time.monotonic() - self._models_at > MODELS_TTL_S
+            if stale and (self._refresh is None or self._refresh.done()):
+                self._refresh = asyncio.get_running_loop().create_task(self._fetch_models())
+            return self._models
+        await self._fetch_models()
         return self._models
+
+    async def _fetch_models(self) -> None:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        async with self._session.get(f"{self.upstream}/v1/models") as response:
+            listing = await response.json()
+        self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing.get("data", [])}
+        self._models_at = time.monotonic()
 
     async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
         """An idle keep-alive connection (and True), or a new one (and False)."""
@@ -91,8 +109,10 @@ class ClientConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.socket = transport.get_extra_info("socket")
 
     def data_received(self, data: bytes) -> None:
+        acknowledge_at_once(self.socket)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:
@@ -165,9 +185,13 @@ class ClientConnection(asyncio.Protocol):
             self.transport.resume_reading()
 
     async def check(self, api: str, method: bytes, url: bytes, body: bytes) -> None:
-        models = await self.gateway.models()
+        request = _json(body)
+        models = await self.gateway.models(request.get("model") if isinstance(request, dict) else None)
         try:
-            check_request(api, _json(body), models, self.gateway.counter)
+            if len(body) > THREAD_CHECK_BYTES:
+                await asyncio.to_thread(check_request, api, request, models, self.gateway.counter)
+            else:
+                check_request(api, request, models, self.gateway.counter)
         except ApiError as err:
             log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
             raise
@@ -213,12 +237,14 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        self.socket = transport.get_extra_info("socket")
 
     async def exchange(self, client: ClientConnection, request: bytes, head_only: bool) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
         self.done = asyncio.get_running_loop().create_future()
+        acknowledge_at_once(self.socket)
         self.transport.write(request)
         try:
             await self.done
@@ -226,6 +252,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.client = None
 
     def data_received(self, data: bytes) -> None:
+        acknowledge_at_once(self.socket)
         if self.parser is None or self.client is None:
             self.transport.close()  # bytes outside an exchange: the connection is not reusable
             return
@@ -296,6 +323,15 @@ async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, 
     while gateway.exchanges and loop.time() < deadline:
         await asyncio.sleep(0.05)
     await gateway.close()
+
+
+def acknowledge_at_once(sock: socket.socket | None) -> None:
+    """A sender with Nagle's algorithm on (Dynamo's frontend; some clients for a request's body)
+    holds a small write until the one before it is acknowledged, and Linux delays acknowledgements
+    by up to 40 ms. Quick-ACK mode, which the kernel drops after each receive and so is set again
+    on each, lets those writes go out at once."""
+    if QUICKACK is not None and sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
 
 
 def _json(raw: bytes) -> object:
