@@ -274,3 +274,23 @@ def test_external_infrastructure_starts_nothing_and_is_passed_on(capsys: pytest.
     worker = next(p for p in plan["processes"] if p["name"] == "decode-0")
     assert worker["env"]["ETCD_ENDPOINTS"] == "http://etcd.example:2379"
     assert worker["env"]["NATS_SERVER"] == "nats://nats.example:4222"
+
+
+def test_mocker_time_scale_slows_steps_and_kv_handoff_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    def prefill_argv(*extra: str) -> list[str]:
+        code, out, err = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker", "--json", *extra)
+        assert code == 0, err
+        return next(p["argv"] for p in json.loads(out)["processes"] if p["name"] == "prefill-0")
+
+    def flag(argv: list[str], name: str) -> str | None:
+        return argv[argv.index(name) + 1] if name in argv else None
+
+    modelled, slowed = prefill_argv(), prefill_argv("--mocker-time-scale", "4")
+    assert flag(modelled, "--speedup-ratio") is None
+    assert flag(slowed, "--speedup-ratio") == "0.25"
+    assert float(flag(slowed, "--kv-transfer-bandwidth")) == pytest.approx(float(flag(modelled, "--kv-transfer-bandwidth")) / 4)
+
+
+def test_mocker_time_scale_needs_a_mocker_pool() -> None:
+    done = run_dynamo("check", "graphs/disagg.yaml", "--mocker-time-scale", "4")
+    assert done.returncode == 2 and "--mocker-time-scale: no pool runs the mocker" in done.stderr
