@@ -16,7 +16,8 @@ from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.launch.state import STATE_FILE, RunState
 
-READY_TIMEOUT_S = 300.0  # the serve process applies the engine's own ready timeout inside this
+# `dynamo serve` gives up by itself after the engine's ready timeout (up to 1800 s for trtllm) and exits.
+READY_TIMEOUT_S = 2000.0
 STOP_TIMEOUT_S = 60.0
 SERVE_LOG = "serve.log"
 

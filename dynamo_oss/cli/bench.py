@@ -112,7 +112,6 @@ def _sweep_graph(args: argparse.Namespace, graph: Path) -> int:
     out = _results_folder(args.out, deployment.name)
     _copy_graph(graph, deployment, out / "graph")
     parameters = _parameters(args, model=deployment.model.served_name, tokenizer=str(model_files(deployment)), gpus=gpus)
-    parameters.time_scale = args.mocker_time_scale
     print(f"[dynamo-oss] bench serving {graph} for the sweep (logs in {out / 'serve'})", flush=True)
     with served_graph(graph, out / "serve", engine=args.engine, time_scale=args.mocker_time_scale) as state:
         endpoint = state.endpoint.rstrip("/").removesuffix("/v1")
@@ -145,7 +144,7 @@ def compare(args: argparse.Namespace) -> int:
 def _parameters(args: argparse.Namespace, *, model: str, tokenizer: str, gpus: int) -> SweepParameters:
     return SweepParameters(
         isl=args.isl, osl=args.osl, concurrencies=args.concurrency, requests=args.requests, warmup=args.warmup,
-        seed=args.seed, model=model, tokenizer=tokenizer, gpus=gpus,
+        seed=args.seed, model=model, tokenizer=tokenizer, gpus=gpus, time_scale=args.mocker_time_scale,
     )  # fmt: skip
 
 
