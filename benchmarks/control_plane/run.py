@@ -37,11 +37,10 @@ import aiohttp
 import matplotlib
 
 from dynamo_oss.bench.results import Sweep, SweepParameters
-from dynamo_oss.bench.served import served_graph
+from dynamo_oss.bench.served import served_graph, sweep_fields
 from dynamo_oss.bench.sweep import run_once
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
-from dynamo_oss.launch.prepare import model_files
 from dynamo_oss.launch.state import RunState
 from dynamo_oss.perf.graphs import layout_from_file
 from dynamo_oss.perf.layout import Workload
@@ -73,10 +72,8 @@ def sweep_for(
     """A sweep's settings; every sweep gets its own `seed`, so no sweep meets another's prompts in the prefix cache."""
     deployment = build_deployment(load_graph(graph), engine_override="mocker")
     parameters = SweepParameters(
-        isl=isl, osl=osl, concurrencies=list(CONCURRENCIES), model=deployment.model.served_name,
-        tokenizer=str(model_files(deployment)), gpus=sum(p.workers * p.gpus_per_worker for p in deployment.pools),
-        time_scale=time_scale, seed=seed,
-    )  # fmt: skip
+        isl=isl, osl=osl, concurrencies=list(CONCURRENCIES), time_scale=time_scale, seed=seed, **sweep_fields(deployment)
+    )
     return Sweep(label=label, target=str(graph), endpoint=endpoint, parameters=parameters)
 
 

@@ -25,11 +25,10 @@ from pathlib import Path
 
 from dynamo_oss.bench.report import comparison, plot, table
 from dynamo_oss.bench.results import Sweep, SweepParameters
-from dynamo_oss.bench.served import served_graph
+from dynamo_oss.bench.served import served_graph, sweep_fields
 from dynamo_oss.bench.sweep import run_once
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
-from dynamo_oss.launch.prepare import model_files
 from dynamo_oss.perf.graphs import layout_from_file
 from dynamo_oss.perf.layout import Workload
 from dynamo_oss.perf.metrics import ServingPoint
@@ -53,10 +52,8 @@ def live_sweep(name: str, work: Path) -> Sweep:
     graph = GRAPHS / LAYOUTS[name]
     deployment = build_deployment(load_graph(graph), engine_override="mocker")
     parameters = SweepParameters(
-        isl=ISL, osl=OSL, concurrencies=list(CONCURRENCIES), model=deployment.model.served_name,
-        tokenizer=str(model_files(deployment)), gpus=sum(p.workers * p.gpus_per_worker for p in deployment.pools),
-        time_scale=TIME_SCALE,
-    )  # fmt: skip
+        isl=ISL, osl=OSL, concurrencies=list(CONCURRENCIES), time_scale=TIME_SCALE, **sweep_fields(deployment)
+    )
     with served_graph(graph, work / f"serve-{name}", engine="mocker", time_scale=TIME_SCALE) as state:
         sweep = Sweep(label=name, target=f"graphs/{LAYOUTS[name]}", endpoint=state.endpoint.removesuffix("/v1"),
                       parameters=parameters)  # fmt: skip

@@ -14,12 +14,24 @@ from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import EngineName
+from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.launch.prepare import model_files
 from dynamo_oss.launch.state import STATE_FILE, RunState
 
 # `dynamo serve` gives up by itself after the engine's ready timeout (up to 1800 s for trtllm) and exits.
 READY_TIMEOUT_S = 2000.0
 STOP_TIMEOUT_S = 60.0
 SERVE_LOG = "serve.log"
+
+
+def sweep_fields(deployment: Deployment) -> dict[str, str | int]:
+    """What a graph fixes in a sweep's parameters: the model name requests carry, aiperf's tokenizer
+    (the model's own folder) and the GPUs tok/s/GPU divides by (every pool's workers at start)."""
+    return {
+        "model": deployment.model.served_name,
+        "tokenizer": str(model_files(deployment)),
+        "gpus": sum(pool.workers * pool.gpus_per_worker for pool in deployment.pools),
+    }
 
 
 @contextmanager

@@ -13,14 +13,13 @@ import httpx
 from dynamo_oss.assets import model_folder
 from dynamo_oss.bench.report import comparison, plot, table
 from dynamo_oss.bench.results import SWEEP_FILE, Sweep, SweepParameters
-from dynamo_oss.bench.served import served_graph
+from dynamo_oss.bench.served import served_graph, sweep_fields
 from dynamo_oss.bench.sweep import run_sweep
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.cli.arguments import concurrencies, positive_float, positive_int
 from dynamo_oss.deployment.model import Deployment, build_deployment
 from dynamo_oss.graph.loader import load_graph
-from dynamo_oss.launch.prepare import model_files
 
 USAGE = """dynamo bench URL|GRAPH --isl N --osl N --concurrency LIST [options]
        dynamo bench compare A B [--out PNG]"""
@@ -97,7 +96,7 @@ def _sweep_url(args: argparse.Namespace) -> int:
     base = args.target.rstrip("/").removesuffix("/v1")
     model = args.model or _served_model(base)
     tokenizer = args.tokenizer or str(model_folder(BUILTIN_MODELS[DEFAULT_TOKENIZER_MODEL]))
-    parameters = _parameters(args, model=model, tokenizer=tokenizer, gpus=args.gpus)
+    parameters = _parameters(args, {"model": model, "tokenizer": tokenizer, "gpus": args.gpus})
     label = base.split("://", 1)[1]
     out = _results_folder(args.out, label.replace(":", "-").replace("/", "-"))
     _run(Sweep(label=label, target=args.target, endpoint=base, parameters=parameters), out)
@@ -108,10 +107,9 @@ def _sweep_graph(args: argparse.Namespace, graph: Path) -> int:
     if not graph.is_file():
         raise UserError(f"{graph}: no such graph file (or give an http:// URL)")
     deployment = build_deployment(load_graph(graph), engine_override=args.engine)
-    gpus = args.gpus or sum(pool.workers * pool.gpus_per_worker for pool in deployment.pools)
     out = _results_folder(args.out, deployment.name)
     _copy_graph(graph, deployment, out / "graph")
-    parameters = _parameters(args, model=deployment.model.served_name, tokenizer=str(model_files(deployment)), gpus=gpus)
+    parameters = _parameters(args, {**sweep_fields(deployment), **({"gpus": args.gpus} if args.gpus else {})})
     print(f"[dynamo-oss] bench serving {graph} for the sweep (logs in {out / 'serve'})", flush=True)
     with served_graph(graph, out / "serve", engine=args.engine, time_scale=args.mocker_time_scale) as state:
         endpoint = state.endpoint.rstrip("/").removesuffix("/v1")
@@ -141,10 +139,11 @@ def compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _parameters(args: argparse.Namespace, *, model: str, tokenizer: str, gpus: int) -> SweepParameters:
+def _parameters(args: argparse.Namespace, target: dict[str, str | int]) -> SweepParameters:
+    """The flags' workload, with what the target fixes: model, tokenizer and GPUs."""
     return SweepParameters(
         isl=args.isl, osl=args.osl, concurrencies=args.concurrency, requests=args.requests, warmup=args.warmup,
-        seed=args.seed, model=model, tokenizer=tokenizer, gpus=gpus, time_scale=args.mocker_time_scale,
+        seed=args.seed, time_scale=args.mocker_time_scale, **target,
     )  # fmt: skip
 
 
