@@ -67,7 +67,7 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
     profiles = {run_dir / "profiles" / "prefill.npz", run_dir / "profiles" / "decode.npz"}
-    assert planned == profiles | {run_dir / "conformance-responses.jsonl", run_dir / "prometheus.yml"}
+    assert planned == profiles | {run_dir / name for name in ("conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json")}
     assert not run_dir.exists()  # check wrote nothing into the run folder
     paths = [Path(arg.split("=", 1)[-1]) for p in plan["processes"] for arg in p["argv"] if "/" in arg.split("=", 1)[-1][:1]]
     data_dirs = {run_dir / "etcd", run_dir / "nats", run_dir / "prometheus"}  # stores the services make themselves

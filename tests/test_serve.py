@@ -271,7 +271,9 @@ def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
     plan = json.loads(run_dynamo("check", str(disagg.graph), "--engine", "mocker", "--run-dir", str(disagg.run_dir),
                                  "--json").stdout)  # fmt: skip
     planned = {Path(file["path"]) for file in plan["files"]}
-    assert {path.name for path in planned} == {"prefill.npz", "decode.npz", "conformance-responses.jsonl", "prometheus.yml"}
+    assert {path.name for path in planned} == {
+        "prefill.npz", "decode.npz", "conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json"
+    }
     assert all(path.is_file() for path in planned)
 
 

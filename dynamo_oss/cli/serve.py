@@ -87,7 +87,7 @@ def _refuse_unavailable_engines(deployment: Deployment, plan: HostPlan, graph: P
 
 
 def _refuse_ports_taken(plan: HostPlan) -> None:
-    uses = [use for p in plan.processes for use in p.ports] + ([plan.launcher_metrics] if plan.launcher_metrics else [])
+    uses = [use for p in plan.processes + plan.spare_workers for use in p.ports] + ([plan.launcher_metrics] if plan.launcher_metrics else [])
     taken = [use for use in uses if port_in_use(use.host, use.port)]
     if not taken:
         return

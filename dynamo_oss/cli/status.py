@@ -1,10 +1,12 @@
-"""`dynamo status RUN_DIR`: what a running graph's launcher last recorded about it."""
+"""`dynamo status [RUN_DIR]`: a served graph's pools, processes and the planner's last decision,
+from its launcher's control API while it runs, else from the state it left in the run folder."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
+from dynamo_oss.launch.control_client import ControlClient
 from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
 
@@ -12,9 +14,10 @@ from dynamo_oss.launch.state import RunState
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
-        help="show a served graph's pools and processes",
-        description="Read RUN_DIR/state.json, which `dynamo serve` keeps current in its run folder, and "
-        "print each pool's target and live workers and each process's pid, restarts and ports.",
+        help="show a served graph's pools, processes and the planner's last decision",
+        description="Ask the launcher of a running graph (its control API), or read the state.json a stopped "
+        "one left, and print each pool's target, live and draining workers and restarts, the planner's last "
+        "decision, and each process's pid, restarts and ports.",
     )
     parser.add_argument(
         "run_dir",
@@ -28,7 +31,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
-    state = RunState.read(args.run_dir or newest_run_dir())
+    run_dir = args.run_dir or newest_run_dir()
+    state = RunState.read(run_dir)
+    if not state.stopped and state.supervisor_alive and state.control_url:
+        state = ControlClient.for_run(run_dir).status()
     if args.json:
         print(state.model_dump_json(indent=2))
         return 0
@@ -37,7 +43,18 @@ def status(args: argparse.Namespace) -> int:
     else:
         condition = "ready" if state.ready else "starting"
     lines = [f"graph {state.graph}: {condition}, {state.endpoint}", "  pools:"]
-    lines += [f"    {p.role:<8} {p.engine:<7} target {p.target}  live {p.live}" for p in state.pools]
+    for p in state.pools:
+        sizing = f"autoscaled {p.min}-{p.max}" if p.autoscaled else "fixed"
+        lines.append(
+            f"    {p.role:<8} {p.engine:<7} target {p.target}  live {p.live}  draining {p.draining}  "
+            f"restarts {p.restarts}  ({sizing})"
+        )
+    decision = state.last_decision
+    if decision is not None:
+        sizes = ", ".join(f"{role} {count}" for role, count in decision.workers.items())
+        took = f" in {decision.seconds:.1f} s" if decision.seconds is not None else ""
+        lines.append(f"  last planner decision: #{decision.decision_id} at {decision.at:%H:%M:%S} UTC: {sizes}: "
+                     f"{decision.outcome}{took}")  # fmt: skip
     lines.append("  processes:")
     for p in state.processes:
         pid = str(p.pid) if p.pid else "-"

@@ -16,14 +16,26 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from dynamo_oss.catalog.names import EngineName, PoolRole
-from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
-from dynamo_oss.deployment.scrape import scrape_config
+from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, WorkerContext, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
+
+
+class PoolPlan(BaseModel):
+    """A pool as the launcher resizes it: the sizes it may take and what one worker needs."""
+
+    role: PoolRole
+    engine: EngineName
+    component: str  # Dynamo component its workers register under
+    gpus_per_worker: int
+    min_workers: int
+    max_workers: int  # its worker slots: the autoscale maximum, or a fixed pool's size
+    autoscaled: bool
 
 
 class HostPlan(BaseModel):
@@ -36,7 +48,12 @@ class HostPlan(BaseModel):
     run_dir: Path
     shared_env: dict[str, str]  # what every Dynamo process gets; ProcessPlan.env includes it
     files: list[PlannedFile]  # written by `dynamo serve` before any process starts
-    processes: list[ProcessPlan]
+    processes: list[ProcessPlan]  # what starts with the graph
+    spare_workers: list[ProcessPlan] = []  # worker slots a pool grows into; GPUs are given at start
+    pools: list[PoolPlan] = []
+    gpus: int = 0  # GPUs of the host
+    gpu_budget: int = 0  # most GPUs the pools may hold together (the planner's max_gpus, else the host's)
+    worker_targets: Path | None = None  # Prometheus's file of worker targets, which the launcher keeps current
     ready_timeout_s: float  # the slowest engine's time to register
     prometheus_url: str | None = None  # where the graph's metrics can be queried
     launcher_metrics: PortUse | None = None  # where the launcher serves its own /metrics
@@ -44,6 +61,13 @@ class HostPlan(BaseModel):
 
     def workers(self, role: PoolRole | None = None) -> list[ProcessPlan]:
         return [p for p in self.processes if p.kind == "worker" and (role is None or p.role == role)]
+
+    def pool(self, role: PoolRole) -> PoolPlan | None:
+        return next((pool for pool in self.pools if pool.role == role), None)
+
+    def worker_slots(self, role: PoolRole) -> list[ProcessPlan]:
+        """Every worker the pool may run, in index order: those that start with the graph, then the spare ones."""
+        return self.workers(role) + [p for p in self.spare_workers if p.role == role]
 
     def gpus_needed(self, engine: EngineName) -> int:
         return sum(len(p.gpus) for p in self.workers() if p.engine == engine)
@@ -84,10 +108,11 @@ def plan_host(
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
     }
     frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
-    workers, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
+    workers, spare, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
-    launcher_metrics, prometheus_url = _observe(deployment, processes, files, run_dir, problems)
-    problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [])
+    launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, files, run_dir, problems)
+    spare_ports = [use for process in spare for use in process.ports]
+    problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
         raise GraphError(str(deployment.source), problems)
     frontend = spec.frontend
@@ -103,6 +128,11 @@ def plan_host(
         shared_env=shared_env,
         files=files,
         processes=processes,
+        spare_workers=spare,
+        pools=[_pool_plan(pool) for pool in deployment.pools],
+        gpus=deployment.gpus,
+        gpu_budget=deployment.planner.max_gpus if deployment.planner else deployment.gpus,
+        worker_targets=worker_targets,
         ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
         prometheus_url=prometheus_url,
         launcher_metrics=launcher_metrics,
@@ -116,24 +146,26 @@ def _observe(
     files: list[PlannedFile],
     run_dir: Path,
     problems: list[Problem],
-) -> tuple[PortUse | None, str | None]:
-    """The launcher's metrics port and the graph's Prometheus URL; an embedded Prometheus joins
-    `processes`, its scrape config (of the processes so far) joins `files`."""
+) -> tuple[PortUse | None, str | None, Path | None]:
+    """The launcher's metrics port, the graph's Prometheus URL and its file of worker targets; an
+    embedded Prometheus joins `processes`, its scrape config and worker targets join `files`."""
     section = deployment.spec.observability
     if deployment.observability is None or section is None:
-        return None, None
+        return None, None, None
     launcher = PortUse(field="observability.launcher_port", host=LOOPBACK, port=section.launcher_port)
     prometheus = section.prometheus  # where an embedded one listens
     if not (deployment.observability.prometheus_embedded and isinstance(prometheus, EmbeddedPrometheus)):
-        return launcher, deployment.observability.prometheus_url
-    config = PlannedFile(
-        path=run_dir / "prometheus.yml",
-        purpose="Prometheus scrape config",
-        content=scrape_config(processes, launcher, deployment.namespace, prometheus.scrape_interval_s).encode(),
+        return launcher, deployment.observability.prometheus_url, None
+    targets = PlannedFile(
+        path=run_dir / "prometheus-workers.json",
+        purpose="Prometheus's worker targets, rewritten as pools are resized",
+        content=worker_targets([p for p in processes if p.kind == "worker"], deployment.namespace).encode(),
     )
-    files.append(config)
+    scrape = scrape_config(processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path)
+    config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
+    files += [config, targets]
     processes.append(_prometheus_process(prometheus, config.path, run_dir, problems))
-    return launcher, f"http://{LOOPBACK}:{prometheus.port}"
+    return launcher, f"http://{LOOPBACK}:{prometheus.port}", targets.path
 
 
 def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], model_folder: Path) -> list[ProcessPlan]:
@@ -186,10 +218,12 @@ def _worker_processes(
     shared_env: dict[str, str],
     timings: dict[PoolRole, SimulatedTiming],
     mocker_responses: Path | None,
-) -> tuple[list[ProcessPlan], list[PlannedFile]]:
-    """Every pool's workers, GPUs handed out in pool order, and the files their command lines name."""
+) -> tuple[list[ProcessPlan], list[ProcessPlan], list[PlannedFile]]:
+    """Every pool's workers: those that start with the graph, GPUs handed out in pool order; the
+    spare slots an autoscaled pool grows into, GPUs left to the launcher; the files their command
+    lines name."""
     model = deployment.model
-    processes, files = [], []
+    processes, spare, files = [], [], []
     next_gpu = 0
     for pool in deployment.pools:
         engine = engine_for(pool.engine)
@@ -207,11 +241,14 @@ def _worker_processes(
             timing=timings.get(pool.role),
         )
         files += engine.worker_files(context)
-        for index in range(pool.workers):
-            gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
-            next_gpu += pool.gpus_per_worker
+        slots = pool.autoscale.max if pool.autoscale else pool.workers
+        for index in range(slots):
+            gpus = []
+            if index < pool.workers:
+                gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
+                next_gpu += pool.gpus_per_worker
             port = first_port + index
-            processes.append(
+            (processes if index < pool.workers else spare).append(
                 ProcessPlan(
                     name=f"{pool.role}-{index}",
                     kind="worker",
@@ -222,17 +259,34 @@ def _worker_processes(
                         **shared_env,
                         **engine.worker_env(context),
                         "DYN_SYSTEM_PORT": str(port),
-                        "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
+                        **gpu_env(gpus),
                     },
                     ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {index})", host="0.0.0.0", port=port)],
                     gpus=gpus,
                 )
             )
-    return processes, files
+    return processes, spare, files
 
 
-def _port_clashes(processes: list[ProcessPlan], others: list[PortUse]) -> list[Problem]:
-    uses = [use for process in processes for use in process.ports] + others
+def gpu_env(gpus: list[int]) -> dict[str, str]:
+    """What tells a worker which GPUs are its own."""
+    return {"CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus))} if gpus else {}
+
+
+def _pool_plan(pool: Pool) -> PoolPlan:
+    return PoolPlan(
+        role=pool.role,
+        engine=pool.engine,
+        component=pool.component,
+        gpus_per_worker=pool.gpus_per_worker,
+        min_workers=pool.autoscale.min if pool.autoscale else 1,
+        max_workers=pool.autoscale.max if pool.autoscale else pool.workers,
+        autoscaled=pool.autoscale is not None,
+    )
+
+
+def _port_clashes(processes: list[ProcessPlan], others: list[PortUse], spare: list[PortUse]) -> list[Problem]:
+    uses = [use for process in processes for use in process.ports] + others + spare
     counts = Counter(use.port for use in uses)
     problems = []
     for port, count in counts.items():

@@ -9,7 +9,7 @@ from pydantic import BaseModel
 from dynamo_oss.catalog.names import EngineName, PoolRole
 
 LOOPBACK = "127.0.0.1"
-ProcessKind = Literal["etcd", "nats", "prometheus", "frontend", "worker", "gateway"]
+ProcessKind = Literal["etcd", "nats", "prometheus", "frontend", "worker", "gateway", "planner"]
 
 
 class PortUse(BaseModel):

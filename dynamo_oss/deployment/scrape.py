@@ -1,12 +1,16 @@
 """The Prometheus scrape config of a host plan: one job per kind of target, labelled by pool and process.
 
 Targets are what the graph starts: Dynamo's frontend, every worker's system port, embedded etcd,
-and the launcher's own /metrics. NATS serves no Prometheus format without an exporter, so it is
+and the launcher's own /metrics. Workers come and go as pools are resized, so their targets live
+in a file of their own (Prometheus file discovery) that the launcher rewrites; Prometheus
+notices each change without a reload. NATS serves no Prometheus format without an exporter, so it is
 left out (a nats-prometheus-exporter target would be the next job).
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -15,27 +19,36 @@ from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 
 
 def scrape_config(
-    processes: list[ProcessPlan], launcher: PortUse, namespace: str, interval_s: float
+    processes: list[ProcessPlan], launcher: PortUse, namespace: str, interval_s: float, worker_targets: Path
 ) -> str:
-    """prometheus.yml for `processes` and the launcher's metrics port."""
+    """prometheus.yml for `processes` and the launcher's metrics port; workers are read from `worker_targets`."""
 
+    def job(name: str, kind: str, *extra: tuple[PortUse, dict[str, str]]) -> dict[str, Any]:
+        entries = [(p.ports[0], {"process": p.name}) for p in processes if p.kind == kind] + list(extra)
+        return {"job_name": name, "static_configs": _targets(entries, namespace)}
+
+    jobs = [
+        job("dynamo-frontend", "frontend"),
+        {"job_name": "dynamo-workers", "file_sd_configs": [{"files": [str(worker_targets)]}]},
+        job("etcd", "etcd"),
+        job("dynamo-oss-launcher", "none", (launcher, {"process": "launcher"})),
+    ]
+    config = {
+        "global": {"scrape_interval": f"{interval_s:g}s", "evaluation_interval": f"{interval_s:g}s"},
+        "scrape_configs": [j for j in jobs if j.get("static_configs", True)],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+def worker_targets(workers: list[ProcessPlan], namespace: str) -> str:
+    """The file-discovery targets of the workers running now, labelled by process and pool."""
+    entries = [(p.ports[0], {"process": p.name, "pool": p.role or ""}) for p in workers]
+    return json.dumps(_targets(entries, namespace), indent=1)
+
+
+def _targets(entries: list[tuple[PortUse, dict[str, str]]], namespace: str) -> list[dict[str, Any]]:
     def target(use: PortUse) -> str:
         host = LOOPBACK if use.host in ("0.0.0.0", "::") else use.host
         return f"{host}:{use.port}"
 
-    def job(name: str, entries: list[tuple[PortUse, dict[str, str]]]) -> dict[str, Any]:
-        static = [{"targets": [target(use)], "labels": {"namespace": namespace, **labels}} for use, labels in entries]
-        return {"job_name": name, "static_configs": static}
-
-    by_kind = {kind: [p for p in processes if p.kind == kind] for kind in ("frontend", "worker", "etcd")}
-    jobs = [
-        job("dynamo-frontend", [(p.ports[0], {"process": p.name}) for p in by_kind["frontend"]]),
-        job("dynamo-workers", [(p.ports[0], {"process": p.name, "pool": p.role or ""}) for p in by_kind["worker"]]),
-        job("etcd", [(p.ports[0], {"process": p.name}) for p in by_kind["etcd"]]),
-        job("dynamo-oss-launcher", [(launcher, {"process": "launcher"})]),
-    ]
-    config = {
-        "global": {"scrape_interval": f"{interval_s:g}s", "evaluation_interval": f"{interval_s:g}s"},
-        "scrape_configs": [j for j in jobs if j["static_configs"]],
-    }
-    return yaml.safe_dump(config, sort_keys=False)
+    return [{"targets": [target(use)], "labels": {"namespace": namespace, **labels}} for use, labels in entries]

@@ -61,6 +61,33 @@ async def etcd_keys(endpoint: str, prefix: str) -> list[str]:
     return [base64.b64decode(kv["key"]).decode() for kv in kvs]
 
 
+async def etcd_delete(endpoint: str, key: str) -> bool:
+    """Delete one key; True when it was there."""
+    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        response = await client.post(f"{endpoint}/v3/kv/deleterange", json={"key": _b64(key)})
+    response.raise_for_status()
+    return int(response.json().get("deleted", 0)) > 0
+
+
+async def worker_streams(port: int, namespace: str) -> dict[str, float] | None:
+    """A worker's requests in flight on its public endpoint, by instance id (hex), read from its own
+    /metrics; None when it does not answer."""
+    label = f'dynamo_namespace="{namespace.replace("-", "_")}"'
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            response = await client.get(f"http://127.0.0.1:{port}/metrics")
+        response.raise_for_status()
+    except httpx.HTTPError:
+        return None
+    streams: dict[str, float] = {}
+    for line in response.text.splitlines():
+        if line.startswith("dynamo_component_inflight_requests{") and label in line:
+            labels, value = line.rsplit(" ", 1)
+            worker_id = labels.split('worker_id="', 1)[1].split('"', 1)[0]
+            streams[worker_id] = streams.get(worker_id, 0.0) + float(value)
+    return streams
+
+
 def instances_prefix(namespace: str, component: str) -> str:
     """Where Dynamo registers the workers serving `dyn://namespace.component.generate`."""
     return f"v1/instances/{namespace}/{component}/generate/"

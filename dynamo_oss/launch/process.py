@@ -31,6 +31,7 @@ class ManagedProcess:
         self.plan = plan
         self.verbose = verbose  # echo every line, not only `terminal.for_terminal` ones
         self.draining = False  # once set, the process's shutdown chatter goes to its log file only
+        self.retired = False  # stopped on purpose by a resize: not restarted
         self.log_path = log_dir / f"{plan.name}.log"
         self.prefix = f"{plan.name:<{name_width}} | "
         self.process: asyncio.subprocess.Process | None = None

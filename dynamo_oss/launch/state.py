@@ -7,6 +7,7 @@ tests and operators read it through `RunState.read`.
 from __future__ import annotations
 
 import os
+from datetime import datetime
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -16,6 +17,13 @@ from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.processes import ProcessKind
 
 STATE_FILE = "state.json"
+
+
+def write_atomically(path: Path, text: str) -> None:
+    """Readers see the old file or the new one, never half of one."""
+    temporary = path.with_suffix(".tmp")
+    temporary.write_text(text)
+    temporary.replace(path)
 
 
 class ProcessState(BaseModel):
@@ -33,7 +41,22 @@ class PoolState(BaseModel):
     role: PoolRole
     engine: EngineName
     target: int = Field(description="workers the pool should have")
-    live: int = Field(description="workers running now")
+    live: int = Field(description="workers running and taking requests now")
+    draining: int = Field(default=0, description="workers out of discovery, finishing their streams")
+    restarts: int = Field(default=0, description="restarts of the pool's workers after they exited")
+    min: int = Field(default=1, description="fewest workers the pool may run")
+    max: int = Field(default=1, description="most workers the pool may run")
+    autoscaled: bool = Field(default=False, description="the planner sizes it")
+
+
+class DecisionRecord(BaseModel):
+    """A planner decision and what the launcher did with it."""
+
+    decision_id: int
+    workers: dict[PoolRole, int] = Field(description="the size the decision set for each pool")
+    at: datetime = Field(description="when it reached the launcher")
+    outcome: str = Field(default="in progress", description="carried out, or refused and why")
+    seconds: float | None = Field(default=None, description="how long carrying it out took")
 
 
 class RunState(BaseModel):
@@ -46,12 +69,12 @@ class RunState(BaseModel):
     stopped: bool = Field(default=False, description="the supervisor has stopped every process")
     pools: list[PoolState]
     processes: list[ProcessState]
+    control_url: str | None = Field(default=None, description="the launcher's control API (loopback)")
+    control_token_file: Path | None = Field(default=None, description="the bearer token the control API wants")
+    last_decision: DecisionRecord | None = Field(default=None, description="the planner's latest decision")
 
     def write(self, run_dir: Path) -> None:
-        path = run_dir / STATE_FILE
-        temporary = path.with_suffix(".tmp")
-        temporary.write_text(self.model_dump_json(indent=2))
-        temporary.replace(path)
+        write_atomically(run_dir / STATE_FILE, self.model_dump_json(indent=2))
 
     @classmethod
     def read(cls, run_dir: Path) -> RunState:

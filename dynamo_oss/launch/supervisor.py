@@ -17,20 +17,23 @@ from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
 
-from dynamo_oss.catalog.names import component_for
-from dynamo_oss.deployment.host import HostPlan
-from dynamo_oss.deployment.processes import LOOPBACK
+from dynamo_oss.catalog.names import PoolRole, component_for
+from dynamo_oss.deployment.host import HostPlan, PoolPlan, gpu_env
+from dynamo_oss.deployment.processes import LOOPBACK, ProcessPlan
+from dynamo_oss.deployment.scrape import worker_targets
 from dynamo_oss.launch import probes
+from dynamo_oss.launch.control import TOKEN_FILE, ControlServer, control_app, write_token
 from dynamo_oss.launch.metrics import LauncherMetrics
 from dynamo_oss.launch.process import ManagedProcess
-from dynamo_oss.launch.state import PoolState, ProcessState, RunState
+from dynamo_oss.launch.scaling import Scaler
+from dynamo_oss.launch.state import DecisionRecord, PoolState, ProcessState, RunState, write_atomically
 
 INFRA_READY_TIMEOUT_S = 30.0
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTHY_RUN_S = 60.0  # a process that ran this long starts its backoff over
 STARTUP_CRASH_LIMIT = 3  # exits before the graph is ready that mean it never will be
-GRACE_S = {"gateway": 30.0, "frontend": 30.0, "worker": 20.0, "prometheus": 5.0, "nats": 5.0, "etcd": 5.0}
+GRACE_S = {"planner": 10.0, "gateway": 30.0, "frontend": 30.0, "worker": 20.0, "prometheus": 5.0, "nats": 5.0, "etcd": 5.0}
 INFRASTRUCTURE = ("etcd", "nats", "prometheus")  # started first, in plan order, each ready before the next
 
 
@@ -43,12 +46,17 @@ class Supervisor:
         self.plan = plan
         log_dir = plan.run_dir / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        width = max(len(p.name) for p in plan.processes)
-        self.processes = [ManagedProcess(p, log_dir, width, verbose) for p in plan.processes]
+        self.log_dir, self.verbose = log_dir, verbose
+        self.name_width = max(len(p.name) for p in plan.processes + plan.spare_workers)
+        self.processes = [ManagedProcess(p, log_dir, self.name_width, verbose) for p in plan.processes]
         self.recoveries: set[asyncio.Task] = set()  # "serves again" watches of restarted processes
+        self.watchers: dict[str, asyncio.Task] = {}  # each process's restart loop, by name
         self.metrics = LauncherMetrics(plan.namespace)
         for process in self.processes:
             self.metrics.watch(process.name, process.plan.kind)
+        self.scaler = Scaler(self)
+        self.last_decision: DecisionRecord | None = None
+        self.control_url: str | None = None
         self.stopping = asyncio.Event()
         self.crash_looping = asyncio.Event()
         self.crash_report = ""
@@ -62,7 +70,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
-        watchers: list[asyncio.Task] = []
+        control = self._serve_control_api()
         try:
             started = time.monotonic()
             if self.plan.launcher_metrics is not None:
@@ -74,7 +82,8 @@ class Supervisor:
                 if process.plan.kind not in INFRASTRUCTURE:
                     await process.start()
                     self._write_state()
-            watchers = [asyncio.create_task(self._keep_running(p)) for p in self.processes]
+            for process in self.processes:
+                self._supervise(process)
             await self._until_served(ready_timeout_s)
             if self.stopping.is_set():
                 return 0
@@ -100,9 +109,10 @@ class Supervisor:
             )
             return 1
         finally:
-            for task in [*watchers, *self.recoveries]:
+            for task in [*self.watchers.values(), *self.recoveries]:
                 task.cancel()
             await self._drain()
+            control.should_exit = True
 
     def _on_signal(self) -> None:
         if self.stopping.is_set():
@@ -165,12 +175,61 @@ class Supervisor:
         if waiting in done:
             waiting.result()
 
+    def _serve_control_api(self) -> ControlServer:
+        """The control API on a loopback port the kernel picks; its URL goes into state.json."""
+        token = write_token(self.plan.run_dir)
+        app = control_app(self.scaler, self._state, self._decided, token)
+        server, listener = ControlServer.on_loopback(app)
+        host, port = listener.getsockname()
+        self.control_url = f"http://{host}:{port}"
+        task = asyncio.create_task(server.serve(sockets=[listener]))
+        self.recoveries.add(task)  # cancelled with the other background tasks if serving ends early
+        return server
+
+    def _decided(self, record: DecisionRecord) -> None:
+        self.last_decision = record
+        self._write_state()
+
+    # The scaler's view of the workers (scaling.WorkerHost).
+
+    def workers(self, role: PoolRole) -> list[ManagedProcess]:
+        return [p for p in self.processes if p.plan.role == role and p.running and not p.draining]
+
+    def gpus_in_use(self) -> set[int]:
+        return {gpu for p in self.processes if p.plan.kind == "worker" and p.running for gpu in p.plan.gpus}
+
+    async def start_worker(self, slot: ProcessPlan) -> ManagedProcess:
+        slot = slot.model_copy(update={"env": {**slot.env, **gpu_env(slot.gpus)}})
+        process = next((p for p in self.processes if p.name == slot.name), None)
+        if process is None:
+            process = ManagedProcess(slot, self.log_dir, self.name_width, self.verbose)
+            self.processes.append(process)
+            self.metrics.watch(process.name, process.plan.kind)
+        process.plan, process.draining, process.retired = slot, False, False
+        await process.start()
+        self._supervise(process)
+        return process
+
+    async def retire_worker(self, process: ManagedProcess) -> None:
+        process.retired = True
+        await process.stop(GRACE_S["worker"])
+
+    def pools_changed(self) -> None:
+        self._write_state()
+        if self.plan.worker_targets is not None:
+            running = [p.plan for p in self.processes if p.plan.kind == "worker" and p.running]
+            write_atomically(self.plan.worker_targets, worker_targets(running, self.plan.namespace))
+
+    def _supervise(self, process: ManagedProcess) -> None:
+        self.watchers[process.name] = asyncio.create_task(self._keep_running(process))
+
     async def _keep_running(self, process: ManagedProcess) -> None:
-        """Restart the process whenever it exits, waiting longer after each quick crash."""
+        """Restart the process whenever it exits, waiting longer after each quick crash; a worker
+        the scaler retired stays stopped."""
         backoff = BACKOFF_FIRST_S
         while True:
             code = await process.wait()
-            if self.stopping.is_set():
+            if self.stopping.is_set() or process.retired:
                 return
             if time.monotonic() - process.started_at > HEALTHY_RUN_S:
                 backoff = BACKOFF_FIRST_S
@@ -228,7 +287,7 @@ class Supervisor:
         """Gateway and frontend first (they finish in-flight streams), then workers, then NATS and etcd."""
         for process in self.processes:
             process.draining = True  # what they print while stopping (lost peers, closed streams) is expected
-        for kinds in (("gateway",), ("frontend",), ("worker",), ("prometheus",), ("nats",), ("etcd",)):
+        for kinds in (("planner",), ("gateway",), ("frontend",), ("worker",), ("prometheus",), ("nats",), ("etcd",)):
             group = [p for p in self.processes if p.plan.kind in kinds]
             await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))
         self._write_state(stopped=True)
@@ -236,9 +295,30 @@ class Supervisor:
 
     def _write_state(self, stopped: bool = False) -> None:
         """The run's live facts (pids, restarts, ports, pool sizes) for `dynamo status`, tests and operators."""
+        state = self._state(stopped)
+        state.write(self.plan.run_dir)
+        self.metrics.ready.set(1 if self.ready else 0)
+        for pool in state.pools:
+            self.metrics.pool(pool.role, target=pool.target, live=pool.live, draining=pool.draining)
+
+    def _state(self, stopped: bool = False) -> RunState:
         workers = [p for p in self.processes if p.plan.kind == "worker"]
-        roles = list(dict.fromkeys(p.plan.role for p in workers if p.plan.role))
-        state = RunState(
+
+        def pool_state(pool: PoolPlan) -> PoolState:
+            own = [p for p in workers if p.plan.role == pool.role]
+            return PoolState(
+                role=pool.role,
+                engine=pool.engine,
+                target=self.scaler.targets[pool.role],
+                live=len(self.workers(pool.role)),
+                draining=sum(1 for p in own if p.running and p.draining and not self.stopping.is_set()),
+                restarts=sum(p.restarts for p in own),
+                min=pool.min_workers,
+                max=pool.max_workers,
+                autoscaled=pool.autoscaled,
+            )
+
+        return RunState(
             graph=self.plan.graph,
             endpoint=self.plan.endpoint,
             served_name=self.plan.served_name,
@@ -246,15 +326,7 @@ class Supervisor:
             supervisor_pid=os.getpid(),
             ready=self.ready,
             stopped=stopped,
-            pools=[
-                PoolState(
-                    role=role,
-                    engine=next(p.plan.engine for p in workers if p.plan.role == role),
-                    target=sum(1 for p in workers if p.plan.role == role),
-                    live=sum(1 for p in workers if p.plan.role == role and p.running),
-                )
-                for role in roles
-            ],
+            pools=[pool_state(pool) for pool in self.plan.pools],
             processes=[
                 ProcessState(
                     name=p.name,
@@ -268,8 +340,7 @@ class Supervisor:
                 )
                 for p in self.processes
             ],
+            control_url=self.control_url,
+            control_token_file=self.plan.run_dir / TOKEN_FILE,
+            last_decision=self.last_decision,
         )
-        state.write(self.plan.run_dir)
-        self.metrics.ready.set(1 if self.ready else 0)
-        for pool in state.pools:
-            self.metrics.pool(pool.role, target=pool.target, live=pool.live)

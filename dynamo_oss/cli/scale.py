@@ -1,0 +1,43 @@
+"""`dynamo scale POOL N [RUN_DIR]`: resize a running graph's pool by hand, the way the planner does."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from dynamo_oss.cli.arguments import positive_int
+from dynamo_oss.launch.control_client import ControlClient
+from dynamo_oss.launch.run_dirs import newest_run_dir
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "scale",
+        help="resize a pool of a served graph",
+        description="Ask the launcher of a running graph to bring POOL to N workers, through the same path "
+        "as the planner's decisions. New workers start on free GPUs and count once they are registered; "
+        "a worker that goes is drained first: out of discovery, its streams finish, then it stops. Waits "
+        "until the resize is done. Refused, with nothing changed, when N is outside the pool's range "
+        "(autoscale min to max; 1 to `workers` for a fixed pool) or the pools would need more GPUs than "
+        "the budget (planner.max_gpus, else hardware.gpus).",
+    )
+    parser.add_argument("pool", metavar="POOL", help="prefill, decode or agg")
+    parser.add_argument("workers", metavar="N", type=positive_int, help="the pool's new number of workers")
+    parser.add_argument(
+        "run_dir",
+        type=Path,
+        nargs="?",
+        metavar="RUN_DIR",
+        help="the run folder `dynamo serve` printed (default: the newest under ~/.cache/dynamo-oss/runs)",
+    )
+    parser.set_defaults(handler=scale)
+
+
+def scale(args: argparse.Namespace) -> int:
+    client = ControlClient.for_run(args.run_dir or newest_run_dir())
+    print(f"scaling {args.pool} to {args.workers} worker(s)...", flush=True)
+    outcome = client.scale(args.pool, args.workers)
+    for change in outcome.changes:
+        moved = "unchanged" if change.before == change.after else f"{change.before} -> {change.after}"
+        print(f"{change.role}: {moved} worker(s), in {outcome.seconds:.1f} s")
+    return 0
