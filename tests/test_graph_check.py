@@ -250,7 +250,8 @@ def test_autoscaled_pool_starts_at_its_minimum(capsys: pytest.CaptureFixture[str
     code, out, err = dynamo(capsys, "check", str(path))
     assert code == 0, out + err
     assert "decode-1" in out and "decode-2" not in out
-    assert "pool decode autoscales between 2 and 3 workers" in out
+    assert "pool decode autoscales between 2 and 3 workers: it starts at 2" in out
+    assert "planner " in out and "actuator " in out
 
 
 def test_engine_args_of_the_wrong_type_name_the_key(broken, tmp_path: Path) -> None:

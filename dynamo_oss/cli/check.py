@@ -96,7 +96,7 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         if pool.autoscale:
             lines.append(
                 f"  note: pool {pool.role} autoscales between {pool.autoscale.min} and {pool.autoscale.max} "
-                f"workers; the planner is not run on one host yet, so it stays at {pool.workers}"
+                f"workers: it starts at {pool.workers}, then Dynamo's planner sizes it on load"
             )
     for engine_name in sorted(deployment.engines):
         reason = engine_for(engine_name).unavailable_reason(plan.gpus_needed(engine_name))

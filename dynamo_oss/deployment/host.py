@@ -8,6 +8,7 @@ writes nothing: the files its command lines name are listed in `HostPlan.files`,
 
 from __future__ import annotations
 
+import json
 import shutil
 import sys
 from collections import Counter
@@ -24,6 +25,8 @@ from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
+# Dynamo's planner imports aisimulate_core at start-up; it finds a stand-in here (see its docstring).
+PLANNER_STANDINS = Path(__file__).parent / "planner_standins"
 
 
 class PoolPlan(BaseModel):
@@ -111,6 +114,7 @@ def plan_host(
     workers, spare, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
     launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, files, run_dir, problems)
+    processes += _planner_processes(deployment, shared_env, run_dir, prometheus_url, files, problems)
     spare_ports = [use for process in spare for use in process.ports]
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
@@ -266,6 +270,79 @@ def _worker_processes(
                 )
             )
     return processes, spare, files
+
+
+def _planner_processes(
+    deployment: Deployment,
+    shared_env: dict[str, str],
+    run_dir: Path,
+    prometheus_url: str | None,
+    files: list[PlannedFile],
+    problems: list[Problem],
+) -> list[ProcessPlan]:
+    """Dynamo's planner, deciding on load (its `load` target; the `sla` one needs AISimulate, which
+    cannot be installed), and the actuator that hands its decisions to the launcher."""
+    planner = deployment.planner
+    if planner is None:
+        return []
+    scaled = [pool for pool in deployment.pools if pool.role in planner.pools]
+    engines = {pool.engine for pool in scaled}
+    if len(engines) > 1:
+        problems.append(Problem(path="planner", message=f"the autoscaled pools run {' and '.join(sorted(engines))}; "
+                                "the planner sizes pools of one engine"))  # fmt: skip
+        return []
+    engine = engine_for(scaled[0].engine)
+    fixed_gpus = sum(pool.workers * pool.gpus_per_worker for pool in deployment.pools if pool.autoscale is None)
+    most_gpus = sum(pool.autoscale.max * pool.gpus_per_worker for pool in scaled if pool.autoscale)
+    gpus = {pool.role: pool.gpus_per_worker for pool in deployment.pools}
+    mins = {pool.role: pool.autoscale.min for pool in scaled if pool.autoscale}
+    config = {
+        "environment": "virtual",
+        "backend": engine.name,
+        "mode": planner.mode,
+        "optimization_target": "load",
+        "enable_throughput_scaling": False,
+        "model_name": deployment.model.served_name,
+        "max_gpu_budget": min(planner.max_gpus - fixed_gpus, most_gpus),
+        "load_adjustment_interval_seconds": planner.interval_s,
+        "prefill_scale_up_queue_tokens": planner.prefill_queue_tokens[0],
+        "prefill_scale_down_queue_tokens": planner.prefill_queue_tokens[1],
+        "decode_scale_up_kv_rate": planner.decode_kv_percent[0],
+        "decode_scale_down_kv_rate": planner.decode_kv_percent[1],
+        "prefill_engine_num_gpu": gpus.get("prefill", 1),
+        "decode_engine_num_gpu": gpus.get("decode", gpus.get("agg", 1)),
+        **({"min_endpoint": mins["agg"]} if "agg" in mins else {}),
+        **({"prefill_min_endpoint": mins["prefill"]} if "prefill" in mins else {}),
+        **({"decode_min_endpoint": mins["decode"]} if "decode" in mins else {}),
+        # No fixed ports of its own (its control API and live dashboard), no HTML reports.
+        "control_api_port": 0,
+        "live_dashboard_port": 0,
+        "report_interval_hours": None,
+        "report_output_dir": str(run_dir / "planner-reports"),
+    }
+    config_file = PlannedFile(
+        path=run_dir / "planner.json", purpose="Dynamo planner's configuration", content=json.dumps(config, indent=2).encode()
+    )
+    files.append(config_file)
+    # It counts workers and reads their load where the engine registers them.
+    env = {**shared_env, "DYN_NAMESPACE": engine.planner_namespace(deployment.namespace)}
+    planner_env = {
+        **env,
+        "PYTHONPATH": str(PLANNER_STANDINS),
+        "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
+        **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
+    }
+    return [
+        ProcessPlan(name="planner", kind="planner", argv=[sys.executable, "-m", "dynamo.planner", "--config",
+                                                          str(config_file.path)], env=planner_env),  # fmt: skip
+        ProcessPlan(
+            name="actuator",
+            kind="planner",
+            argv=[sys.executable, "-m", "dynamo_oss.launch.planner_actuator", str(run_dir),
+                  "--pools", ",".join(planner.pools)],  # fmt: skip
+            env=env,
+        ),
+    ]
 
 
 def gpu_env(gpus: list[int]) -> dict[str, str]:

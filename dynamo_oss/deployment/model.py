@@ -85,10 +85,22 @@ class Pool(Frozen):
 
 
 class Planner(Frozen):
-    ttft_ms: float
-    itl_ms: float
+    """Dynamo's planner, scaling the autoscaled pools on load (its `load` optimization target)."""
+
+    ttft_ms: float = Field(description="the TTFT target the pools are measured against")
+    itl_ms: float = Field(description="the ITL target")
     max_gpus: int
+    interval_s: int = Field(description="seconds between its looks at the load")
+    prefill_queue_tokens: tuple[int, int] = Field(description="grow above, shrink below: queued prompt tokens")
+    decode_kv_percent: tuple[float, float] = Field(description="grow above, shrink below: KV cache in use, %")
     pools: list[PoolRole] = Field(description="the pools it sizes")
+
+    @property
+    def mode(self) -> str:
+        """Dynamo's name for what it sizes: both disaggregated pools, one of them, or the aggregated one."""
+        if "agg" in self.pools:
+            return "agg"
+        return "disagg" if len(self.pools) == 2 else self.pools[0]
 
 
 class Deployment(Frozen):
@@ -162,6 +174,9 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
             ttft_ms=spec.planner.ttft_ms,
             itl_ms=spec.planner.itl_ms,
             max_gpus=spec.planner.max_gpus or spec.hardware.gpus,
+            interval_s=spec.planner.interval_s,
+            prefill_queue_tokens=spec.planner.prefill_queue_tokens,
+            decode_kv_percent=spec.planner.decode_kv_percent,
             pools=[pool.role for pool in pools if pool.autoscale],
         )
     return Deployment(

@@ -108,6 +108,9 @@ class Engine(Protocol):
     name: EngineName
     ready_timeout_s: float  # how long a worker may take to register after it starts
 
+    def planner_namespace(self, namespace: str) -> str:
+        """Where Dynamo's planner finds the workers' forward-pass metrics and counts them."""
+
     def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
         """Parse the pool's engine configuration once; raise EngineArgsError when it is unusable."""
 

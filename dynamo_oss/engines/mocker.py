@@ -19,6 +19,8 @@ from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK, read_llm_args
 READY_TIMEOUT_S = 120.0
 WORKER_TYPE: dict[PoolRole, str] = {"agg": "aggregated", "prefill": "prefill", "decode": "decode"}
 STANDS_IN_FOR = "trtllm"  # the mocker's --engine-type (whose scheduling it copies) for a graph's pools
+# mocker_worker runs the engine itself in a namespace of its own, which no frontend watches.
+CORE_NAMESPACE_PREFIX = "mocker-core-"
 
 
 class MockerEngine:
@@ -32,6 +34,10 @@ class MockerEngine:
 
     def unavailable_reason(self, gpus_needed: int) -> str | None:
         return None  # it runs anywhere Dynamo imports
+
+    def planner_namespace(self, namespace: str) -> str:
+        # The engine publishes its forward-pass metrics, and registers, in the core namespace.
+        return f"{CORE_NAMESPACE_PREFIX}{namespace}"
 
     def worker_argv(self, ctx: WorkerContext) -> list[str]:
         argv = [

@@ -43,8 +43,8 @@ from dynamo.llm import ModelInput, ModelRuntimeConfig, ModelType, WorkerType, re
 
 from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
 from dynamo_oss.engines.harmony.answers import Completion, completion_for
+from dynamo_oss.engines.mocker import CORE_NAMESPACE_PREFIX
 
-CORE_NAMESPACE_PREFIX = "mocker-core-"
 ENGINE_START_TIMEOUT_S = 120.0
 REPLAY_ANNOTATION = "output_replay_id:"  # the engine replays a recorded response: leave it alone
 

@@ -112,6 +112,9 @@ class TrtllmEngine:
             raise EngineArgsError("engine trtllm needs engine_args: a TensorRT-LLM engine configuration YAML")
         return read_llm_args(engine_args)
 
+    def planner_namespace(self, namespace: str) -> str:
+        return namespace  # its workers publish forward-pass metrics where they serve
+
     def unavailable_reason(self, gpus_needed: int) -> str | None:
         reasons = []
         gpus = visible_gpu_count()

@@ -237,11 +237,42 @@ class ObservabilitySection(Strict):
 
 
 class PlannerSection(Strict):
-    ttft_ms: float = Field(gt=0, description="Time-to-first-token target the planner sizes prefill for, ms.")
-    itl_ms: float = Field(gt=0, description="Inter-token latency target the planner sizes decode for, ms.")
+    """Dynamo's planner sizes the autoscaled pools on load: a prefill pool grows when prompt tokens
+    queue up, a decode pool when its KV cache fills. (Dynamo 1.6's SLA mode, which sizes pools for
+    TTFT and ITL targets directly, needs the AISimulate performance model, which cannot be installed
+    here; see README.)"""
+
+    ttft_ms: float = Field(gt=0, description="Time-to-first-token target (SLO), ms: what dashboards and benchmarks "
+                           "measure the pools against.")  # fmt: skip
+    itl_ms: float = Field(gt=0, description="Inter-token latency target (SLO), ms, likewise.")
     max_gpus: int | None = Field(
         default=None, ge=1, le=72, description="Most GPUs all pools may use together (default: hardware.gpus)."
     )
+    interval_s: int = Field(default=5, ge=1, le=600, description="Seconds between the planner's looks at the load.")
+    prefill_queue_tokens: tuple[int, int] = Field(
+        default=(16384, 1024),
+        description="[grow above, shrink below]: prompt tokens waiting in a prefill worker's queue.",
+    )
+    decode_kv_percent: tuple[float, float] = Field(
+        default=(80.0, 30.0),
+        description="[grow above, shrink below]: share of a decode (or aggregated) worker's KV cache in use, %.",
+    )
+
+    @field_validator("prefill_queue_tokens", "decode_kv_percent", mode="before")
+    @classmethod
+    def _pair(cls, value: object) -> object:
+        return tuple(value) if isinstance(value, list) else value  # YAML gives [up, down] as a list
+
+    @model_validator(mode="after")
+    def _grow_above_shrink(self) -> PlannerSection:
+        for name in ("prefill_queue_tokens", "decode_kv_percent"):
+            up, down = getattr(self, name)
+            if not 0 <= down < up:
+                raise ValueError(f"Got {name} [{up:g}, {down:g}]. It must be [grow above, shrink below], with "
+                                 "0 <= shrink < grow.")  # fmt: skip
+        if self.decode_kv_percent[0] > 100:
+            raise ValueError(f"Got decode_kv_percent up {self.decode_kv_percent[0]:g}. A share is at most 100%.")
+        return self
 
 
 class GraphSpec(Strict):
