@@ -118,6 +118,15 @@ def test_the_planner_grows_decode_under_load_and_shrinks_it_after(
         load.thread.join(180)
     assert load.failures == []
     assert len(load.completed) >= RAMP_STREAMS and set(load.completed) == {TOKENS}
+    prometheus = autoscaled.state()["prometheus_url"]
+
+    def scaling_actions() -> dict[str, float] | None:
+        query = 'dynamo_oss_scaling_actions_total{pool="decode"}'
+        rows = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}).json()["data"]["result"]
+        counts = {row["metric"]["direction"]: float(row["value"][1]) for row in rows}
+        return counts if counts.get("up", 0) >= 1 and counts.get("down", 0) >= 1 else None
+
+    wait_for(scaling_actions, 30, "the launcher's scaling actions in Prometheus")
     output = autoscaled.output.read_text()
     assert "planner decision" in output and "decode 1 -> 2" in output and "-> 1" in output
     assert " WARN " not in output.replace("WARN http-request: dynamo_parsers::reasoning::gpt_oss_parser", "")

@@ -54,6 +54,10 @@ class LauncherMetrics:
     def restarted(self, process: str, kind: str) -> None:
         self.restarts.labels(self._namespace, process, kind).inc()
 
+    def scaled(self, pool: str, direction: str) -> None:
+        """A worker added to (up) or removed from (down) a pool by a resize."""
+        self.scaling_actions.labels(self._namespace, pool, direction).inc()
+
     def pool(self, pool: str, target: int, live: int, draining: int = 0) -> None:
         for state, count in (("target", target), ("live", live), ("draining", draining)):
             self.pool_workers.labels(self._namespace, pool, state).set(count)

@@ -208,11 +208,13 @@ class Supervisor:
         process.plan, process.draining, process.retired = slot, False, False
         await process.start()
         self._supervise(process)
+        self.metrics.scaled(slot.role or "", "up")
         return process
 
     async def retire_worker(self, process: ManagedProcess) -> None:
         process.retired = True
         await process.stop(GRACE_S["worker"])
+        self.metrics.scaled(process.plan.role or "", "down")
 
     def pools_changed(self) -> None:
         self._write_state()
