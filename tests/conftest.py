@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,6 +105,23 @@ def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
     return ServedGraph(process=process, graph=graph, run_dir=run_dir, output=output)
 
 
+@contextmanager
+def serving(graph: Path, run_dir: Path, *extra: str) -> Iterator[ServedGraph]:
+    """`dynamo serve GRAPH --engine mocker` for the with-block: ready when it starts, stopped when it ends."""
+    served = start_serving(graph, run_dir, *extra)
+    try:
+        wait_ready(served)
+        yield served
+    finally:
+        served.stop()
+
+
+def observed(prometheus_port: int, launcher_port: int) -> dict:
+    """A graph's observability section: an embedded Prometheus scraping every second, the launcher's metrics."""
+    return {"prometheus": {"mode": "embedded", "port": prometheus_port, "scrape_interval_s": 1},
+            "launcher_port": launcher_port}  # fmt: skip
+
+
 def wait_ready(served: ServedGraph, timeout_s: float = 120) -> None:
     def ready() -> bool:
         if served.process.poll() is not None:
@@ -179,9 +197,5 @@ def graph_folder(tmp_path: Path) -> Path:
 def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     """graphs/disagg.yaml served on the mocker (on free ports), shared by a module's tests, stopped at its end."""
     folder = tmp_path_factory.mktemp("disagg")
-    served = start_serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run")
-    try:
-        wait_ready(served)
+    with serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run") as served:
         yield served
-    finally:
-        served.stop()

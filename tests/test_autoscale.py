@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import ServedGraph, free_ports, run_dynamo, start_serving, wait_for, wait_ready, write_graph
+from conftest import ServedGraph, free_ports, observed, run_dynamo, serving, wait_for, write_graph
 
 SLOW = 10  # the mocker runs 10x slower than modelled, so streams last seconds and load builds up
 TOKENS = 400
@@ -35,15 +35,10 @@ def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph
     graph["hardware"]["gpus"] = 4
     graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 3}, "engine": "mocker", "system_port": decode_port}
     graph["planner"] = {"ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2, "decode_kv_percent": KV_PERCENT}
-    graph["observability"] = {"prometheus": {"mode": "embedded", "port": prometheus, "scrape_interval_s": 1},
-                              "launcher_port": launcher}  # fmt: skip
+    graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
-    served = start_serving(path, folder / "run", "--mocker-time-scale", str(SLOW))
-    try:
-        wait_ready(served)
+    with serving(path, folder / "run", "--mocker-time-scale", str(SLOW)) as served:
         yield served
-    finally:
-        served.stop()
 
 
 class Load:

@@ -249,7 +249,8 @@ def test_autoscaled_pool_starts_at_its_minimum(capsys: pytest.CaptureFixture[str
     path.write_text(yaml.safe_dump(graph))
     code, out, err = dynamo(capsys, "check", str(path))
     assert code == 0, out + err
-    assert "decode-1" in out and "decode-2" not in out
+    assert "decode-1  " in out and "decode-2  " not in out
+    assert "worker slots a pool grows into, on free GPUs: decode-2 (port " in out
     assert "pool decode autoscales between 2 and 3 workers: it starts at 2" in out
     assert "planner " in out and "actuator " in out
 

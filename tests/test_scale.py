@@ -15,7 +15,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import DYNAMO, REPO, ServedGraph, free_ports, run_dynamo, start_serving, wait_for, wait_ready, write_graph
+from conftest import DYNAMO, REPO, ServedGraph, free_ports, observed, run_dynamo, serving, wait_for, write_graph
 
 SLOW = 10  # the mocker runs 10x slower than modelled, so a 300-token stream lasts seconds
 STREAM_TOKENS = 300
@@ -30,15 +30,10 @@ def two_decoders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGra
     graph["pools"]["decode"]["workers"] = 2
     decode_port, _second_decode_port, prometheus, launcher = free_ports(4)
     graph["pools"]["decode"]["system_port"] = decode_port
-    graph["observability"] = {"prometheus": {"mode": "embedded", "port": prometheus, "scrape_interval_s": 1},
-                              "launcher_port": launcher}  # fmt: skip
+    graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
-    served = start_serving(path, folder / "run", "--mocker-time-scale", str(SLOW))
-    try:
-        wait_ready(served)
+    with serving(path, folder / "run", "--mocker-time-scale", str(SLOW)) as served:
         yield served
-    finally:
-        served.stop()
 
 
 def streams_in_flight(served: ServedGraph, process: str) -> float:

@@ -42,7 +42,7 @@ from dynamo_oss.launch.state import RunState  # noqa: E402
 HERE = Path(__file__).parent
 SLOW = 10.0
 ISL, OSL = 256, 300
-PHASES = [(45, 0.2), (75, 1.6), (45, 0.2), (75, 1.6), (45, 0.2)]  # (seconds, requests per second)
+PHASES = [(45, 0.2), (75, 4.0), (45, 0.2), (75, 4.0), (45, 0.2)]  # (seconds, requests per second)
 SEED = 7
 SETUPS = {"planner (decode 1-3)": None, "fixed decode 1": 1, "fixed decode 2": 2}
 
@@ -177,6 +177,12 @@ def write_results(results: list[dict], arrivals: list[float]) -> None:
             f"| {r['itl_p50_ms']:.0f} / {r['itl_p99_ms']:.0f} ms |"
         )
     planner = results[0]
+    bounds = (50, 60, 70, 80, targets["itl_ms"])
+    sensitivity = [
+        "| setup | " + " | ".join(f"ITL <= {b:g} ms" for b in bounds) + " |",
+        "|---|" + "---:|" * len(bounds),
+        *[f"| {r['setup']} | " + " | ".join(f"{share_within(r, b):.0%}" for b in bounds) + " |" for r in results],
+    ]
     text = [
         "# Autoscaling against fixed pools on a bursty trace", "",
         "Command: `uv run python benchmarks/autoscale/run.py` (about 20 minutes here). Graph: "
@@ -189,12 +195,18 @@ def write_results(results: list[dict], arrivals: list[float]) -> None:
         "share counts the requests within a target among all requests sent. Mean GPUs: the GPUs of the workers "
         "running (serving or draining), sampled every 0.5 s from the launcher's state, averaged over the run.", "",
         *rows, "",
+        "The same runs against other ITL targets (share of all requests sent):", "",
+        *sensitivity, "",
         f"The planner's decisions ({len(planner['decisions'])}):", "",
         *[f"- `{line.strip()}`" for line in planner["decisions"]], "",
         "![pool sizes and latency over time](timeline.png)", "",
     ]  # fmt: skip
     (HERE / "results.md").write_text("\n".join(text))
     plot(results, arrivals, targets)
+
+
+def share_within(result: dict, itl_ms: float) -> float:
+    return sum(itl <= itl_ms for _, _, itl in result["records"]) / result["requests"]
 
 
 def plot(results: list[dict], arrivals: list[float], targets: dict) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -33,3 +34,14 @@ def concurrencies(text: str) -> list[int]:
     if not values or min(values) < 1:
         raise argparse.ArgumentTypeError(f'Got "{text}". Each concurrency must be at least 1.')
     return values
+
+
+def add_run_dir_argument(parser: argparse.ArgumentParser) -> None:
+    """The optional RUN_DIR of a command that talks to a served graph."""
+    parser.add_argument(
+        "run_dir",
+        type=Path,
+        nargs="?",
+        metavar="RUN_DIR",
+        help="the run folder `dynamo serve` printed (default: the newest under ~/.cache/dynamo-oss/runs)",
+    )

@@ -89,6 +89,9 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         own_env = {key: value for key, value in process.env.items() if key not in plan.shared_env}
         env = " ".join(f"{key}={value}" for key, value in own_env.items())
         lines.append(f"      $ {env + ' ' if env else ''}{shlex.join(process.argv)}")
+    if plan.spare_workers:
+        spare = ", ".join(f"{p.name} (port {p.ports[0].port})" for p in plan.spare_workers)
+        lines.append(f"  worker slots a pool grows into, on free GPUs: {spare}")
     if plan.files:
         lines.append("  files written when the graph is served:")
         lines += [f"    {file.path}  ({file.purpose})" for file in plan.files]

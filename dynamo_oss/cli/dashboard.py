@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.cli.arguments import add_run_dir_argument
 from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
 from dynamo_oss.observe.dashboards import DASHBOARDS, render
@@ -33,8 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every panel's queries over the last MINUTES against the Prometheus of a served "
         "graph and draw each dashboard as one PNG in OUT, for a look where no Grafana runs.",
     )
-    draw.add_argument("run_dir", type=Path, nargs="?", metavar="RUN_DIR",
-                      help="the served graph's run folder (default: the newest)")  # fmt: skip
+    add_run_dir_argument(draw)
     draw.add_argument("--out", type=Path, default=Path("dashboard-snapshots"), help="folder for the PNGs")
     draw.add_argument("--minutes", type=float, default=15, help="time range drawn")
     draw.add_argument("--only", choices=sorted(DASHBOARDS), action="append", help="draw only these dashboards")

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from dynamo_oss.cli.arguments import positive_int
+from dynamo_oss.cli.arguments import add_run_dir_argument, positive_int
 from dynamo_oss.launch.control_client import ControlClient
 from dynamo_oss.launch.run_dirs import newest_run_dir
 
@@ -23,13 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("pool", metavar="POOL", help="prefill, decode or agg")
     parser.add_argument("workers", metavar="N", type=positive_int, help="the pool's new number of workers")
-    parser.add_argument(
-        "run_dir",
-        type=Path,
-        nargs="?",
-        metavar="RUN_DIR",
-        help="the run folder `dynamo serve` printed (default: the newest under ~/.cache/dynamo-oss/runs)",
-    )
+    add_run_dir_argument(parser)
     parser.set_defaults(handler=scale)
 
 

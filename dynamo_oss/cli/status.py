@@ -4,8 +4,8 @@ from its launcher's control API while it runs, else from the state it left in th
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
+from dynamo_oss.cli.arguments import add_run_dir_argument
 from dynamo_oss.launch.control_client import ControlClient
 from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
@@ -19,13 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "one left, and print each pool's target, live and draining workers and restarts, the planner's last "
         "decision, and each process's pid, restarts and ports.",
     )
-    parser.add_argument(
-        "run_dir",
-        type=Path,
-        nargs="?",
-        metavar="RUN_DIR",
-        help="the run folder `dynamo serve` printed (default: the newest under ~/.cache/dynamo-oss/runs)",
-    )
+    add_run_dir_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the state as one JSON object")
     parser.set_defaults(handler=status)
 
