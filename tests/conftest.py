@@ -116,6 +116,19 @@ def serving(graph: Path, run_dir: Path, *extra: str) -> Iterator[ServedGraph]:
         served.stop()
 
 
+def exact_stream(content: str, tokens: int) -> dict:
+    """A streaming chat request to a gpt-oss-20b graph that generates exactly `tokens` tokens,
+    counted in the usage of its last chunk."""
+    return {
+        "model": "openai/gpt-oss-20b",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "extra_body": {"ignore_eos": True, "min_tokens": tokens},
+    }
+
+
 def observed(prometheus_port: int, launcher_port: int) -> dict:
     """A graph's observability section: an embedded Prometheus scraping every second, the launcher's metrics."""
     return {"prometheus": {"mode": "embedded", "port": prometheus_port, "scrape_interval_s": 1},

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import ServedGraph, free_ports, observed, run_dynamo, serving, wait_for, write_graph
+from conftest import ServedGraph, exact_stream, free_ports, observed, run_dynamo, serving, wait_for, write_graph
 
 SLOW = 10  # the mocker runs 10x slower than modelled, so streams last seconds and load builds up
 TOKENS = 400
@@ -64,14 +64,7 @@ class Load:
 
     async def _user(self, client: openai.AsyncOpenAI, index: int) -> None:
         try:
-            stream = await client.chat.completions.create(
-                model="openai/gpt-oss-20b",
-                messages=[{"role": "user", "content": f"user {index} at {time.monotonic()}"}],
-                max_tokens=TOKENS,
-                stream=True,
-                stream_options={"include_usage": True},
-                extra_body={"ignore_eos": True, "min_tokens": TOKENS},
-            )
+            stream = await client.chat.completions.create(**exact_stream(f"user {index} at {time.monotonic()}", TOKENS))
             usage = [chunk.usage.completion_tokens async for chunk in stream if chunk.usage]
             self.completed += usage
         except Exception as error:  # noqa: BLE001 - every failure is the test's business

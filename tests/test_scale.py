@@ -15,7 +15,9 @@ import httpx
 import openai
 import pytest
 import yaml
-from conftest import DYNAMO, REPO, ServedGraph, free_ports, observed, run_dynamo, serving, wait_for, write_graph
+from conftest import (
+    DYNAMO, REPO, ServedGraph, exact_stream, free_ports, observed, run_dynamo, serving, wait_for, write_graph,
+)  # fmt: skip
 
 SLOW = 10  # the mocker runs 10x slower than modelled, so a 300-token stream lasts seconds
 STREAM_TOKENS = 300
@@ -51,14 +53,7 @@ def stream_tokens(served: ServedGraph, results: list, index: int) -> None:
     """One streaming chat request of exactly STREAM_TOKENS tokens; its token count or its error lands in results."""
     client = openai.OpenAI(base_url=served.endpoint, api_key="unused", max_retries=0)
     try:
-        stream = client.chat.completions.create(
-            model="openai/gpt-oss-20b",
-            messages=[{"role": "user", "content": f"question {index}"}],
-            max_tokens=STREAM_TOKENS,
-            stream=True,
-            stream_options={"include_usage": True},
-            extra_body={"ignore_eos": True, "min_tokens": STREAM_TOKENS},
-        )
+        stream = client.chat.completions.create(**exact_stream(f"question {index}", STREAM_TOKENS))
         results[index] = next(chunk.usage.completion_tokens for chunk in stream if chunk.usage)
     except Exception as error:  # noqa: BLE001 - the test reports every failure it saw
         results[index] = repr(error)
