@@ -63,7 +63,8 @@ def control_app(
     async def bearer_token(request: Request, call_next: Callable[[Request], Awaitable[object]]) -> object:
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
-            return _error(401, "authentication_error", f"missing or wrong bearer token (see the run folder's {TOKEN_FILE})")
+            why = f"missing or wrong bearer token (see the run folder's {TOKEN_FILE})"
+            return _error(401, "authentication_error", why)
         return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
@@ -73,7 +74,8 @@ def control_app(
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
-        return _error(error.status_code, "invalid_request_error", f"{error.detail}: {request.method} {request.url.path}")
+        what = f"{error.detail}: {request.method} {request.url.path}"
+        return _error(error.status_code, "invalid_request_error", what)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> JSONResponse:

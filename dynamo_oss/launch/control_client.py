@@ -19,7 +19,9 @@ class ControlClient:
     def __init__(self, url: str, token: str) -> None:
         # A resize returns when its workers serve or have drained, which can take minutes.
         self.http = httpx.Client(
-            base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=None)
+            base_url=url,
+            headers={"Authorization": f"Bearer {token}"},
+            timeout=httpx.Timeout(CONNECT_TIMEOUT_S, read=None),
         )
 
     @classmethod

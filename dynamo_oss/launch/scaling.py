@@ -117,7 +117,9 @@ class Scaler:
                 known = ", ".join(p.role for p in self.plan.pools)
                 raise ScaleRefused(f"the graph has no pool {role} (its pools: {known})")
             if not pool.min_workers <= size <= pool.max_workers:
-                hint = "" if pool.autoscaled else " (a fixed pool shrinks and regrows; `autoscale: {min, max}` lets it grow)"
+                hint = ""
+                if not pool.autoscaled:
+                    hint = " (a fixed pool shrinks and regrows; `autoscale: {min, max}` lets it grow)"
                 raise ScaleRefused(
                     f"pool {role} runs {pool.min_workers} to {pool.max_workers} workers, not {size}{hint}"
                 )
@@ -155,7 +157,10 @@ class Scaler:
 
         async def registered() -> bool:
             own = await probes.worker_streams(port, self.plan.namespace)
-            return bool(own) and bool({prefix + worker_id for worker_id in own} & set(await probes.etcd_keys(etcd, prefix)))
+            if not own:
+                return False
+            keys = set(await probes.etcd_keys(etcd, prefix))
+            return any(prefix + worker_id in keys for worker_id in own)
 
         try:
             await probes.wait_until(registered, self.plan.ready_timeout_s, f"{process.name} registered")
