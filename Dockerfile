@@ -1,4 +1,4 @@
-# The image that runs a graph's processes on GPUs (`dynamo deploy` renders it into each component):
+# The image that runs a graph's processes on GPU nodes:
 # NVIDIA's Dynamo TensorRT-LLM runtime at the Dynamo version this project pins, with dynamo-oss
 # installed from its lock file into the image's own Python, beside TensorRT-LLM.
 # Build: docker build -t REGISTRY/dynamo-oss:TAG .   (it cannot be built on the CI machine: no registry)
