@@ -1,6 +1,7 @@
 """Autoscaling against fixed pools on a bursty trace: the share of requests within the TTFT and ITL
 targets with Dynamo's planner sizing the decode pool, against decode pools fixed at 1 and at 2
-workers (the planner's average lies between them), all on the same trace.
+workers, all on the same trace. (On the committed trace the planner averaged 2.2 decode workers: about the
+GPUs of the fixed pair.)
 
 The graph is graph.yaml beside this file: gpt-oss-20b disaggregated on the mocker (H200 model),
 one prefill worker, decode autoscaled between 1 and 3 workers, run 10x slower than modelled
