@@ -128,7 +128,9 @@ class ControlServer(uvicorn.Server):
     def on_loopback(cls, app: FastAPI) -> tuple[ControlServer, socket.socket]:
         listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         listener.bind((LOOPBACK, 0))
-        return cls(uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False)), listener
+        # A resize still waiting when the graph stops gets a few seconds, not the engine's ready timeout.
+        config = uvicorn.Config(app, log_level="warning", lifespan="off", access_log=False, timeout_graceful_shutdown=5)
+        return cls(config), listener
 
 
 def _error(status: int, kind: str, message: str) -> JSONResponse:

@@ -132,6 +132,7 @@ class Scaler:
             )
 
     async def _grow(self, role: PoolRole, count: int) -> None:
+        # No worker is draining here: drains finish before growth, and one resize runs at a time.
         running = {process.name for process in self.host.workers(role)}
         free_slots = [slot for slot in self.plan.worker_slots(role) if slot.name not in running][:count]
         pool = self.plan.pool(role)

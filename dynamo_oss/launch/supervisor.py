@@ -70,7 +70,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
-        control = self._serve_control_api()
+        control, serving_control = self._serve_control_api()
         try:
             started = time.monotonic()
             if self.plan.launcher_metrics is not None:
@@ -113,6 +113,7 @@ class Supervisor:
                 task.cancel()
             await self._drain()
             control.should_exit = True
+            await serving_control
 
     def _on_signal(self) -> None:
         if self.stopping.is_set():
@@ -175,16 +176,14 @@ class Supervisor:
         if waiting in done:
             waiting.result()
 
-    def _serve_control_api(self) -> ControlServer:
+    def _serve_control_api(self) -> tuple[ControlServer, asyncio.Task]:
         """The control API on a loopback port the kernel picks; its URL goes into state.json."""
         token = write_token(self.plan.run_dir)
         app = control_app(self.scaler, self._state, self._decided, token)
         server, listener = ControlServer.on_loopback(app)
         host, port = listener.getsockname()
         self.control_url = f"http://{host}:{port}"
-        task = asyncio.create_task(server.serve(sockets=[listener]))
-        self.recoveries.add(task)  # cancelled with the other background tasks if serving ends early
-        return server
+        return server, asyncio.create_task(server.serve(sockets=[listener]))
 
     def _decided(self, record: DecisionRecord) -> None:
         self.last_decision = record
