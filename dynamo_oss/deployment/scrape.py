@@ -23,19 +23,21 @@ def scrape_config(
 ) -> str:
     """prometheus.yml for `processes` and the launcher's metrics port; workers are read from `worker_targets`."""
 
-    def job(name: str, kind: str, *extra: tuple[PortUse, dict[str, str]]) -> dict[str, Any]:
-        entries = [(p.ports[0], {"process": p.name}) for p in processes if p.kind == kind] + list(extra)
+    def static(name: str, entries: list[tuple[PortUse, dict[str, str]]]) -> dict[str, Any]:
         return {"job_name": name, "static_configs": _targets(entries, namespace)}
 
+    def of_kind(kind: str) -> list[tuple[PortUse, dict[str, str]]]:
+        return [(p.ports[0], {"process": p.name}) for p in processes if p.kind == kind]
+
     jobs = [
-        job("dynamo-frontend", "frontend"),
+        static("dynamo-frontend", of_kind("frontend")),
         {"job_name": "dynamo-workers", "file_sd_configs": [{"files": [str(worker_targets)]}]},
-        job("etcd", "etcd"),
-        job("dynamo-oss-launcher", "none", (launcher, {"process": "launcher"})),
+        *([static("etcd", of_kind("etcd"))] if of_kind("etcd") else []),  # an external etcd is not ours to scrape
+        static("dynamo-oss-launcher", [(launcher, {"process": "launcher"})]),
     ]
     config = {
         "global": {"scrape_interval": f"{interval_s:g}s", "evaluation_interval": f"{interval_s:g}s"},
-        "scrape_configs": [j for j in jobs if j.get("static_configs", True)],
+        "scrape_configs": jobs,
     }
     return yaml.safe_dump(config, sort_keys=False)
 

@@ -46,7 +46,10 @@ class ControlClient:
         try:
             response = self.http.request(method, path, json=body)
         except httpx.HTTPError as error:
-            raise UserError(f"the launcher's control API at {self.http.base_url} did not answer: {error}") from error
+            raise UserError(
+                f"the launcher's control API at {self.http.base_url} did not answer ({error}); is its "
+                "`dynamo serve` still running? `dynamo status` shows what it last recorded"
+            ) from error
         if response.status_code >= 400:
             try:
                 message = response.json()["error"]["message"]
