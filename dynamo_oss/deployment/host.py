@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.model import Deployment, Pool
+from dynamo_oss.deployment.planner_config import planner_settings
 from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, WorkerContext, engine_for
@@ -280,40 +281,17 @@ def _planner_processes(
     files: list[PlannedFile],
     problems: list[Problem],
 ) -> list[ProcessPlan]:
-    """Dynamo's planner, deciding on load (its `load` target; the `sla` one needs AISimulate, which
-    cannot be installed), and the actuator that hands its decisions to the launcher."""
+    """Dynamo's planner with its virtual connector, and the actuator that hands its decisions to
+    the launcher."""
+    settings = planner_settings(deployment, problems)
+    if settings is None:
+        return []
     planner = deployment.planner
-    if planner is None:
-        return []
-    scaled = [pool for pool in deployment.pools if pool.role in planner.pools]
-    engines = {pool.engine for pool in scaled}
-    if len(engines) > 1:
-        problems.append(Problem(path="planner", message=f"the autoscaled pools run {' and '.join(sorted(engines))}; "
-                                "the planner sizes pools of one engine"))  # fmt: skip
-        return []
-    engine = engine_for(scaled[0].engine)
-    fixed_gpus = sum(pool.workers * pool.gpus_per_worker for pool in deployment.pools if pool.autoscale is None)
-    most_gpus = sum(pool.autoscale.max * pool.gpus_per_worker for pool in scaled if pool.autoscale)
-    gpus = {pool.role: pool.gpus_per_worker for pool in deployment.pools}
-    mins = {pool.role: pool.autoscale.min for pool in scaled if pool.autoscale}
+    assert planner is not None  # planner_settings returns None without one
+    engine = engine_for(settings["backend"])
     config = {
         "environment": "virtual",
-        "backend": engine.name,
-        "mode": planner.mode,
-        "optimization_target": "load",
-        "enable_throughput_scaling": False,
-        "model_name": deployment.model.served_name,
-        "max_gpu_budget": min(planner.max_gpus - fixed_gpus, most_gpus),
-        "load_adjustment_interval_seconds": planner.interval_s,
-        "prefill_scale_up_queue_tokens": planner.prefill_queue_tokens[0],
-        "prefill_scale_down_queue_tokens": planner.prefill_queue_tokens[1],
-        "decode_scale_up_kv_rate": planner.decode_kv_percent[0],
-        "decode_scale_down_kv_rate": planner.decode_kv_percent[1],
-        "prefill_engine_num_gpu": gpus.get("prefill", 1),
-        "decode_engine_num_gpu": gpus.get("decode", gpus.get("agg", 1)),
-        **({"min_endpoint": mins["agg"]} if "agg" in mins else {}),
-        **({"prefill_min_endpoint": mins["prefill"]} if "prefill" in mins else {}),
-        **({"decode_min_endpoint": mins["decode"]} if "decode" in mins else {}),
+        **settings,
         # No fixed ports of its own (its control API and live dashboard), no HTML reports.
         "control_api_port": 0,
         "live_dashboard_port": 0,
