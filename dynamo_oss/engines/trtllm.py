@@ -77,7 +77,6 @@ def read_llm_args(path: Path) -> EngineShape:
 def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
     """TensorRT-LLM engine arguments for a worker of `shape` in `role`, as a graph's engine file holds them."""
     args: dict[str, Any] = {
-        "backend": "pytorch",
         "tensor_parallel_size": shape.tensor_parallel,
         "moe_expert_parallel_size": shape.expert_parallel or shape.tensor_parallel,
         "enable_attention_dp": shape.attention_dp,
@@ -140,8 +139,13 @@ class TrtllmEngine:
         ]  # fmt: skip
 
     def worker_env(self, ctx: WorkerContext) -> dict[str, str]:
-        # Programmatic dependent launch: used by every published gpt-oss TensorRT-LLM recipe.
-        return {"TRTLLM_ENABLE_PDL": "1"}
+        # The environment of Dynamo's published gpt-oss-120b TensorRT-LLM recipes (recipes/gpt-oss-120b/trtllm).
+        return {
+            "TRTLLM_ENABLE_PDL": "1",  # programmatic dependent launch: kernels overlap their prologues
+            "TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "True",
+            "NCCL_GRAPH_REGISTER": "0",  # no NCCL buffer registration inside CUDA graphs
+            "OMPI_MCA_coll_ucc_enable": "0",  # Open MPI's UCC collectives off; TensorRT-LLM starts ranks with MPI
+        }
 
     def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         return []
