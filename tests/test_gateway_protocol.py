@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
-from conftest import ServedGraph, start_serving, wait_for, wait_ready, write_graph
+from conftest import ServedGraph, free_ports, start_serving, wait_for, wait_ready, write_graph
 
 BODY = json.dumps({"model": "openai/gpt-oss-20b", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
 
@@ -112,3 +114,26 @@ def test_a_client_leaving_mid_stream_cancels_its_request_and_harms_nothing(serve
                                headers={"content-type": "application/json"})  # fmt: skip
             assert done.status_code == 200
     assert graph.process.poll() is None
+
+
+def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(served, tmp_path: Path) -> None:
+    """In a container there is no model folder: `--model gpt-oss-20b` makes one offline at start, and
+    the gateway counts chat prompts against the context with it (Dynamo's frontend never sees them)."""
+    _, _, dynamo_port = served
+    (port,) = free_ports(1)
+    log = tmp_path / "gateway.log"
+    command = [sys.executable, "-m", "dynamo_oss.gateway", "--port", str(port),
+               "--upstream", f"http://127.0.0.1:{dynamo_port}", "--model", "gpt-oss-20b"]  # fmt: skip
+    with log.open("wb") as output:
+        gateway = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "listening" in log.read_text(), 120, "the gateway to listen")
+        too_long = {"model": "openai/gpt-oss-20b", "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "hello " * 140_000}]}  # fmt: skip
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=too_long, timeout=60)
+        assert reply.status_code == 400, reply.text
+        error = reply.json()["error"]
+        assert error["code"] == "context_length_exceeded" and "in the messages" in error["message"]
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=40)

@@ -1,4 +1,4 @@
-"""`python -m dynamo_oss.gateway --port P --upstream URL [--model-folder DIR]`."""
+"""`python -m dynamo_oss.gateway --port P --upstream URL [--model-folder DIR | --model NAME]`."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 
 import uvloop
 
+from dynamo_oss.assets import model_folder
+from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.prompt import PromptCounter
 
@@ -30,8 +32,16 @@ def main() -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="Dynamo frontend base URL, e.g. http://127.0.0.1:8001")
-    parser.add_argument("--model-folder", type=Path, help="tokenizer and chat template, for context-length checks")
+    counted = parser.add_mutually_exclusive_group()
+    counted.add_argument("--model-folder", type=Path, help="tokenizer and chat template, for context-length checks")
+    counted.add_argument(
+        "--model",
+        choices=sorted(BUILTIN_MODELS),
+        help="a built-in gpt-oss model: its tokenizer and template are made offline at start (in a container)",
+    )
     args = parser.parse_args()
+    if args.model:
+        args.model_folder = model_folder(BUILTIN_MODELS[args.model])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # libuv's event loop: less CPU per streamed chunk than asyncio's own.
     uvloop.run(run(args))
