@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -17,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import BaseModel
 
 REPO = Path(__file__).resolve().parent.parent
 DYNAMO = [sys.executable, "-m", "dynamo_oss.cli"]
@@ -212,3 +214,34 @@ def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     folder = tmp_path_factory.mktemp("disagg")
     with serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run") as served:
         yield served
+
+
+class BaseLlmArgs(BaseModel):
+    """The fields dynamo.trtllm.backend_args reads defaults from."""
+
+    max_batch_size: int = 2048
+    max_num_tokens: int = 8192
+    max_seq_len: int | None = None
+    max_beam_width: int = 1
+
+
+@pytest.fixture(scope="module")
+def trtllm_parse_args():  # noqa: ANN201 - Dynamo's parse_args
+    """Dynamo 1.6's own TensorRT-LLM argument parser (dynamo/trtllm/args.py).
+
+    It imports `tensorrt_llm.llmapi.llm_args` at module level only to read four defaults of
+    BaseLlmArgs for its --help; TensorRT-LLM cannot be installed here, so a stand-in provides those
+    four fields, at TensorRT-LLM's defaults."""
+    llm_args = types.ModuleType("tensorrt_llm.llmapi.llm_args")
+    llm_args.BaseLlmArgs = BaseLlmArgs
+    llmapi = types.ModuleType("tensorrt_llm.llmapi")  # no BuildConfig: TensorRT-LLM >= 1.3.0rc21
+    llmapi.llm_args = llm_args
+    package = types.ModuleType("tensorrt_llm")
+    package.llmapi = llmapi
+    stand_ins = {"tensorrt_llm": package, "tensorrt_llm.llmapi": llmapi, "tensorrt_llm.llmapi.llm_args": llm_args}
+    with pytest.MonkeyPatch.context() as patch:
+        for name, module in stand_ins.items():
+            patch.setitem(sys.modules, name, module)
+        from dynamo.trtllm.args import parse_args
+
+        yield parse_args

@@ -1,0 +1,225 @@
+"""A deployment rendered for a Kubernetes cluster that runs Dynamo's operator (`dynamo deploy`).
+
+The same graph that `dynamo serve` runs on one host becomes, the way `helm template` renders a chart:
+- a ConfigMap with each pool's TensorRT-LLM engine arguments (the graph's files, verbatim) and
+  the harmony chat template the workers give the frontend;
+- a DynamoGraphDeployment (nvidia.com/v1beta1, Dynamo 1.6's current API): the frontend (behind
+  dynamo-oss's request gateway, a second container in its pod, unless the graph turns it off),
+  one component per pool with its replicas and GPUs, and Dynamo's planner with its Kubernetes
+  connector when a pool autoscales;
+- a PodMonitor, so a prometheus-operator Prometheus scrapes the frontend, workers and planner;
+- the Grafana dashboards as a ConfigMap that Grafana's dashboard sidecar loads.
+
+The operator supplies what belongs to the cluster: DYN_NAMESPACE and discovery, the frontend's
+Service, ports and probes. Worker command lines come from the pool's engine, as on a host; only
+paths (the mounted ConfigMap) and the namespace (the operator's, by Kubernetes' $(VAR) expansion) differ.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, Field
+
+from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
+from dynamo_oss.deployment.model import Deployment, Pool
+from dynamo_oss.deployment.planner_config import planner_settings
+from dynamo_oss.engines import WorkerContext, engine_for
+from dynamo_oss.graph.errors import GraphError, Problem
+
+OPERATOR_API_VERSION = "nvidia.com/v1beta1"
+CONFIG_MOUNT = Path("/opt/dynamo-oss/config")  # the ConfigMap of engine arguments and chat template
+MODEL_CACHE_MOUNT = "/opt/models"  # the model-cache volume; Hugging Face downloads land there (HF_HOME)
+FRONTEND_PORT = 8000  # the port the operator's frontend Service and probes use (its container port "http")
+DYNAMO_FRONTEND_PORT = 8001  # Dynamo's frontend behind the gateway, on the pod's loopback
+# /dev/shm for NCCL and NIXL buffers: the published gpt-oss-120b TensorRT-LLM recipe's size.
+WORKER_SHARED_MEMORY = "80Gi"
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+MAX_DNS_LABEL = 63
+COMPONENT_NAMES = ("frontend", "prefill", "decode", "agg", "planner")  # the components' names in the graph
+
+
+class ClusterTarget(BaseModel):
+    """Where and with what the manifests run: `dynamo deploy`'s options."""
+
+    namespace: str | None = Field(None, description="Kubernetes namespace; left out, kubectl's current one")
+    image: str = Field(description="the dynamo-oss image (Dockerfile) every component runs")
+    model_cache: str | None = Field(None, description="a PersistentVolumeClaim holding the Hugging Face cache")
+    dashboards: dict[str, str] = Field(default_factory=dict, description="Grafana dashboard files: name -> JSON")
+
+
+def render_manifests(deployment: Deployment, target: ClusterTarget) -> list[dict[str, Any]]:
+    """Every resource the deployment needs on the cluster; GraphError names what cannot be deployed."""
+    problems = _cluster_problems(deployment, target)
+    settings = planner_settings(deployment, problems)
+    if problems:
+        raise GraphError(str(deployment.source), problems)
+    name = deployment.name
+    components = [_frontend_component(deployment, target)]
+    components += [_pool_component(deployment, pool, target) for pool in deployment.pools]
+    if settings is not None:
+        components.append(_planner_component(deployment, settings, target))
+    graph = {
+        "apiVersion": OPERATOR_API_VERSION,
+        "kind": "DynamoGraphDeployment",
+        "metadata": _metadata(name, target),
+        "spec": {"backendFramework": "trtllm", "components": components},
+    }
+    manifests = [_config_map(deployment, target), graph, _pod_monitor(deployment, target)]
+    if target.dashboards:
+        dashboards = _metadata(f"{name}-dashboards", target)
+        dashboards["labels"]["grafana_dashboard"] = "1"  # what Grafana's dashboard sidecar looks for
+        manifests.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": dashboards, "data": target.dashboards})
+    return manifests
+
+
+def manifests_yaml(manifests: list[dict[str, Any]], source: str) -> str:
+    """One multi-document YAML stream, as `kubectl apply -f` takes it."""
+    header = f"# Rendered by `dynamo deploy {source}`; edit the graph, not this file.\n"
+    body = yaml.dump_all(manifests, Dumper=_BlockTextDumper, sort_keys=False, width=120, explicit_start=True)
+    return header + body
+
+
+class _BlockTextDumper(yaml.SafeDumper):
+    """Writes multi-line strings (engine files, the chat template, dashboards) as readable `|` blocks,
+    and repeated values in full rather than as YAML anchors."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_BlockTextDumper.add_representer(str, _text)
+
+
+def _cluster_problems(deployment: Deployment, target: ClusterTarget) -> list[Problem]:
+    problems = []
+    longest = max(len(name) for name in COMPONENT_NAMES)
+    if len(deployment.name) + 1 + longest > MAX_DNS_LABEL:
+        problems.append(Problem(path="name", message=f"is {len(deployment.name)} characters; on a cluster it names "
+                                f"Services NAME-COMPONENT, which fit {MAX_DNS_LABEL} characters only with a name of "
+                                f"at most {MAX_DNS_LABEL - 1 - longest}"))  # fmt: skip
+    if target.namespace is not None and not DNS_LABEL.match(target.namespace):
+        problems.append(Problem(path="--namespace", message=f"{target.namespace!r} is not a Kubernetes namespace name"))
+    if deployment.model.builtin is None:
+        problems.append(Problem(path="model.path", message="names a local checkout; on a cluster the workers load "
+                                "a built-in model from the Hugging Face hub (into --model-cache)"))  # fmt: skip
+    for pool in deployment.pools:
+        if pool.engine != "trtllm":
+            problems.append(Problem(path=f"pools.{pool.role}.engine", message=f"is {pool.engine}; dynamo deploy renders "
+                                    "TensorRT-LLM workers (trtllm)"))  # fmt: skip
+    return problems
+
+
+def _metadata(name: str, target: ClusterTarget) -> dict[str, Any]:
+    metadata: dict[str, Any] = {"name": name}
+    if target.namespace:
+        metadata["namespace"] = target.namespace
+    metadata["labels"] = {"app.kubernetes.io/managed-by": "dynamo-oss"}
+    return metadata
+
+
+def _config_map(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
+    data = {f"{pool.role}.yaml": pool.engine_args.read_text() for pool in deployment.pools if pool.engine_args}
+    data[TEMPLATE_FILE] = chat_template()
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(_config_name(deployment), target),
+            "data": data}  # fmt: skip
+
+
+def _config_name(deployment: Deployment) -> str:
+    return f"{deployment.name}-config"
+
+
+def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
+    """Dynamo's frontend with the graph's router and migration settings; with the request gateway in
+    front, Dynamo's frontend listens on the pod's loopback and the gateway takes the Service's port."""
+    frontend = deployment.frontend
+    listen = ["--http-host", "127.0.0.1", "--http-port", str(DYNAMO_FRONTEND_PORT)] if deployment.gateway else []
+    args = ["-m", "dynamo.frontend", *listen, "--router-mode", frontend.router,
+            "--migration-limit", str(frontend.migration_limit)]  # fmt: skip
+    containers = [{"name": "main", "image": target.image, "command": ["python3"], "args": args}]
+    if deployment.gateway:
+        assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
+        gateway_args = ["-m", "dynamo_oss.gateway", "--host", "0.0.0.0", "--port", str(FRONTEND_PORT),
+                        "--upstream", f"http://127.0.0.1:{DYNAMO_FRONTEND_PORT}",
+                        "--model", deployment.model.builtin]  # fmt: skip
+        containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway_args})
+    return {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": containers}}}
+
+
+def _pool_component(deployment: Deployment, pool: Pool, target: ClusterTarget) -> dict[str, Any]:
+    engine = engine_for(pool.engine)
+    model = deployment.model
+    context = WorkerContext(
+        role=pool.role,
+        served_name=model.served_name,
+        model_path=model.served_name,  # the hub name: weights download into the model cache
+        model_folder=CONFIG_MOUNT,
+        max_context=model.shape.max_context if model.shape else None,
+        engine_args_file=CONFIG_MOUNT / f"{pool.role}.yaml",
+        shape=pool.shape,
+        endpoint=f"dyn://$(DYN_NAMESPACE).{pool.component}.generate",  # the operator sets DYN_NAMESPACE
+    )
+    env = engine.worker_env(context)
+    mounts = [{"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True}]
+    volumes: list[dict[str, Any]] = [{"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}}]
+    if target.model_cache:
+        env["HF_HOME"] = MODEL_CACHE_MOUNT
+        mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT})
+        volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": target.model_cache}})
+    gpus = {"nvidia.com/gpu": str(pool.gpus_per_worker)}
+    container = {
+        "name": "main",
+        "image": target.image,
+        "command": ["python3"],
+        "args": engine.worker_argv(context),
+        "env": [{"name": key, "value": value} for key, value in sorted(env.items())],
+        "resources": {"limits": gpus, "requests": gpus},
+        "volumeMounts": mounts,
+    }
+    component: dict[str, Any] = {"name": pool.role, "type": "worker" if pool.role == "agg" else pool.role}
+    component["replicas"] = pool.workers  # the autoscale minimum for a pool the planner sizes
+    component["sharedMemorySize"] = WORKER_SHARED_MEMORY
+    component["podTemplate"] = {"spec": {"containers": [container], "volumes": volumes}}
+    return component
+
+
+def _planner_component(deployment: Deployment, settings: dict[str, Any], target: ClusterTarget) -> dict[str, Any]:
+    """Dynamo's planner, resizing the pools by patching this DynamoGraphDeployment's replicas."""
+    config = {"environment": "kubernetes", **settings}
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": target.image,
+        "command": ["python3"],
+        "args": ["-m", "dynamo.planner", "--config", json.dumps(config, separators=(",", ":"))],
+    }
+    observability = deployment.observability
+    if observability and observability.prometheus_url:
+        container["env"] = [{"name": "PROMETHEUS_ENDPOINT", "value": observability.prometheus_url}]
+    return {"name": "planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": {"containers": [container]}}}
+
+
+def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
+    """Scrape every pod of the graph on the ports the operator names: the frontend's `http`, the
+    workers' `system` and the planner's `metrics`; a pod without the port gives no target."""
+    section = deployment.spec.observability
+    prometheus = section.prometheus if section else None
+    interval = f"{getattr(prometheus, 'scrape_interval_s', 5.0):g}s"
+    endpoints = [{"port": port, "path": "/metrics", "interval": interval, "honorLabels": True}
+                 for port in ("http", "system", "metrics")]  # fmt: skip
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(deployment.name, target),
+        "spec": {
+            "selector": {"matchLabels": {"nvidia.com/dynamo-graph-deployment-name": deployment.name}},
+            "podMetricsEndpoints": endpoints,
+        },
+    }

@@ -1,0 +1,189 @@
+"""`dynamo deploy`: the shipped graphs as Kubernetes manifests for Dynamo's operator, validated offline
+against the DynamoGraphDeployment CRD and Kubernetes' own schemas, and equal to their copies in deploy/."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import dynamo.profiler
+import pytest
+import yaml
+from conftest import REPO, run_dynamo
+from manifest_schemas import manifest_errors
+
+from dynamo_oss.deployment.kubernetes import CONFIG_MOUNT, ClusterTarget, render_manifests
+from dynamo_oss.deployment.model import build_deployment
+from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.launch.prepare import prepare
+
+CHECKED_IN = REPO / "deploy" / "kubernetes"
+RENDERED = ["disagg.yaml", "agg.yaml"]  # the graphs whose manifests deploy/kubernetes holds
+SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
+
+
+def render(graph: Path, **target: object) -> list[dict]:
+    options = {"image": "registry.example/dynamo-oss:test", **target}
+    return render_manifests(build_deployment(load_graph(graph)), ClusterTarget(**options))
+
+
+def by_kind(manifests: list[dict], kind: str) -> list[dict]:
+    return [manifest for manifest in manifests if manifest["kind"] == kind]
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_dynamo_deploy_prints_the_checked_in_manifests(name: str) -> None:
+    printed = run_dynamo("deploy", f"graphs/{name}")
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == (CHECKED_IN / name).read_text(), (
+        f"deploy/kubernetes/{name} is stale: run `uv run dynamo deploy graphs/disagg.yaml graphs/agg.yaml "
+        "--out deploy/kubernetes`"
+    )
+
+
+def test_check_reports_a_stale_copy(tmp_path: Path) -> None:
+    written = run_dynamo("deploy", "graphs/agg.yaml", "--out", str(tmp_path))
+    assert written.returncode == 0 and (tmp_path / "agg.yaml").is_file()
+    assert run_dynamo("deploy", "graphs/agg.yaml", "--out", str(tmp_path), "--check").returncode == 0
+    (tmp_path / "agg.yaml").write_text((tmp_path / "agg.yaml").read_text().replace("replicas: 2", "replicas: 3"))
+    stale = run_dynamo("deploy", "graphs/agg.yaml", "--out", str(tmp_path), "--check")
+    assert stale.returncode == 1 and "agg.yaml: out of date" in stale.stdout
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_checked_in_manifests_validate(name: str) -> None:
+    manifests = list(yaml.safe_load_all((CHECKED_IN / name).read_text()))
+    assert [m["kind"] for m in manifests] == ["ConfigMap", "DynamoGraphDeployment", "PodMonitor", "ConfigMap"]
+    for manifest in manifests:
+        if manifest["kind"] != "PodMonitor":  # prometheus-operator's kind: no schema kept here
+            assert manifest_errors(manifest) == [], manifest["metadata"]["name"]
+
+
+@pytest.mark.parametrize("graph", SHIPPED, ids=lambda path: path.name)
+def test_every_shipped_graph_renders_valid_manifests_with_every_option(graph: Path) -> None:
+    manifests = render(graph, namespace="llm", model_cache="gpt-oss-cache", dashboards={"a.json": "{}\n"})
+    for manifest in manifests:
+        assert manifest["metadata"]["namespace"] == "llm"
+        if manifest["kind"] != "PodMonitor":
+            assert manifest_errors(manifest) == [], manifest["metadata"]["name"]
+
+
+def test_the_validators_refuse_what_kubernetes_would_prune_or_reject() -> None:
+    graph = by_kind(render(REPO / "graphs" / "disagg.yaml"), "DynamoGraphDeployment")[0]
+    misspelt = json.loads(json.dumps(graph))
+    misspelt["spec"]["components"][1]["replica"] = 2
+    assert any("'replica' was unexpected" in error for error in manifest_errors(misspelt))
+    old_style = json.loads(json.dumps(graph))
+    old_style["spec"]["components"][1]["type"] = "main"  # v1alpha1's componentType
+    assert any("spec.components.1.type" in error for error in manifest_errors(old_style))
+    bad_container = json.loads(json.dumps(graph))
+    bad_container["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["gpus"] = 4
+    assert manifest_errors(bad_container)
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": 1}}
+    assert manifest_errors(config)
+
+
+def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files() -> None:
+    manifests = render(REPO / "graphs" / "disagg.yaml", model_cache="gpt-oss-cache")
+    config_map, graph = manifests[0], by_kind(manifests, "DynamoGraphDeployment")[0]
+    components = {component["name"]: component for component in graph["spec"]["components"]}
+    assert [c["type"] for c in components.values()] == ["frontend", "prefill", "decode"]
+    for role in ("prefill", "decode"):
+        engine_file = (REPO / "graphs" / "engines" / "gpt-oss-120b" / f"b200-{role}.yaml").read_text()
+        assert config_map["data"][f"{role}.yaml"] == engine_file
+        component = components[role]
+        assert component["replicas"] == 1
+        container = component["podTemplate"]["spec"]["containers"][0]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+        env = {item["name"]: item["value"] for item in container["env"]}
+        assert env["TRTLLM_ENABLE_PDL"] == "1" and env["HF_HOME"] == "/opt/models"
+        volumes = {volume["name"]: volume for volume in component["podTemplate"]["spec"]["volumes"]}
+        assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == "gpt-oss-cache"
+        assert volumes["dynamo-oss-config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    frontend = components["frontend"]["podTemplate"]["spec"]["containers"]
+    assert [c["name"] for c in frontend] == ["main", "gateway"]
+    args = frontend[0]["args"]
+    assert args[args.index("--router-mode") + 1] == "kv" and args[args.index("--migration-limit") + 1] == "3"
+    assert args[args.index("--http-host") + 1] == "127.0.0.1"  # only the gateway faces the Service
+
+
+def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names() -> None:
+    manifests = render(REPO / "graphs" / "agg.yaml")
+    monitor = by_kind(manifests, "PodMonitor")[0]
+    name = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
+    assert monitor["spec"]["selector"]["matchLabels"] == {"nvidia.com/dynamo-graph-deployment-name": name}
+    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {"http", "system", "metrics"}
+
+
+def test_the_dashboards_ride_along_as_a_grafana_config_map() -> None:
+    printed = run_dynamo("deploy", "graphs/disagg.yaml")
+    dashboards = list(yaml.safe_load_all(printed.stdout))[-1]
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    for name, text in dashboards["data"].items():
+        assert text == (REPO / "deploy" / "grafana" / "dashboards" / name).read_text()
+
+
+def test_worker_command_lines_parse_with_dynamos_own_parser_against_the_mounted_files(
+    trtllm_parse_args, tmp_path: Path  # noqa: ANN001
+) -> None:
+    """What the pods run: the ConfigMap's files where the mount puts them, and $(DYN_NAMESPACE)
+    expanded from the operator's environment, the way the kubelet does."""
+    manifests = render(REPO / "graphs" / "disagg.yaml")
+    for name, text in manifests[0]["data"].items():
+        (tmp_path / name).write_text(text)
+    for component in by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"][1:]:
+        argv = component["podTemplate"]["spec"]["containers"][0]["args"]
+        assert argv[:2] == ["-m", "dynamo.trtllm"]
+        mounted = [arg.replace(str(CONFIG_MOUNT), str(tmp_path)) for arg in argv[2:]]
+        expanded = [re.sub(r"\$\(DYN_NAMESPACE\)", "default-gpt-oss-120b-disagg", arg) for arg in mounted]
+        config = trtllm_parse_args(expanded)
+        assert config.namespace == "default-gpt-oss-120b-disagg"
+        assert config.disaggregation_mode.value == component["type"]
+        assert Path(config.extra_engine_args).read_text() == manifests[0]["data"][f"{component['type']}.yaml"]
+
+
+def test_an_autoscaled_pool_brings_the_planner_with_its_kubernetes_connector(graph_folder: Path) -> None:
+    source = yaml.safe_load((REPO / "graphs" / "disagg.yaml").read_text())
+    source["pools"]["decode"].pop("workers")
+    source["pools"]["decode"]["autoscale"] = {"min": 1, "max": 3}
+    source["planner"] = {"ttft_ms": 3000, "itl_ms": 50}
+    for pool in source["pools"].values():
+        pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
+    graph = graph_folder / "autoscaled.yaml"
+    graph.write_text(yaml.safe_dump(source))
+    manifests = render(graph)
+    components = by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"]
+    planner = components[-1]
+    assert planner["type"] == "planner" and planner["replicas"] == 1
+    args = planner["podTemplate"]["spec"]["containers"][0]["args"]
+    config = json.loads(args[args.index("--config") + 1])
+    assert config["environment"] == "kubernetes" and config["mode"] == "decode"
+    # Everything but the connector matches what the planner runs with on one host.
+    _, host = prepare(graph, run_dir=graph_folder / "run")
+    host_config = json.loads(next(f for f in host.files if f.path.name == "planner.json").content)
+    assert {k: v for k, v in config.items() if k != "environment"}.items() <= host_config.items()
+    decode = next(component for component in components if component["name"] == "decode")
+    assert decode["replicas"] == 1  # the autoscale minimum
+    assert manifest_errors(by_kind(manifests, "DynamoGraphDeployment")[0]) == []
+
+
+def test_graphs_a_cluster_cannot_run_are_refused_naming_the_field(graph_folder: Path) -> None:
+    source = yaml.safe_load((REPO / "graphs" / "disagg.yaml").read_text())
+    source["pools"]["decode"] = {"workers": 1, "engine": "mocker"}
+    source["pools"]["prefill"]["engine_args"] = str(REPO / "graphs" / source["pools"]["prefill"]["engine_args"])
+    source["name"] = "a-name-kubernetes-would-cut-short-in-its-service-names-x"
+    graph = graph_folder / "local.yaml"
+    graph.write_text(yaml.safe_dump(source))
+    refused = run_dynamo("deploy", str(graph), "--out", str(graph_folder / "out"))
+    assert refused.returncode == 2
+    assert "pools.decode.engine: is mocker" in refused.stderr and "name: is 56 characters" in refused.stderr
+    assert not (graph_folder / "out").exists()  # nothing half-written
+
+
+def test_the_kept_crd_schema_accepts_the_dynamo_1_6_wheels_own_templates() -> None:
+    """A check on the schema's version: ai-dynamo 1.6.0 ships DynamoGraphDeployments of its own."""
+    templates = sorted((Path(dynamo.profiler.__file__).parent / "templates" / "dgd").glob("*/*.yaml"))
+    assert len(templates) >= 5
+    for template in templates:
+        assert manifest_errors(yaml.safe_load(template.read_text())) == [], template
