@@ -125,7 +125,8 @@ def test_the_dashboards_ride_along_as_a_grafana_config_map() -> None:
 
 
 def test_worker_command_lines_parse_with_dynamos_own_parser_against_the_mounted_files(
-    trtllm_parse_args, tmp_path: Path  # noqa: ANN001
+    trtllm_parse_args,  # noqa: ANN001 - Dynamo's parse_args
+    tmp_path: Path,
 ) -> None:
     """What the pods run: the ConfigMap's files where the mount puts them, and $(DYN_NAMESPACE)
     expanded from the operator's environment, the way the kubelet does."""

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.cli.arguments import add_run_dir_argument
+from dynamo_oss.cli.rendered_files import write_or_check
 from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
 from dynamo_oss.observe.dashboards import DASHBOARDS, render
@@ -42,19 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def write_dashboards(args: argparse.Namespace) -> int:
-    rendered = render()
-    if args.check:
-        stale = [name for name, text in rendered.items() if _read(args.out / name) != text]
-        for name in stale:
-            print(f"{args.out / name}: out of date; run `uv run dynamo dashboard write --out {args.out}`")
-        return 1 if stale else 0
-    if not args.out.parent.is_dir():
-        raise UserError(f"--out: folder not found: {args.out.parent}")
-    args.out.mkdir(exist_ok=True)
-    for name, text in rendered.items():
-        (args.out / name).write_text(text)
-        print(f"wrote {args.out / name}")
-    return 0
+    regenerate = f"uv run dynamo dashboard write --out {args.out}"
+    return write_or_check(render(), args.out, check=args.check, regenerate=regenerate)
 
 
 def snapshot_dashboards(args: argparse.Namespace) -> int:
@@ -68,7 +58,3 @@ def snapshot_dashboards(args: argparse.Namespace) -> int:
         snapshot(text, state.prometheus_url, state.graph, state.served_name, out, minutes=args.minutes)
         print(f"wrote {out}")
     return 0
-
-
-def _read(path: Path) -> str | None:
-    return path.read_text() if path.is_file() else None

@@ -8,6 +8,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.cli.rendered_files import write_or_check
 from dynamo_oss.deployment.kubernetes import ClusterTarget, manifests_yaml, render_manifests
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
@@ -57,17 +58,5 @@ def deploy(args: argparse.Namespace) -> int:
     if args.out is None:
         sys.stdout.write("".join(rendered.values()))
         return 0
-    if args.check:
-        stale = [name for name, text in rendered.items() if _read(args.out / name) != text]
-        for name in stale:
-            print(f"{args.out / name}: out of date; render it again with `dynamo deploy ... --out {args.out}`")
-        return 1 if stale else 0
-    args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in rendered.items():
-        (args.out / name).write_text(text)
-        print(f"wrote {args.out / name}")
-    return 0
-
-
-def _read(path: Path) -> str | None:
-    return path.read_text() if path.is_file() else None
+    regenerate = f"uv run dynamo deploy {' '.join(map(str, args.graphs))} --out {args.out}"
+    return write_or_check(rendered, args.out, check=args.check, regenerate=regenerate)
