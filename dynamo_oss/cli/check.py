@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import sys
 from pathlib import Path
 
 from dynamo_oss.cli.arguments import positive_float
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.deployment.processes import is_loopback
 from dynamo_oss.engines import engine_for
 from dynamo_oss.launch.prepare import prepare
 
@@ -64,7 +66,21 @@ def check(args: argparse.Namespace) -> int:
         mocker_time_scale=args.mocker_time_scale,
     )
     print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
+    for warning in exposure_warnings(plan):
+        print(warning, file=sys.stderr)
     return 0
+
+
+def exposure_warnings(plan: HostPlan) -> list[str]:
+    """A line for each listener the graph opens beyond loopback. Only the OpenAI endpoint can be (every
+    other listener stays on loopback), and nothing in the graph authenticates its clients."""
+    return [
+        f"warning: {use.field} listens on {use.host}:{use.port}: the endpoint is open to the network with no "
+        "authentication in front; put an authenticating proxy or a firewall before it"
+        for process in plan.processes
+        for use in process.ports
+        if not is_loopback(use.host)
+    ]
 
 
 def describe(deployment: Deployment, plan: HostPlan) -> str:

@@ -8,7 +8,7 @@ import shutil
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.cli.check import add_graph_arguments
+from dynamo_oss.cli.check import add_graph_arguments, exposure_warnings
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
@@ -68,6 +68,8 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     )
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_ports_taken(plan)
+    for warning in exposure_warnings(plan):
+        print(f"[dynamo-oss] {warning}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan_files(plan)
     print(f"[dynamo-oss] serving {plan.graph}; logs and state in {run_dir}", flush=True)

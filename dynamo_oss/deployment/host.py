@@ -110,6 +110,14 @@ def plan_host(
         # Dynamo's harmony parsers load the o200k ranks from here; without it tool calls come back empty.
         "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
+        # Dynamo's own listeners stay on loopback whatever frontend.host says; without these they bind the
+        # host's external address (request plane, response streams) or 0.0.0.0 (system ports). The request
+        # plane's TCP server on each worker; the response-stream server of the frontend, workers and planner;
+        # each worker's system port. The event plane stays NATS: ZMQ publishers would bind 0.0.0.0.
+        "DYN_REQUEST_PLANE": "tcp",
+        "DYN_TCP_RPC_HOST": LOOPBACK,
+        "DYN_TCP_RESPONSE_STREAM_HOST": LOOPBACK,
+        "DYN_SYSTEM_HOST": LOOPBACK,
     }
     frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
     workers, spare, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
@@ -266,7 +274,7 @@ def _worker_processes(
                         "DYN_SYSTEM_PORT": str(port),
                         **gpu_env(gpus),
                     },
-                    ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {index})", host="0.0.0.0", port=port)],
+                    ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {index})", host=LOOPBACK, port=port)],
                     gpus=gpus,
                 )
             )
@@ -292,9 +300,10 @@ def _planner_processes(
     config = {
         "environment": "virtual",
         **settings,
-        # No fixed ports of its own (its control API and live dashboard), no HTML reports.
+        # No listeners of its own (control API; live dashboard and metrics, which bind 0.0.0.0), no HTML reports.
         "control_api_port": 0,
         "live_dashboard_port": 0,
+        "metric_reporting_prometheus_port": 0,  # else PLANNER_PROMETHEUS_PORT from the caller's environment
         "report_interval_hours": None,
         "report_output_dir": str(run_dir / "planner-reports"),
     }

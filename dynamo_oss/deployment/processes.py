@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 
 from pydantic import BaseModel
@@ -9,6 +10,17 @@ from pydantic import BaseModel
 from dynamo_oss.catalog.names import EngineName, PoolRole
 
 LOOPBACK = "127.0.0.1"
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this host reaches: 127.0.0.0/8, ::1 or localhost (any other name may
+    resolve to anything)."""
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 ProcessKind = Literal["etcd", "nats", "prometheus", "frontend", "worker", "gateway", "planner"]
 
 
