@@ -217,6 +217,7 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
                     "--port", str(listen.port),
                     "--upstream", f"http://{LOOPBACK}:{dynamo_port}",
                     "--model-folder", str(model_folder),
+                    "--max-in-flight", str(deployment.gateway.max_in_flight),
                 ],  # fmt: skip
                 env={},
                 ports=[PortUse(field="frontend.port", host=listen.host, port=listen.port)],

@@ -149,7 +149,8 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
         gateway_args = ["-m", "dynamo_oss.gateway", "--host", "0.0.0.0", "--port", str(FRONTEND_PORT),
                         "--upstream", f"http://127.0.0.1:{DYNAMO_FRONTEND_PORT}",
-                        "--model", deployment.model.builtin]  # fmt: skip
+                        "--model", deployment.model.builtin,
+                        "--max-in-flight", str(deployment.gateway.max_in_flight)]  # fmt: skip
         containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway_args})
     return {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": containers}}}
 

@@ -53,7 +53,9 @@ class FrontendComponent(Frozen):
 
 class Gateway(Frozen):
     """dynamo-oss's request gateway in front of Dynamo's frontend, which then listens on loopback:
-    bad requests get OpenAI errors there. It has no settings of its own yet."""
+    bad requests get OpenAI errors there, and requests past capacity a 503 with Retry-After."""
+
+    max_in_flight: int = Field(ge=1, description="generation requests admitted at once")
 
 
 class Observability(Frozen):
@@ -191,12 +193,23 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         gpus=spec.hardware.gpus,
         infrastructure=_infrastructure(spec),
         frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
-        gateway=Gateway() if spec.frontend.gateway else None,
+        gateway=Gateway(max_in_flight=spec.frontend.max_in_flight or _default_admission(pools))
+        if spec.frontend.gateway
+        else None,
         pools=pools,
         planner=planner,
         observability=_observability(spec),
         spec=spec,
     )
+
+
+def _default_admission(pools: list[Pool]) -> int:
+    """Twice the sequences the decoding pools batch at once at their largest: a queue about one batch
+    deep, past which waiting only adds TTFT that a client's retry elsewhere would not."""
+    decoding = [pool for pool in pools if pool.role in ("decode", "agg")]
+    batched = sum((pool.autoscale.max if pool.autoscale else pool.workers) * pool.shape.batched_sequences
+                  for pool in decoding)  # fmt: skip
+    return 2 * batched
 
 
 def _infrastructure(spec: GraphSpec) -> Infrastructure:

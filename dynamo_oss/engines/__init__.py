@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from dynamo_oss.catalog.names import EngineName, PoolRole
 
 
+DEFAULT_MAX_BATCH_SIZE = 2048  # TensorRT-LLM's max_batch_size when a configuration does not set it
+
+
 class EngineArgsError(ValueError):
     """An engine configuration file the engine cannot use; the message says what and where."""
 
@@ -48,6 +51,11 @@ class EngineShape(BaseModel):
     def attention_ranks(self) -> int:
         """Schedulers per worker: one per GPU with attention DP, else one."""
         return self.tensor_parallel if self.attention_dp else 1
+
+    @property
+    def batched_sequences(self) -> int:
+        """Sequences one worker batches at once, over its attention ranks."""
+        return self.attention_ranks * (self.max_batch_size or DEFAULT_MAX_BATCH_SIZE)
 
 
 class PlannedFile(BaseModel):

@@ -24,7 +24,7 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    await serve(Gateway(args.upstream, counter), args.host, args.port, DRAIN_TIMEOUT_S, stop)
+    await serve(Gateway(args.upstream, counter, args.max_in_flight), args.host, args.port, DRAIN_TIMEOUT_S, stop)
 
 
 def main() -> None:
@@ -38,6 +38,11 @@ def main() -> None:
         "--model",
         choices=sorted(BUILTIN_MODELS),
         help="a built-in gpt-oss model: its tokenizer and template are made offline at start (in a container)",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        help="generation requests admitted at once; past it, 503 with Retry-After (default: no limit)",
     )
     args = parser.parse_args()
     if args.model:

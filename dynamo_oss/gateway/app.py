@@ -20,7 +20,7 @@ from http import HTTPStatus
 import aiohttp
 import httptools
 
-from dynamo_oss.gateway.errors import ApiError, from_upstream, openai_error
+from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.validation import check_request
 
@@ -41,7 +41,7 @@ MODELS_TTL_S = 2.0  # how long the frontend's model list is trusted (workers com
 class Gateway:
     """What every connection shares: the upstream address and idle connections, and the model list."""
 
-    def __init__(self, upstream: str, counter: PromptCounter | None) -> None:
+    def __init__(self, upstream: str, counter: PromptCounter | None, max_in_flight: int | None = None) -> None:
         self.upstream = upstream.rstrip("/")
         host_port = self.upstream.split("://", 1)[1]
         self.host, _, port = host_port.partition(":")
@@ -49,6 +49,8 @@ class Gateway:
         self.counter = counter
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte
+        self.max_in_flight = max_in_flight
+        self.generating = 0  # admitted generation requests not yet answered in full
         self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, int] = {}
         self._models_at = 0.0
@@ -73,9 +75,21 @@ class Gateway:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         async with self._session.get(f"{self.upstream}/v1/models") as response:
-            listing = await response.json()
-        self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing.get("data", [])}
+            listing = _json(await response.read())
+        if response.status != 200 or not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
+            raise ConnectionError(f"its model list answered HTTP {response.status} without a list")
+        self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing["data"] if isinstance(m, dict)}
         self._models_at = time.monotonic()
+
+    def forget_models(self) -> None:
+        self._models = {}
+
+    def admit(self) -> None:
+        """Count in one generation request, or refuse it, retryably, when the graph is at capacity."""
+        if self.max_in_flight is not None and self.generating >= self.max_in_flight:
+            raise ApiError(503, f"The server is at capacity ({self.generating} requests in flight); retry shortly.",
+                           code="overloaded", retry_after=RETRY_AFTER_S)  # fmt: skip
+        self.generating += 1
 
     async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
         """An idle keep-alive connection (and True), or a new one (and False)."""
@@ -104,6 +118,8 @@ class ClientConnection(asyncio.Protocol):
         self.upstream: UpstreamConnection | None = None
         self.turn = asyncio.Lock()  # a pipelining client's requests are answered in order
         self.tasks: set[asyncio.Task] = set()  # exchanges under way (the loop keeps only weak references)
+        self.started = False  # bytes of the current exchange's response went out: no other response may
+        self.api: str | None = None  # the current exchange's generation API, when the gateway checked it
         self._url, self._headers, self._body = b"", [], []
         self._size = 0
 
@@ -165,19 +181,30 @@ class ClientConnection(asyncio.Protocol):
 
     async def _exchange(self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool) -> None:
         self.gateway.exchanges += 1
+        self.started = admitted = False
+        self.api = None
         try:
             if body is None:
                 raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
-            api = CHECKED_ROUTES.get(url.split(b"?", 1)[0]) if method == b"POST" else None
-            if api is not None:
-                await self.check(api, method, url, body)
+            self.api = CHECKED_ROUTES.get(url.split(b"?", 1)[0]) if method == b"POST" else None
+            if self.api is not None:
+                self.gateway.admit()
+                admitted = True
+                await self.check(self.api, method, url, body)
             await self.forward(method, url, headers, body)
         except ApiError as err:
-            self.respond(err.status, err.body(), keep_alive)
-        except (OSError, aiohttp.ClientError) as err:
-            self.respond(502, openai_error(502, f"Dynamo's frontend is unreachable: {err}"), keep_alive)
+            self.respond(err.status, err.body(), keep_alive, err.retry_after)
+        except (OSError, aiohttp.ClientError, asyncio.TimeoutError) as err:
+            # The frontend is restarting or gone: retryable, and not the client's fault.
+            message = f"Dynamo's frontend is unavailable ({err or type(err).__name__}); retry shortly."
+            self.respond(503, openai_error(503, message, code="frontend_unavailable"), keep_alive, RETRY_AFTER_S)
+        except Exception:  # a bug here: the client still gets JSON, the log gets the traceback
+            log.exception("failed on %s %s", method.decode(), url[:200].decode(errors="replace"))
+            self.respond(500, openai_error(500, "The gateway failed on this request."), keep_alive)
         finally:
             self.gateway.exchanges -= 1
+            if admitted:
+                self.gateway.generating -= 1
             self.upstream = None
         if not keep_alive:
             self.transport.close()
@@ -211,13 +238,31 @@ class ClientConnection(asyncio.Protocol):
             self.upstream, _ = await self.gateway.connection(fresh=True)
             await self.upstream.exchange(self, request, head_only=method == b"HEAD")
 
-    def respond(self, status: int, body: dict, keep_alive: bool) -> None:
+    def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None:
         if self.transport.is_closing():
+            return
+        if self.started:  # part of another response went out: a second one would corrupt it
+            self.transport.close()
             return
         payload = json.dumps(body).encode()
         head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
                 f"content-length: {len(payload)}"] + ([] if keep_alive else ["connection: close"])  # fmt: skip
+        if retry_after is not None:
+            head.append(f"retry-after: {retry_after}")
         self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + payload)
+
+    def end_stream(self, with_error_event: bool) -> None:
+        """The frontend went away mid-response. An event stream cut between two chunks gets an error
+        event and its last chunk: the client reads a well-formed stream that says what happened, and
+        may send its next request on the same connection. Anything else is closed, which a client sees
+        as a cut response, never as a corrupt one."""
+        if not with_error_event:
+            self.transport.close()
+        elif not self.transport.is_closing():
+            error = openai_error(503, "Dynamo's frontend stopped mid-stream; retry the request.",
+                                 code="frontend_unavailable")  # fmt: skip
+            event = b"data: " + json.dumps(error).encode() + b"\n\n"
+            self.transport.write(f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n")
 
 
 class UpstreamConnection(asyncio.Protocol):
@@ -234,6 +279,9 @@ class UpstreamConnection(asyncio.Protocol):
         self.pending: list[bytes] = []  # bytes before the status line is complete
         self.head_only = False
         self.complete = False
+        self.event_stream = False  # a text/event-stream response
+        self.chunked = False  # framed in chunks, so an error event can follow the last whole one
+        self.in_chunk = False  # between a chunk's header and its end
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -241,6 +289,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def exchange(self, client: ClientConnection, request: bytes, head_only: bool) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
+        self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
         self.done = asyncio.get_running_loop().create_future()
@@ -266,6 +315,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.error_body is None:
             if self.pending:
                 data, self.pending = b"".join([*self.pending, data]), []
+            self.client.started = True
             self.client.transport.write(data)  # verbatim, headers and chunk framing included
         if self.complete:
             self._finish(None)
@@ -274,12 +324,25 @@ class UpstreamConnection(asyncio.Protocol):
         if self.done is not None and not self.done.done():
             if self.status and self.error_body is None:
                 if self.client is not None:
-                    self.client.transport.close()  # part of the response went out: the client must see it end
+                    self.client.end_stream(with_error_event=self.event_stream and self.chunked and not self.in_chunk)
                 self.done.set_result(None)
             else:
                 self.done.set_exception(ConnectionError("the frontend closed the connection"))
 
     # httptools callbacks
+    def on_header(self, name: bytes, value: bytes) -> None:
+        name, value = name.lower(), value.lower()
+        if name == b"content-type" and value.startswith(b"text/event-stream"):
+            self.event_stream = True
+        elif name == b"transfer-encoding" and value.endswith(b"chunked"):
+            self.chunked = True
+
+    def on_chunk_header(self) -> None:
+        self.in_chunk = True
+
+    def on_chunk_complete(self) -> None:
+        self.in_chunk = False
+
     def on_headers_complete(self) -> None:
         assert self.parser is not None
         self.status = self.parser.get_status_code()
@@ -301,9 +364,16 @@ class UpstreamConnection(asyncio.Protocol):
             self.transport.abort()
             self.done.set_exception(error)
             return
-        if self.error_body is not None:
+        if self.error_body is not None and self.status == 404 and self.client.api is not None:
+            # The model was in the list a moment ago: the frontend has restarted and its workers have
+            # not registered again yet. Retryable, and the list is read afresh next time.
+            self.gateway.forget_models()
+            message = "No worker serves the model right now (the frontend is starting); retry shortly."
+            self.client.respond(503, openai_error(503, message, code="no_workers"), True, RETRY_AFTER_S)
+        elif self.error_body is not None:
             payload = _json(b"".join(self.error_body))
-            self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
+            retry = RETRY_AFTER_S if self.status == 503 else None  # Dynamo's 503s (no worker) say no when
+            self.client.respond(self.status, from_upstream(self.status, payload), True, retry)
         if self.parser.should_keep_alive() and not self.head_only:
             self.gateway.idle.append(self)
         else:
@@ -335,7 +405,8 @@ def acknowledge_at_once(sock: socket.socket | None) -> None:
 
 
 def _json(raw: bytes) -> object:
+    """The JSON value, or None for anything that is not JSON (invalid UTF-8 and nesting too deep included)."""
     try:
         return json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return None

@@ -6,16 +6,22 @@ from http import HTTPStatus
 
 from pydantic import BaseModel
 
+RETRY_AFTER_S = 1  # what a retryable refusal tells the client to wait: restarts and bursts pass in seconds
+
 
 class ApiError(Exception):
-    """A request the gateway refuses, with the field (`param`) it refuses it for."""
+    """A request the gateway refuses, with the field (`param`) it refuses it for; a retryable refusal
+    (the graph is at capacity, or has no worker right now) says when to try again."""
 
-    def __init__(self, status: int, message: str, param: str | None = None, code: str | None = None) -> None:
+    def __init__(
+        self, status: int, message: str, param: str | None = None, code: str | None = None, retry_after: int | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
+        self.retry_after = retry_after  # seconds: the request may succeed if sent again then
 
     def body(self) -> dict:
         return openai_error(self.status, self.message, self.param, self.code)

@@ -31,6 +31,10 @@ class PromptCounter:
         )
         return len(self.tokenizer.encode(prompt, add_special_tokens=False).ids)
 
+    def count_text(self, text: str) -> int:
+        """Tokens of a raw completion prompt."""
+        return len(self.tokenizer.encode(text, add_special_tokens=False).ids)
+
     def upper_bound(self, body: dict[str, Any]) -> int:
         """A cheap bound (a token is at least one byte) that spares counting short prompts."""
         text = json.dumps(body.get("messages")) + json.dumps(body.get("tools"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from jsonschema import Draft202012Validator, SchemaError
 
-from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
 from dynamo_oss.gateway.prompt import PromptCounter
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
@@ -24,19 +24,25 @@ def check_request(
         raise ApiError(400, "The request body must be a JSON object.")
     context = _check_model(body, models)
     limit = _check_token_limits(api, body, context)
+    _check_choices(body)
     if api == "chat":
         _check_messages(body.get("messages"))
     _check_tools(api, body.get("tools"))
-    if api == "chat" and counter is not None and context:
+    if counter is not None and context and api == "chat":
         _check_context(body, counter, context, limit)
+    if counter is not None and context and api == "completions":
+        _check_completion_prompt(body.get("prompt"), counter, context, limit)
 
 
 def _check_model(body: dict, models: dict[str, int]) -> int:
     model = body.get("model")
     if not isinstance(model, str) or not model:
         raise ApiError(400, "You must provide a model name as a string.", param="model")
+    if not models:  # between a worker's exit and its restart: nothing is registered, for seconds
+        raise ApiError(503, "No worker serves a model right now (workers are starting or restarting); retry "
+                       "shortly.", code="no_workers", retry_after=RETRY_AFTER_S)  # fmt: skip
     if model not in models:
-        served = ", ".join(sorted(models)) or "none"
+        served = ", ".join(sorted(models))
         raise ApiError(404, f"The model '{model}' does not exist. This endpoint serves: {served}.",
                        param="model", code="model_not_found")  # fmt: skip
     return models[model]
@@ -122,3 +128,30 @@ def _check_context(body: dict, counter: PromptCounter, context: int, limit: int)
             param="messages",
             code="context_length_exceeded",
         )
+
+
+def _check_choices(body: dict) -> None:
+    """One choice per request: Dynamo's frontend would answer n > 1 with a single choice, silently."""
+    n = body.get("n")
+    if n is None or (n == 1 and type(n) is int):
+        return
+    raise ApiError(400, f"Invalid 'n': {n!r}. Only n=1 is supported; send the request again for more choices.",
+                   param="n", code="unsupported_value")  # fmt: skip
+
+
+def _check_completion_prompt(prompt: object, counter: PromptCounter, context: int, limit: int) -> None:
+    """A completion's prompt (a string, a list of them, or token ids) against the context, as chat's is."""
+    prompts = prompt if isinstance(prompt, list) and prompt and not isinstance(prompt[0], int) else [prompt]
+    for index, one in enumerate(prompts):
+        param = "prompt" if len(prompts) == 1 else f"prompt[{index}]"
+        if isinstance(one, list) and all(isinstance(token, int) for token in one):
+            tokens = len(one)
+        elif isinstance(one, str):
+            tokens = len(one.encode()) if len(one.encode()) + limit <= context else counter.count_text(one)
+        else:
+            raise ApiError(400, f"Invalid '{param}': expected a string or a list of token ids.", param=param)
+        if tokens + limit > context:
+            raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
+                           f"{tokens + limit} tokens ({tokens} in the prompt, {limit} in the completion). Please "
+                           "reduce the length of the prompt or completion.", param=param,
+                           code="context_length_exceeded")  # fmt: skip

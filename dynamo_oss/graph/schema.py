@@ -121,6 +121,20 @@ class FrontendSection(Strict):
         default=None,
         description="Loopback port of Dynamo's own frontend behind the gateway (default: port + 1).",
     )
+    max_in_flight: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description="Generation requests the gateway admits at once; past it, a 503 with Retry-After tells "
+        "clients to come back rather than wait in an unbounded queue (default: twice the sequences the "
+        "decoding pools batch at once, at their largest).",
+    )
+
+    @model_validator(mode="after")
+    def _limits_need_the_gateway(self) -> FrontendSection:
+        if self.max_in_flight is not None and not self.gateway:
+            raise ValueError("Got max_in_flight with gateway false. The gateway admits requests: turn it on.")
+        return self
 
 
 class AutoscaleSection(Strict):
