@@ -31,6 +31,7 @@ CHECKED_ROUTES = {b"/v1/chat/completions": "chat", b"/v1/completions": "completi
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
                  b"content-length", b"expect"}  # fmt: skip
 MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_HEADER_BYTES = 64 * 1024  # names and values together; well past any real client's, cookies included
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
 # 32k-token prompt here): that runs in a thread, so the event loop keeps streaming everyone else's tokens.
@@ -121,7 +122,7 @@ class ClientConnection(asyncio.Protocol):
         self.started = False  # bytes of the current exchange's response went out: no other response may
         self.api: str | None = None  # the current exchange's generation API, when the gateway checked it
         self._url, self._headers, self._body = b"", [], []
-        self._size = 0
+        self._size = self._header_size = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -149,13 +150,15 @@ class ClientConnection(asyncio.Protocol):
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        self._url, self._headers, self._body, self._size = b"", [], [], 0
+        self._url, self._headers, self._body, self._size, self._header_size = b"", [], [], 0, 0
 
     def on_url(self, url: bytes) -> None:
         self._url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
+        self._header_size += len(name) + len(value)
+        if self._header_size <= MAX_HEADER_BYTES:
+            self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
         if any(n.lower() == b"expect" and v.lower() == b"100-continue" for n, v in self._headers):
@@ -167,6 +170,11 @@ class ClientConnection(asyncio.Protocol):
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._header_size > MAX_HEADER_BYTES:
+            message = f"The request's headers are larger than {MAX_HEADER_BYTES // 1024} KiB."
+            self.respond(431, openai_error(431, message), keep_alive=False)
+            self.transport.close()
+            return
         self.transport.pause_reading()  # one exchange at a time
         method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
         body = b"".join(self._body) if self._size <= MAX_BODY_BYTES else None

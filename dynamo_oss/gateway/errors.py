@@ -14,7 +14,12 @@ class ApiError(Exception):
     (the graph is at capacity, or has no worker right now) says when to try again."""
 
     def __init__(
-        self, status: int, message: str, param: str | None = None, code: str | None = None, retry_after: int | None = None
+        self,
+        status: int,
+        message: str,
+        param: str | None = None,
+        code: str | None = None,
+        retry_after: int | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status

@@ -3,12 +3,15 @@ field (`param`, as OpenAI does), says what was expected, and costs no worker any
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from jsonschema import Draft202012Validator, SchemaError
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
 from dynamo_oss.gateway.prompt import PromptCounter
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+NOT_RENDERED_KEYS = {"type", "role", "id", "call_id", "status"}  # in Responses input items
 TOKEN_LIMIT_FIELDS = {
     "chat": ("max_tokens", "max_completion_tokens"),
     "completions": ("max_tokens",),
@@ -16,9 +19,7 @@ TOKEN_LIMIT_FIELDS = {
 }
 
 
-def check_request(
-    api: str, body: object, models: dict[str, int], counter: PromptCounter | None
-) -> None:
+def check_request(api: str, body: object, models: dict[str, int], counter: PromptCounter | None) -> None:
     """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses)."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
@@ -32,6 +33,8 @@ def check_request(
         _check_context(body, counter, context, limit)
     if counter is not None and context and api == "completions":
         _check_completion_prompt(body.get("prompt"), counter, context, limit)
+    if counter is not None and context and api == "responses":
+        _check_response_input(body.get("input"), counter, context, limit)
 
 
 def _check_model(body: dict, models: dict[str, int]) -> int:
@@ -155,3 +158,30 @@ def _check_completion_prompt(prompt: object, counter: PromptCounter, context: in
                            f"{tokens + limit} tokens ({tokens} in the prompt, {limit} in the completion). Please "
                            "reduce the length of the prompt or completion.", param=param,
                            code="context_length_exceeded")  # fmt: skip
+
+
+def _check_response_input(given: object, counter: PromptCounter, context: int, limit: int) -> None:
+    """A Responses request's input against the context. Its texts alone are a lower bound of the
+    prompt (the template adds headers), so an input refused here would never have fit."""
+    texts = [given] if isinstance(given, str) else list(_texts(given))
+    if sum(len(text.encode()) for text in texts) + limit <= context:
+        return  # a token is at least one byte: it fits, uncounted
+    tokens = sum(counter.count_text(text) for text in texts)
+    if tokens + limit > context:
+        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, your input "
+                       f"holds at least {tokens} tokens, and {limit} more are asked for the output. Please reduce "
+                       "the length of the input or of max_output_tokens.", param="input",
+                       code="context_length_exceeded")  # fmt: skip
+
+
+def _texts(value: object) -> Iterator[str]:
+    """Every string of a Responses input that reaches the prompt, at any depth (not item types, roles or ids)."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, list):
+        for item in value:
+            yield from _texts(item)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            if key not in NOT_RENDERED_KEYS:
+                yield from _texts(item)
