@@ -5,17 +5,21 @@ a corrupt stream or a request that hangs."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import signal
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import yaml
 from conftest import ServedGraph, serving, wait_for, write_graph
+
+from dynamo_oss.launch.probes import worker_streams
 
 MODEL = "openai/gpt-oss-20b"
 SLOW = ("--mocker-time-scale", "20")  # streams last seconds, so a fault lands in the middle of them
@@ -51,7 +55,7 @@ def assert_retryable(reply: httpx.Response) -> None:
 
 
 def test_frontend_killed_mid_stream_ends_each_stream_with_an_error_event_then_503s_until_it_is_back(
-    tmp_path: Path,
+    tmp_path: Path, record_property: Callable[[str, object], None]
 ) -> None:
     with serving(write_graph(tmp_path), tmp_path / "run", *SLOW) as served:
         with httpx.Client(base_url=served.endpoint, timeout=60) as client:
@@ -70,7 +74,7 @@ def test_frontend_killed_mid_stream_ends_each_stream_with_an_error_event_then_50
                 assert rest[-1]["error"]["code"] == "frontend_unavailable"
             statuses = recover(served, client)
         assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}, statuses
-        print(f"frontend back {time.monotonic() - killed_at:.1f} s after SIGKILL; {len(statuses) - 1} requests got 503")
+        record_property("seconds_from_frontend_sigkill_to_a_served_request", round(time.monotonic() - killed_at, 1))
         serves_again = re.compile(r"frontend\s+\| \[dynamo-oss\] serves again")
         wait_for(lambda: serves_again.search(served.output.read_text()), 30, "the launcher to say the frontend serves")
 
@@ -133,3 +137,121 @@ def test_past_max_in_flight_requests_are_refused_with_retry_after_and_the_admitt
     assert all(usage["completion_tokens"] == 100 for usage in admitted)
     for body, retry in refused:
         assert body["error"]["code"] == "overloaded" and int(retry) >= 1
+
+
+class Streams:
+    """`count` streaming chats of `tokens` tokens each, from threads, with what each client saw."""
+
+    def __init__(self, served: ServedGraph, count: int, tokens: int) -> None:
+        self.tokens, self.outcomes = tokens, {}
+        self.threads = [threading.Thread(target=self._one, args=(served, i)) for i in range(count)]
+        for thread in self.threads:
+            thread.start()
+
+    def _one(self, served: ServedGraph, index: int) -> None:
+        request = chat(self.tokens, stream=True)
+        request["messages"][0]["content"] += f" ({index})"
+        with httpx.Client(base_url=served.endpoint, timeout=120) as client:
+            with client.stream("POST", "/chat/completions", json=request) as reply:
+                data = [e for e in events(list(reply.iter_lines())) if isinstance(e, dict)]
+        usage = next((e["usage"] for e in reversed(data) if e.get("usage")), None)
+        error = next((e["error"] for e in data if "error" in e), None)
+        self.outcomes[index] = (reply.status_code, usage["completion_tokens"] if usage else None, error)
+
+    def finish(self) -> dict[int, tuple[int, int | None, dict | None]]:
+        for thread in self.threads:
+            thread.join(timeout=240)
+        assert not any(thread.is_alive() for thread in self.threads), "a stream hung"
+        return self.outcomes
+
+
+def streams_on(served: ServedGraph, worker: str) -> float:
+    """Requests in flight on a worker, from its own /metrics."""
+    port = next(p["ports"][0] for p in served.state()["processes"] if p["name"] == worker)
+    found = asyncio.run(worker_streams(port, served.state()["graph"]))
+    return sum((found or {}).values())
+
+
+def kill_when_busy(served: ServedGraph, worker: str) -> None:
+    wait_for(lambda: streams_on(served, worker) > 0, 60, f"streams on {worker}")
+    os.kill(served.pid_of(worker), signal.SIGKILL)
+
+
+def test_a_decode_worker_killed_mid_stream_loses_nothing_when_a_second_one_serves(tmp_path: Path) -> None:
+    graph = graph_with(tmp_path, hardware={"gpus": 3})
+    spec = yaml.safe_load(graph.read_text())
+    spec["pools"]["decode"]["workers"] = 2
+    graph.write_text(yaml.safe_dump(spec))
+    with serving(graph, tmp_path / "run", *SLOW) as served:
+        streams = Streams(served, 8, 300)
+        kill_when_busy(served, "decode-0")
+        outcomes = streams.finish()
+        serves_again = re.compile(r"decode-0\s+\| \[dynamo-oss\] serves again")
+        wait_for(lambda: serves_again.search(served.output.read_text()), 60, "the launcher to say decode-0 serves")
+    # Every stream, those that lived on the killed worker included, carried on elsewhere to its full length.
+    assert all(outcome == (200, 300, None) for outcome in outcomes.values()), outcomes
+
+
+def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryable_error(tmp_path: Path) -> None:
+    with serving(write_graph(tmp_path), tmp_path / "run", *SLOW) as served:
+        streams = Streams(served, 4, 300)
+        kill_when_busy(served, "decode-0")
+        outcomes = streams.finish()
+        statuses = recover(served, httpx.Client(base_url=served.endpoint, timeout=60))
+    # Streams on the worker end with Dynamo's retryable error event; those not yet on it get a 503.
+    for status, tokens, error in outcomes.values():
+        assert (status, tokens, error) == (200, 300, None) or status == 503 or error["code"] == 503, outcomes
+    assert any(error for _, _, error in outcomes.values())
+    assert statuses[-1] == 200
+
+
+def test_a_prefill_worker_killed_under_load_costs_only_retryable_errors(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    with serving(write_graph(tmp_path), tmp_path / "run", *SLOW) as served:
+        streams = Streams(served, 4, 100)
+        kill_when_busy(served, "prefill-0")
+        killed_at = time.monotonic()
+        with httpx.Client(base_url=served.endpoint, timeout=60) as client:
+            statuses = recover(served, client)
+        recovery_s = time.monotonic() - killed_at
+        outcomes = streams.finish()
+    for status, tokens, error in outcomes.values():
+        assert (status, tokens, error) == (200, 100, None) or status == 503 or (error and error["code"] == 503)
+    assert set(statuses[:-1]) <= {503}
+    record_property("seconds_from_prefill_sigkill_to_a_served_request", round(recovery_s, 1))
+
+
+def test_etcd_and_nats_killed_under_load_fail_no_request(
+    tmp_path: Path, record_property: Callable[[str, object], None]
+) -> None:
+    with serving(write_graph(tmp_path), tmp_path / "run") as served:
+        failures: list[str] = []
+        served_count = [0]
+        stop = threading.Event()
+
+        def steady_load() -> None:
+            with httpx.Client(base_url=served.endpoint, timeout=60) as client:
+                while not stop.is_set():
+                    reply = client.post("/chat/completions", json=chat(8, stream=False))
+                    if reply.status_code == 200:
+                        served_count[0] += 1
+                    else:
+                        failures.append(reply.text)
+
+        load = threading.Thread(target=steady_load)
+        load.start()
+        try:
+            for name in ("etcd", "nats"):
+                old = served.pid_of(name)
+                before = served_count[0]
+                os.kill(old, signal.SIGKILL)
+                wait_for(lambda name=name, old=old: served.pid_of(name) != old, 30, f"{name} to be restarted")
+                again = re.compile(rf"{name}\s+\| \[dynamo-oss\] serves again, ([\d.]+) s")
+                back = wait_for(lambda again=again: again.search(served.output.read_text()), 30, f"{name} to serve")
+                wait_for(lambda before=before: served_count[0] > before + 5, 60, f"requests served after {name}")
+                record_property(f"seconds_from_{name}_restart_to_serving", float(back.group(1)))
+        finally:
+            stop.set()
+            load.join(timeout=60)
+    assert failures == []

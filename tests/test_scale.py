@@ -19,8 +19,8 @@ from conftest import (
     DYNAMO, REPO, ServedGraph, exact_stream, free_ports, observed, run_dynamo, serving, wait_for, write_graph,
 )  # fmt: skip
 
-SLOW = 10  # the mocker runs 10x slower than modelled, so a 300-token stream lasts seconds
-STREAM_TOKENS = 300
+SLOW = 10  # the mocker runs 10x slower than modelled, so a stream lasts seconds
+STREAM_TOKENS = 600  # long enough to outlast `dynamo scale` starting on a busy 2-core machine
 
 
 @pytest.fixture(scope="module")

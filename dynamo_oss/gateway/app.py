@@ -378,10 +378,17 @@ class UpstreamConnection(asyncio.Protocol):
             self.gateway.forget_models()
             message = "No worker serves the model right now (the frontend is starting); retry shortly."
             self.client.respond(503, openai_error(503, message, code="no_workers"), True, RETRY_AFTER_S)
+        elif self.error_body is not None and self.status >= 500 and self.client.api is not None:
+            # A request the gateway checked, failed by the graph: a worker that just died (Dynamo says
+            # "Failed to generate completions" until its lease lapses) or none registered. Retryable.
+            body = from_upstream(self.status, _json(b"".join(self.error_body)))
+            log.info("frontend answered %d: %s", self.status, body["error"]["message"])
+            body["error"]["message"] += " (the graph could not serve this request now; retry shortly)"
+            self.client.respond(503, openai_error(503, body["error"]["message"], code="upstream_failure"), True,
+                                RETRY_AFTER_S)  # fmt: skip
         elif self.error_body is not None:
             payload = _json(b"".join(self.error_body))
-            retry = RETRY_AFTER_S if self.status == 503 else None  # Dynamo's 503s (no worker) say no when
-            self.client.respond(self.status, from_upstream(self.status, payload), True, retry)
+            self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
         if self.parser.should_keep_alive() and not self.head_only:
             self.gateway.idle.append(self)
         else:
