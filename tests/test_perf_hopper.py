@@ -69,7 +69,7 @@ def test_h200_step_terms_scale_by_the_measured_efficiencies():
     after, before = _terms("h200", MEASURED_FACTORS, **prefill), _terms("h200", PRIORS, **prefill)
     # A 16k-token chunk is compute-bound in the experts, the attention and the projections.
     assert after["experts"] / before["experts"] == pytest.approx(0.76 / (MEASURED.compute * MEASURED.expert_compute))
-    assert after["attention"] / before["attention"] == pytest.approx(
+    assert after["prefill_attention"] / before["prefill_attention"] == pytest.approx(
         0.76 / (MEASURED.compute * MEASURED.attention_compute)
     )
     assert after["attention_projections"] / before["attention_projections"] == pytest.approx(0.76 / MEASURED.compute)

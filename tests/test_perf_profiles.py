@@ -8,13 +8,15 @@ import pytest
 from dynamo_oss.engines import WorkerContext
 from dynamo_oss.engines.mocker import MockerEngine, replay_engine_args
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
+from dynamo_oss.perf.costs import CostModel
 from dynamo_oss.perf.graphs import layout_from_file
-from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
+from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
 from dynamo_oss.perf.profiles import (
     kv_transfer_bytes_per_token,
+    prefill_curve_ms,
     simulated_timing,
 )
-from dynamo_oss.perf.replay import check_step_times
+from dynamo_oss.perf.replay import batch_beside_chunk, check_step_times
 
 DISAGG = Layout(
     hardware="b200",
@@ -40,6 +42,28 @@ def test_profile_has_the_mockers_arrays(tmp_path, role):
 def test_replay_reproduces_the_models_step_times(layout):
     for check in check_step_times(layout, isl=8192, batch=8):
         assert check.replay_ms == pytest.approx(check.model_ms, rel=0.05), check.step
+
+
+def test_an_aggregated_chunk_is_charged_beside_the_decode_batch_it_runs_with():
+    """The mocker adds the prefill curve to the decode step; built beside the workload's batch, the sum
+    is the model's one-pass mixed step, which saves more the larger the batch (benchmarks/gpu/mixed_step)."""
+    cost = CostModel.for_pool(AGG, "agg")
+    for batch in (1, 8, 64, 256):
+        mocker = prefill_curve_ms(cost, "agg", 8192, 8192, batch) + cost.decode_ms(batch, 8192)
+        assert mocker == pytest.approx(cost.mixed_ms(8192, 0, batch, 8192))
+    beside_one, *beside_more = (float(prefill_curve_ms(cost, "agg", 8192, 8192, b)) for b in (1, 8, 64, 256))
+    assert all(marginal < beside_one for marginal in beside_more)
+    assert beside_one < float(prefill_curve_ms(cost, "prefill", 8192, 8192))  # beside one decode: nearly additive
+
+
+def test_the_batch_beside_a_chunk_is_the_ranks_other_requests():
+    workload = Workload(isl=32768, osl=256)
+    recipe = Layout(hardware="b200", pools={"agg": PoolLayout(workers=2, tp=4, attention_dp=True)})
+    assert batch_beside_chunk(recipe, workload, 64) == 64 / 8 - 1
+    assert batch_beside_chunk(recipe, workload, 4) == 1  # at least one
+    held = CostModel.for_pool(AGG, "agg").kv_capacity_tokens() // (32768 + 256)
+    assert batch_beside_chunk(AGG, workload, 10_000) == held - 1  # no more than the KV cache holds
+    assert batch_beside_chunk(DISAGG, workload, 64) == 1  # no pool mixes prefill and decode
 
 
 def test_mocker_args_carry_the_pool_layout(tmp_path):

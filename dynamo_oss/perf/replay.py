@@ -29,11 +29,27 @@ def default_requests(concurrency: int) -> int:
     return max(40, 10 * concurrency)
 
 
-def replay_args(layout: Layout, workload: Workload, folder: Path, factors: Factors) -> dict[str, object]:
-    """Engine arguments and worker counts for `run_synthetic_trace_replay`, profiles written to folder."""
+def batch_beside_chunk(layout: Layout, workload: Workload, concurrency: int) -> float:
+    """Sequences decoding beside a prefill chunk on one rank of an aggregated pool, at `concurrency`
+    requests in flight: the rank's other requests (its share of them, at most what its batch and
+    its KV cache hold), at least one."""
+    if layout.mode != "agg":
+        return 1.0  # no pool mixes prefill and decode
+    pool = layout.pools["agg"]
+    held = CostModel.for_pool(layout, "agg").kv_capacity_tokens() // (workload.isl + workload.osl)
+    return max(1.0, min(concurrency / (pool.workers * pool.ranks), pool.max_batch, held) - 1)
+
+
+def replay_args(
+    layout: Layout, workload: Workload, folder: Path, factors: Factors, decode_batch: float = 1.0
+) -> dict[str, object]:
+    """Engine arguments and worker counts for `run_synthetic_trace_replay`, profiles written to folder;
+    `decode_batch` as in `profiles.profile_tables`."""
     args: dict[str, object] = {}
     for role, pool in layout.pools.items():
-        timing = simulated_timing(layout, role, folder / f"{role}.npz", prompt_tokens=workload.isl, factors=factors)
+        timing = simulated_timing(
+            layout, role, folder / f"{role}.npz", prompt_tokens=workload.isl, decode_batch=decode_batch, factors=factors
+        )
         timing.profile.write()
         engine = replay_engine_args(timing, role, pool.tp)
         if role == "agg":
@@ -51,14 +67,15 @@ def simulate(
     requests: int | None = None,
     factors: Factors | None = None,
 ) -> list[ServingPoint]:
-    """Replay `workload` on `layout` at each concurrency."""
+    """Replay `workload` on `layout` at each concurrency; an aggregated pool's chunks are charged
+    beside the decode batch of that concurrency (`batch_beside_chunk`)."""
     from dynamo.replay import run_synthetic_trace_replay
 
     factors = factors or fitted_factors()
     points = []
     with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
-        args = replay_args(layout, workload, Path(tmp), factors)
         for concurrency in concurrencies:
+            args = replay_args(layout, workload, Path(tmp), factors, batch_beside_chunk(layout, workload, concurrency))
             count = requests or default_requests(concurrency)
             report = run_synthetic_trace_replay(
                 workload.isl, workload.osl, count, replay_concurrency=concurrency, capture_per_request=True, **args
