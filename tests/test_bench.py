@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,9 @@ def point(tok_s_gpu: float, tok_s_user: float) -> ServingPoint:
 
 def sweep_of(label: str, points: list[ServingPoint]) -> Sweep:
     parameters = SweepParameters(isl=100, osl=10, concurrencies=[1], model="m", tokenizer="t", gpus=8)
-    runs = [RunResult(concurrency=1, point=p, failed=0, request_rate=1, host_cpu_busy=0.5, artifacts="x") for p in points]
+    runs = [
+        RunResult(concurrency=1, point=p, failed=0, request_rate=1, host_cpu_busy=0.5, artifacts="x") for p in points
+    ]
     return Sweep(label=label, target=label, endpoint="http://x", parameters=parameters, runs=runs)
 
 
@@ -121,8 +124,10 @@ def test_compare_gives_the_interactivity_ratio_at_equal_tok_s_gpu(tmp_path: Path
     "argv, message",
     [
         (["bench", "http://127.0.0.1:9/v1", "--isl", "10", "--osl", "10", "--concurrency", "1"], "--gpus is required"),
-        (["bench", "http://127.0.0.1:{port}/v1", "--isl", "10", "--osl", "10", "--concurrency", "1", "--gpus", "1"],
-         "no OpenAI endpoint answers"),
+        (
+            ["bench", "http://127.0.0.1:{port}/v1", "--isl", "10", "--osl", "10", "--concurrency", "1", "--gpus", "1"],
+            "no OpenAI endpoint answers",
+        ),
         (["bench", "graphs/disagg.yaml", "--osl", "10"], "--isl and --concurrency required"),
         (["bench", "graphs/missing.yaml", "--isl", "10", "--osl", "10", "--concurrency", "1"], "no such graph file"),
         (["bench", "compare", "only-one"], "compare takes two results folders"),
@@ -155,7 +160,9 @@ def descendants(pid: int) -> set[int]:
 def test_ctrl_c_mid_sweep_leaves_no_process_behind(tmp_path: Path) -> None:
     graph = write_graph(tmp_path)
     out = tmp_path / "results"
-    bench = subprocess.Popen(bench_argv(graph, out, "2", 2000), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    bench = subprocess.Popen(
+        bench_argv(graph, out, "2", 2000), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
     started: set[int] = set()
     try:
         # aiperf is sending once its per-request export has a line.
@@ -171,3 +178,32 @@ def test_ctrl_c_mid_sweep_leaves_no_process_behind(tmp_path: Path) -> None:
         bench.wait()
     wait_for(lambda: not any(alive(pid) for pid in started), 30, "every process the sweep started to exit")
     assert b"bench interrupted" in bench.stdout.read()
+
+
+SERVE_AND_WAIT = """
+import sys, time
+from pathlib import Path
+from dynamo_oss.bench.served import served_graph
+with served_graph(Path(sys.argv[1]), Path(sys.argv[2]), engine="mocker", time_scale=1.0):
+    print("ready", flush=True)
+    time.sleep(600)  # the benchmark's work; the test ends it with SIGTERM
+"""
+
+
+def test_sigterm_to_a_benchmark_stops_its_served_graph(tmp_path: Path) -> None:
+    """A `kill` or a CI timeout reaches a benchmark as SIGTERM: the graph it serves stops with it."""
+    script = subprocess.Popen([sys.executable, "-c", SERVE_AND_WAIT, str(write_graph(tmp_path)), str(tmp_path / "run")],
+                              cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    started: set[int] = set()
+    try:
+        assert script.stdout is not None and script.stdout.readline().strip() == "ready"
+        started = descendants(script.pid)
+        assert len(started) > 3  # dynamo serve, etcd, NATS, the frontend, workers
+        script.send_signal(signal.SIGTERM)
+        script.wait(120)
+        wait_for(lambda: not any(alive(pid) for pid in started), 60, "every process of the served graph to exit")
+    finally:  # on failure, nothing the test started may outlive it
+        for pid in [script.pid, *started, *descendants(script.pid)]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        script.wait()

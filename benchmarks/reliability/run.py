@@ -307,12 +307,7 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def interrupted(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM stops the run as Ctrl-C does: the served graph is stopped on the way out
-
-
 def main() -> int:
-    signal.signal(signal.SIGTERM, interrupted)
     rows = []
     with tempfile.TemporaryDirectory(prefix="reliability-") as scratch:
         for index, (name, shape, victim, load) in enumerate(SCENARIOS):

@@ -1,5 +1,5 @@
 """A graph served for a benchmark: `dynamo serve` in a subprocess of its own, ready before the
-first request, drained and stopped afterwards whatever happened (Ctrl-C included)."""
+first request, drained and stopped afterwards whatever happened (Ctrl-C or SIGTERM included)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -49,10 +50,19 @@ def served_graph(
     with log.open("w") as output:
         # A session of its own: Ctrl-C reaches the benchmark, which then stops the graph in order.
         process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, start_new_session=True)
+    # SIGTERM (a `kill`, a CI timeout) stops the benchmark as Ctrl-C does, so the graph is stopped too.
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _interrupt) if on_main_thread else None
     try:
         yield _wait_ready(process, run_dir, log)
     finally:
         _stop(process)
+        if on_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _wait_ready(process: subprocess.Popen, run_dir: Path, log: Path) -> RunState:
