@@ -18,14 +18,15 @@ import json
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from dynamo.replay import run_synthetic_trace_replay
 
 from dynamo_oss.perf.costs import fitted_factors
 from dynamo_oss.perf.graphs import layout_from_file
-from dynamo_oss.perf.layout import Workload
-from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint, serving_point
-from dynamo_oss.perf.replay import replay_args, request_record
+from dynamo_oss.perf.layout import Layout, Workload
+from dynamo_oss.perf.metrics import DEFINITIONS, RequestRecord, ServingPoint, serving_point
+from dynamo_oss.perf.replay import batch_beside_chunk, replay_args, request_record
 
 HERE = Path(__file__).parent
 GRAPH = HERE.parent.parent / "graphs" / "agg.yaml"
@@ -37,8 +38,22 @@ REQUESTS = 600
 
 
 def replay(independent_ranks: bool, rate: float, folder: Path) -> ServingPoint:
+    """Replayed twice: the mocker charges a prefill chunk beside the decode batch it runs with
+    (`batch_beside_chunk`), which at an arrival rate is known only from the requests in flight,
+    so the first pass (chunks beside one decode) measures them (Little's law) for the second."""
     layout = layout_from_file(GRAPH)
-    args = replay_args(layout, WORKLOAD, folder, fitted_factors())
+    records, report = _replay_once(layout, independent_ranks, rate, folder, decode_batch=1.0)
+    span_ms = max(r.start_ms + r.e2e_ms for r in records) - min(r.start_ms for r in records)
+    in_flight = sum(r.e2e_ms for r in records) / span_ms
+    batch = batch_beside_chunk(layout, WORKLOAD, round(in_flight))
+    records, report = _replay_once(layout, independent_ranks, rate, folder, decode_batch=batch)
+    return serving_point(records, concurrency=0, gpus=layout.gpus, gap_p99_ms=report.summary["p99_itl_ms"])
+
+
+def _replay_once(
+    layout: Layout, independent_ranks: bool, rate: float, folder: Path, decode_batch: float
+) -> tuple[list[RequestRecord], Any]:
+    args = replay_args(layout, WORKLOAD, folder, fitted_factors(), decode_batch=decode_batch)
     if independent_ranks:
         ranks = args["extra_engine_args"]["dp_size"]
         args["extra_engine_args"] = {**args["extra_engine_args"], "dp_size": 1}
@@ -46,8 +61,7 @@ def replay(independent_ranks: bool, rate: float, folder: Path) -> ServingPoint:
     report = run_synthetic_trace_replay(
         WORKLOAD.isl, WORKLOAD.osl, REQUESTS, request_rate=rate, capture_per_request=True, **args
     )
-    records = [request_record(row) for row in report.per_request]
-    return serving_point(records, concurrency=0, gpus=layout.gpus, gap_p99_ms=report.summary["p99_itl_ms"])
+    return [request_record(row) for row in report.per_request], report
 
 
 def main() -> None:
