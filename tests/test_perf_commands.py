@@ -9,7 +9,6 @@ import pytest
 
 from dynamo_oss.cli import main as dynamo
 from dynamo_oss.cli import arguments
-from dynamo_oss.cli import perf as commands
 from dynamo_oss.perf.graphs import graph_files, layout_from_file
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 
