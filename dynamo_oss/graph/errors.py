@@ -28,6 +28,6 @@ class GraphError(UserError):
         super().__init__(str(self))
 
     def __str__(self) -> str:
-        lines = [f"{self.source}: {len(self.problems)} problem(s), nothing was started:"]
+        lines = [f"{self.source}: {len(self.problems)} problem(s), nothing was started or written:"]
         lines += [f"  - {problem}" for problem in self.problems]
         return "\n".join(lines)
