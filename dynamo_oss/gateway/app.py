@@ -1,11 +1,12 @@
-"""The gateway's HTTP side, at the socket: check the three generation APIs, then pass the request
-to Dynamo's frontend on a pooled keep-alive connection and its response back byte for byte.
+"""The gateway's HTTP shell, at the socket: each request goes to its route (routes.py), which
+checks it and says what to send to Dynamo's frontend on a pooled keep-alive connection; the
+answer comes back byte for byte, or through the route's transform, framed here.
 
 Why not a web framework: a framework re-frames every streamed chunk (parse, re-chunk, await a
 drain) and spends CPU per token on a machine whose cores the engine and frontend need. Here
-requests are parsed by httptools (C), and a response is only parsed to find where it ends, while
-its bytes go to the client as they arrive. A response of 400 or more is held back and rewritten
-in OpenAI's error shape. Back-pressure: a slow client pauses reading from the frontend.
+requests are parsed by httptools (C), and a passed-through response is only parsed to find where it
+ends, while its bytes go to the client as they arrive. A response of 400 or more is held back and
+rewritten in OpenAI's error shape. Back-pressure: a slow client pauses reading from the frontend.
 """
 
 from __future__ import annotations
@@ -22,11 +23,16 @@ import httptools
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error
 from dynamo_oss.gateway.prompt import PromptCounter
+from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
 from dynamo_oss.gateway.validation import check_request
 
 log = logging.getLogger("dynamo_oss.gateway")
 
-CHECKED_ROUTES = {b"/v1/chat/completions": "chat", b"/v1/completions": "completions", b"/v1/responses": "responses"}
+ROUTES: dict[bytes, Route] = {
+    b"/v1/chat/completions": CheckedPassThrough("chat"),
+    b"/v1/completions": CheckedPassThrough("completions"),
+    b"/v1/responses": CheckedPassThrough("responses"),
+}
 # Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
                  b"content-length", b"expect"}  # fmt: skip
@@ -76,11 +82,19 @@ class Gateway:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         async with self._session.get(f"{self.upstream}/v1/models") as response:
-            listing = _json(await response.read())
+            listing = parse_json(await response.read())
         if response.status != 200 or not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
             raise ConnectionError(f"its model list answered HTTP {response.status} without a list")
         self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing["data"] if isinstance(m, dict)}
         self._models_at = time.monotonic()
+
+    async def check(self, api: str, request: object, size: int) -> None:
+        """routes.Checks: the shared checks, off the event loop for a long body."""
+        models = await self.models(request.get("model") if isinstance(request, dict) else None)
+        if size > THREAD_CHECK_BYTES:
+            await asyncio.to_thread(check_request, api, request, models, self.counter)
+        else:
+            check_request(api, request, models, self.counter)
 
     def forget_models(self) -> None:
         self._models = {}
@@ -194,15 +208,18 @@ class ClientConnection(asyncio.Protocol):
         try:
             if body is None:
                 raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
-            self.api = CHECKED_ROUTES.get(url.split(b"?", 1)[0]) if method == b"POST" else None
+            route = route_for(ROUTES, method, url)
+            self.api = route.api
             if self.api is not None:
                 self.gateway.admit()
                 admitted = True
-                await self.check(self.api, method, url, body)
-            await self.forward(method, url, headers, body)
+            upstream = await route.prepare(url, body, self.gateway)
+            await self.forward(method, headers, upstream)
         except ApiError as err:
+            if self.api is not None and err.status < 500:
+                log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
             self.respond(err.status, err.body(), keep_alive, err.retry_after)
-        except (OSError, aiohttp.ClientError, asyncio.TimeoutError) as err:
+        except (TimeoutError, OSError, aiohttp.ClientError) as err:
             # The frontend is restarting or gone: retryable, and not the client's fault.
             message = f"Dynamo's frontend is unavailable ({err or type(err).__name__}); retry shortly."
             self.respond(503, openai_error(503, message, code="frontend_unavailable"), keep_alive, RETRY_AFTER_S)
@@ -219,32 +236,21 @@ class ClientConnection(asyncio.Protocol):
         elif not self.transport.is_closing():
             self.transport.resume_reading()
 
-    async def check(self, api: str, method: bytes, url: bytes, body: bytes) -> None:
-        request = _json(body)
-        models = await self.gateway.models(request.get("model") if isinstance(request, dict) else None)
-        try:
-            if len(body) > THREAD_CHECK_BYTES:
-                await asyncio.to_thread(check_request, api, request, models, self.gateway.counter)
-            else:
-                check_request(api, request, models, self.gateway.counter)
-        except ApiError as err:
-            log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
-            raise
-
-    async def forward(self, method: bytes, url: bytes, headers: list, body: bytes) -> None:
-        head = [method + b" " + url + b" HTTP/1.1"]
+    async def forward(self, method: bytes, headers: list, upstream: Upstream) -> None:
+        head = [method + b" " + upstream.url + b" HTTP/1.1"]
         head += [n + b": " + v for n, v in headers if n.lower() not in NOT_FORWARDED]
-        head.append(b"content-length: " + str(len(body)).encode())
-        request = b"\r\n".join(head) + b"\r\n\r\n" + body
+        head.append(b"content-length: " + str(len(upstream.body)).encode())
+        request = b"\r\n".join(head) + b"\r\n\r\n" + upstream.body
+        head_only = method == b"HEAD"
         self.upstream, reused = await self.gateway.connection()
         try:
-            await self.upstream.exchange(self, request, head_only=method == b"HEAD")
+            await self.upstream.exchange(self, request, head_only, upstream.transform)
         except ConnectionError:
             if not reused or self.upstream.status or self.transport.is_closing():
                 raise
             # An idle keep-alive connection the frontend had closed: once more on a new one.
             self.upstream, _ = await self.gateway.connection(fresh=True)
-            await self.upstream.exchange(self, request, head_only=method == b"HEAD")
+            await self.upstream.exchange(self, request, head_only, upstream.transform)
 
     def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None:
         if self.transport.is_closing():
@@ -258,6 +264,24 @@ class ClientConnection(asyncio.Protocol):
         if retry_after is not None:
             head.append(f"retry-after: {retry_after}")
         self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + payload)
+
+    def write_transformed(self, transform: Transform, data: bytes, last: bool) -> None:
+        """A transform's output, framed: chunks for a stream (the head with the first), else one body."""
+        if transform.streaming:
+            out = []
+            if not self.started:
+                self.started = True
+                out.append(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type
+                           + b"\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")  # fmt: skip
+            if data:
+                out.append(b"%x\r\n%b\r\n" % (len(data), data))
+            if last:
+                out.append(b"0\r\n\r\n")
+            self.transport.write(b"".join(out))
+        elif last:
+            self.started = True
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type
+                                 + b"\r\ncontent-length: %d\r\n\r\n%b" % (len(data), data))  # fmt: skip
 
     def end_stream(self, with_error_event: bool) -> None:
         """The frontend went away mid-response. An event stream cut between two chunks gets an error
@@ -290,13 +314,18 @@ class UpstreamConnection(asyncio.Protocol):
         self.event_stream = False  # a text/event-stream response
         self.chunked = False  # framed in chunks, so an error event can follow the last whole one
         self.in_chunk = False  # between a chunk's header and its end
+        self.transform: Transform | None = None  # the route's, for this exchange; None: bytes pass through
+        self.transformed: list[bytes] = []  # a transform's output from one read, written at once
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.socket = transport.get_extra_info("socket")
 
-    async def exchange(self, client: ClientConnection, request: bytes, head_only: bool) -> None:
+    async def exchange(
+        self, client: ClientConnection, request: bytes, head_only: bool, transform: Transform | None
+    ) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
+        self.transform, self.transformed = transform, []
         self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
@@ -318,7 +347,11 @@ class UpstreamConnection(asyncio.Protocol):
         except httptools.HttpParserError as err:
             self._finish(ConnectionError(f"unreadable response from the frontend: {err}"))
             return
-        if not self.status:
+        if self.transform is not None:  # a stream's output goes out read by read; a whole body at the end
+            if self.transform.streaming and self.transformed and self.error_body is None:
+                output, self.transformed = b"".join(self.transformed), []
+                self.client.write_transformed(self.transform, output, last=False)
+        elif not self.status:
             self.pending.append(data)  # headers still incomplete: not yet known whether to rewrite
         elif self.error_body is None:
             if self.pending:
@@ -330,7 +363,11 @@ class UpstreamConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.done is not None and not self.done.done():
-            if self.status and self.error_body is None:
+            if self.status and self.error_body is None and self.transform is not None and self.transform.streaming:
+                if self.client is not None and not self.client.transport.is_closing():
+                    self.client.write_transformed(self.transform, self.transform.cut(), last=True)
+                self.done.set_result(None)
+            elif self.status and self.error_body is None:
                 if self.client is not None:
                     self.client.end_stream(with_error_event=self.event_stream and self.chunked and not self.in_chunk)
                 self.done.set_result(None)
@@ -362,6 +399,8 @@ class UpstreamConnection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         if self.error_body is not None:
             self.error_body.append(body)
+        elif self.transform is not None:
+            self.transformed.append(self.transform.feed(body))
 
     def on_message_complete(self) -> None:
         self.complete = True
@@ -381,14 +420,17 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.error_body is not None and self.status >= 500 and self.client.api is not None:
             # A request the gateway checked, failed by the graph: a worker that just died (Dynamo says
             # "Failed to generate completions" until its lease lapses) or none registered. Retryable.
-            body = from_upstream(self.status, _json(b"".join(self.error_body)))
+            body = from_upstream(self.status, parse_json(b"".join(self.error_body)))
             log.info("frontend answered %d: %s", self.status, body["error"]["message"])
             body["error"]["message"] += " (the graph could not serve this request now; retry shortly)"
             self.client.respond(503, openai_error(503, body["error"]["message"], code="upstream_failure"), True,
                                 RETRY_AFTER_S)  # fmt: skip
         elif self.error_body is not None:
-            payload = _json(b"".join(self.error_body))
+            payload = parse_json(b"".join(self.error_body))
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
+        elif self.transform is not None and not self.client.transport.is_closing():
+            output, self.transformed = b"".join([*self.transformed, self.transform.end()]), []
+            self.client.write_transformed(self.transform, output, last=True)
         if self.parser.should_keep_alive() and not self.head_only:
             self.gateway.idle.append(self)
         else:
@@ -417,11 +459,3 @@ def acknowledge_at_once(sock: socket.socket | None) -> None:
     on each, lets those writes go out at once."""
     if QUICKACK is not None and sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
-
-
-def _json(raw: bytes) -> object:
-    """The JSON value, or None for anything that is not JSON (invalid UTF-8 and nesting too deep included)."""
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        return None

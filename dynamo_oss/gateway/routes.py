@@ -1,0 +1,102 @@
+"""The gateway's route table: what each path is, and how its request reaches Dynamo's frontend.
+
+A route either passes a request through (the frontend's answer goes to the client byte for
+byte, the fast path) or transforms it: the route sends the frontend a request of its own and
+turns the answer into the client's, piece by piece as it streams (`Transform`). The HTTP shell
+(app.py) owns sockets, framing and back-pressure; a route owns only its API.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Transform(Protocol):
+    """Turns the frontend's successful answer into the client's. The shell frames what it returns
+    (chunks when `streaming`, else one body with its length) and writes it, so a transform only
+    speaks its API. Error answers (4xx, 5xx) never reach it: the shell rewrites those itself."""
+
+    content_type: bytes
+    streaming: bool
+
+    def feed(self, body: bytes) -> bytes:
+        """The client's bytes for the next piece of the frontend's body (b"" while it waits for more)."""
+        ...
+
+    def end(self) -> bytes:
+        """The client's last bytes, once the frontend's body is complete."""
+        ...
+
+    def cut(self) -> bytes:
+        """The frontend went away mid-answer: the bytes that end the client's stream well-formed."""
+        ...
+
+
+@dataclass
+class Upstream:
+    """The request that goes to the frontend, and the transform its answer takes (None: verbatim)."""
+
+    url: bytes
+    body: bytes
+    transform: Transform | None = None
+
+
+class Checks(Protocol):
+    """What a route may ask of the gateway while checking a request."""
+
+    async def check(self, api: str, request: object, size: int) -> None:
+        """The checks every generation API shares (validation.check_request), against the served
+        models; raises ApiError naming the field. `size` (the body's bytes) decides whether the
+        work is long enough to run off the event loop."""
+        ...
+
+
+class Route(Protocol):
+    """One API surface. `api` names a generation API (its requests are admitted against the graph's
+    capacity and refused retryably past it); None for listings, health and metrics."""
+
+    api: str | None
+
+    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+        """Check the request (raising ApiError for the client's mistakes) and say what goes upstream."""
+        ...
+
+
+class PassThrough:
+    """Anything the gateway does not own: forwarded as it came, answered as the frontend answers."""
+
+    api = None
+
+    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+        return Upstream(url=url, body=body)
+
+
+class CheckedPassThrough:
+    """A generation API the frontend serves as OpenAI specifies it: checked here, then passed through."""
+
+    def __init__(self, api: str) -> None:
+        self.api = api
+
+    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+        await checks.check(self.api, parse_json(body), len(body))
+        return Upstream(url=url, body=body)
+
+
+def route_for(table: dict[bytes, Route], method: bytes, url: bytes) -> Route:
+    """The route of a POST to a path the table has; every other request passes through."""
+    if method != b"POST":
+        return PASS_THROUGH
+    return table.get(url.split(b"?", 1)[0], PASS_THROUGH)
+
+
+def parse_json(raw: bytes) -> object:
+    """The JSON value, or None for anything that is not JSON (invalid UTF-8 and nesting too deep included)."""
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+PASS_THROUGH = PassThrough()
