@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.planner_config import planner_settings
@@ -218,12 +219,19 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
                     "--upstream", f"http://{LOOPBACK}:{dynamo_port}",
                     "--model-folder", str(model_folder),
                     "--max-in-flight", str(deployment.gateway.max_in_flight),
+                    "--reasoning-key-file", str(reasoning_key_file(deployment)),
                 ],  # fmt: skip
                 env={},
                 ports=[PortUse(field="frontend.port", host=listen.host, port=listen.port)],
             )
         )
     return processes
+
+
+def reasoning_key_file(deployment: Deployment) -> Path:
+    """The graph's key for the Responses API's encrypted reasoning: one per graph name, kept in the
+    cache across runs (the gateway makes it on first start), so what one run sealed the next opens."""
+    return resolve_cache_root() / "keys" / f"{deployment.name}.reasoning.key"
 
 
 def _worker_processes(

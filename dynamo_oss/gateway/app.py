@@ -23,16 +23,14 @@ import httptools
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error
 from dynamo_oss.gateway.prompt import PromptCounter
+from dynamo_oss.gateway.chat import ChatRoute
+from dynamo_oss.gateway.responses.route import ResponsesRoute
+from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
 from dynamo_oss.gateway.validation import check_request
 
 log = logging.getLogger("dynamo_oss.gateway")
 
-ROUTES: dict[bytes, Route] = {
-    b"/v1/chat/completions": CheckedPassThrough("chat"),
-    b"/v1/completions": CheckedPassThrough("completions"),
-    b"/v1/responses": CheckedPassThrough("responses"),
-}
 # Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
                  b"content-length", b"expect"}  # fmt: skip
@@ -48,12 +46,19 @@ MODELS_TTL_S = 2.0  # how long the frontend's model list is trusted (workers com
 class Gateway:
     """What every connection shares: the upstream address and idle connections, and the model list."""
 
-    def __init__(self, upstream: str, counter: PromptCounter | None, max_in_flight: int | None = None) -> None:
+    def __init__(
+        self, upstream: str, counter: PromptCounter | None, seal: ReasoningSeal, max_in_flight: int | None = None
+    ) -> None:
         self.upstream = upstream.rstrip("/")
         host_port = self.upstream.split("://", 1)[1]
         self.host, _, port = host_port.partition(":")
         self.port = int(port or 80)
         self.counter = counter
+        self.routes: dict[bytes, Route] = {
+            b"/v1/chat/completions": ChatRoute(),
+            b"/v1/completions": CheckedPassThrough("completions"),
+            b"/v1/responses": ResponsesRoute(seal),
+        }
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte
         self.max_in_flight = max_in_flight
@@ -88,13 +93,12 @@ class Gateway:
         self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing["data"] if isinstance(m, dict)}
         self._models_at = time.monotonic()
 
-    async def check(self, api: str, request: object, size: int) -> None:
+    async def check(self, api: str, request: object, size: int) -> int:
         """routes.Checks: the shared checks, off the event loop for a long body."""
         models = await self.models(request.get("model") if isinstance(request, dict) else None)
         if size > THREAD_CHECK_BYTES:
-            await asyncio.to_thread(check_request, api, request, models, self.counter)
-        else:
-            check_request(api, request, models, self.counter)
+            return await asyncio.to_thread(check_request, api, request, models, self.counter)
+        return check_request(api, request, models, self.counter)
 
     def forget_models(self) -> None:
         self._models = {}
@@ -208,7 +212,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             if body is None:
                 raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
-            route = route_for(ROUTES, method, url)
+            route = route_for(self.gateway.routes, method, url)
             self.api = route.api
             if self.api is not None:
                 self.gateway.admit()
@@ -347,6 +351,9 @@ class UpstreamConnection(asyncio.Protocol):
         except httptools.HttpParserError as err:
             self._finish(ConnectionError(f"unreadable response from the frontend: {err}"))
             return
+        except Exception as err:  # a transform's bug: the exchange logs it and answers a JSON 500
+            self._finish(err)
+            return
         if self.transform is not None:  # a stream's output goes out read by read; a whole body at the end
             if self.transform.streaming and self.transformed and self.error_body is None:
                 output, self.transformed = b"".join(self.transformed), []
@@ -429,7 +436,13 @@ class UpstreamConnection(asyncio.Protocol):
             payload = parse_json(b"".join(self.error_body))
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
         elif self.transform is not None and not self.client.transport.is_closing():
-            output, self.transformed = b"".join([*self.transformed, self.transform.end()]), []
+            try:
+                output, self.transformed = b"".join([*self.transformed, self.transform.end()]), []
+            except Exception as err:  # as in data_received
+                self.parser = None
+                self.transport.abort()
+                self.done.set_exception(err)
+                return
             self.client.write_transformed(self.transform, output, last=True)
         if self.parser.should_keep_alive() and not self.head_only:
             self.gateway.idle.append(self)

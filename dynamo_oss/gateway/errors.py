@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from http import HTTPStatus
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 RETRY_AFTER_S = 1  # what a retryable refusal tells the client to wait: restarts and bursts pass in seconds
 
@@ -60,3 +60,28 @@ def from_upstream(status: int, body: object) -> dict:
         return body  # already OpenAI-shaped
     message = body.get("message") if isinstance(body, dict) else None
     return openai_error(status, message or HTTPStatus(status).phrase)
+
+
+def from_validation(err: ValidationError, body: object) -> ApiError:
+    """A typed model's first complaint about a request, as OpenAI words it: the field's path in the
+    body as the client wrote it (`input[3].call_id`), and what was expected there."""
+    # The deepest complaint: for a field that may be a string or a list, the list's item at fault.
+    problem = max(err.errors(), key=lambda e: len(e["loc"]))
+    param = _field_path(body, problem["loc"])
+    if problem["type"] == "union_tag_invalid":
+        context = problem.get("ctx") or {}
+        return ApiError(400, f"Invalid '{param}.type': {context.get('tag')!r}. Expected one of: "
+                        f"{context.get('expected_tags')}.", param=f"{param}.type", code="invalid_type")  # fmt: skip
+    return ApiError(400, f"Invalid '{param}': {problem['msg']}.", param=param, code="invalid_value")
+
+
+def _field_path(body: object, loc: tuple) -> str:
+    """pydantic's location with the union members it tried (tags, type names) left out: only the
+    keys and indexes that exist in the body, and a missing field's name at the end."""
+    path, value = "", body
+    for position, segment in enumerate(loc):
+        if isinstance(segment, int) and isinstance(value, list) and segment < len(value):
+            path, value = f"{path}[{segment}]", value[segment]
+        elif isinstance(segment, str) and isinstance(value, dict) and (segment in value or position == len(loc) - 1):
+            path, value = f"{path}.{segment}" if path else segment, value.get(segment)
+    return path or "body"

@@ -46,10 +46,10 @@ class Upstream:
 class Checks(Protocol):
     """What a route may ask of the gateway while checking a request."""
 
-    async def check(self, api: str, request: object, size: int) -> None:
+    async def check(self, api: str, request: object, size: int) -> int:
         """The checks every generation API shares (validation.check_request), against the served
-        models; raises ApiError naming the field. `size` (the body's bytes) decides whether the
-        work is long enough to run off the event loop."""
+        models; raises ApiError naming the field, else returns the model's context window (0 when
+        unknown). `size` (the body's bytes) decides whether the work runs off the event loop."""
         ...
 
 

@@ -3,15 +3,12 @@ field (`param`, as OpenAI does), says what was expected, and costs no worker any
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 from jsonschema import Draft202012Validator, SchemaError
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
 from dynamo_oss.gateway.prompt import PromptCounter
 
 ROLES = ("system", "developer", "user", "assistant", "tool", "function")
-NOT_RENDERED_KEYS = {"type", "role", "id", "call_id", "status"}  # in Responses input items
 TOKEN_LIMIT_FIELDS = {
     "chat": ("max_tokens", "max_completion_tokens"),
     "completions": ("max_tokens",),
@@ -19,8 +16,10 @@ TOKEN_LIMIT_FIELDS = {
 }
 
 
-def check_request(api: str, body: object, models: dict[str, int], counter: PromptCounter | None) -> None:
-    """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses)."""
+def check_request(api: str, body: object, models: dict[str, int], counter: PromptCounter | None) -> int:
+    """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses);
+    return the model's context window. A Responses request's input and tools are the Responses
+    route's to check (it renders them): only what every API shares is checked here for it."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     context = _check_model(body, models)
@@ -28,13 +27,12 @@ def check_request(api: str, body: object, models: dict[str, int], counter: Promp
     _check_choices(body)
     if api == "chat":
         _check_messages(body.get("messages"))
-    _check_tools(api, body.get("tools"))
+        _check_tools(body.get("tools"))
     if counter is not None and context and api == "chat":
         _check_context(body, counter, context, limit)
     if counter is not None and context and api == "completions":
         _check_completion_prompt(body.get("prompt"), counter, context, limit)
-    if counter is not None and context and api == "responses":
-        _check_response_input(body.get("input"), counter, context, limit)
+    return context
 
 
 def _check_model(body: dict, models: dict[str, int]) -> int:
@@ -86,32 +84,33 @@ def _check_messages(messages: object) -> None:
                            param=f"{where}.tool_call_id")  # fmt: skip
 
 
-def _check_tools(api: str, tools: object) -> None:
+def _check_tools(tools: object) -> None:
     if tools is None:
         return
     if not isinstance(tools, list):
         raise ApiError(400, "'tools' must be an array of tool objects.", param="tools")
     for index, tool in enumerate(tools):
         where = f"tools[{index}]"
-        # Chat nests the function ({"type", "function": {...}}); the Responses API flattens it.
-        function = tool.get("function") if api == "chat" and isinstance(tool, dict) else tool
+        function = tool.get("function") if isinstance(tool, dict) else None
         if not isinstance(function, dict) or not isinstance(function.get("name"), str):
             raise ApiError(400, f"Invalid '{where}': expected a function with a name.", param=where)
-        prefix = f"{where}.function" if api == "chat" else where
         parameters = function.get("parameters")
-        if parameters is None:
-            continue
-        param = f"{prefix}.parameters"
-        if not isinstance(parameters, dict):
-            raise ApiError(400, f"Invalid '{param}': expected a JSON Schema object.", param=param)
-        try:
-            Draft202012Validator.check_schema(parameters)
-        except SchemaError as err:
-            raise ApiError(400, f"Invalid '{param}': not a valid JSON Schema: {err.message}.",
-                           param=param, code="invalid_function_parameters") from None  # fmt: skip
-        if parameters.get("type", "object") != "object":
-            raise ApiError(400, f"Invalid '{param}': function parameters must be a schema of type 'object'.",
-                           param=param, code="invalid_function_parameters")  # fmt: skip
+        if parameters is not None:
+            check_parameters(parameters, f"{where}.function.parameters")
+
+
+def check_parameters(parameters: object, param: str) -> None:
+    """A tool's arguments must be described by a JSON Schema of an object, as OpenAI requires."""
+    if not isinstance(parameters, dict):
+        raise ApiError(400, f"Invalid '{param}': expected a JSON Schema object.", param=param)
+    try:
+        Draft202012Validator.check_schema(parameters)
+    except SchemaError as err:
+        raise ApiError(400, f"Invalid '{param}': not a valid JSON Schema: {err.message}.",
+                       param=param, code="invalid_function_parameters") from None  # fmt: skip
+    if parameters.get("type", "object") != "object":
+        raise ApiError(400, f"Invalid '{param}': function parameters must be a schema of type 'object'.",
+                       param=param, code="invalid_function_parameters")  # fmt: skip
 
 
 def _check_context(body: dict, counter: PromptCounter, context: int, limit: int) -> None:
@@ -158,30 +157,3 @@ def _check_completion_prompt(prompt: object, counter: PromptCounter, context: in
                            f"{tokens + limit} tokens ({tokens} in the prompt, {limit} in the completion). Please "
                            "reduce the length of the prompt or completion.", param=param,
                            code="context_length_exceeded")  # fmt: skip
-
-
-def _check_response_input(given: object, counter: PromptCounter, context: int, limit: int) -> None:
-    """A Responses request's input against the context. Its texts alone are a lower bound of the
-    prompt (the template adds headers), so an input refused here would never have fit."""
-    texts = [given] if isinstance(given, str) else list(_texts(given))
-    if sum(len(text.encode()) for text in texts) + limit <= context:
-        return  # a token is at least one byte: it fits, uncounted
-    tokens = sum(counter.count_text(text) for text in texts)
-    if tokens + limit > context:
-        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, your input "
-                       f"holds at least {tokens} tokens, and {limit} more are asked for the output. Please reduce "
-                       "the length of the input or of max_output_tokens.", param="input",
-                       code="context_length_exceeded")  # fmt: skip
-
-
-def _texts(value: object) -> Iterator[str]:
-    """Every string of a Responses input that reaches the prompt, at any depth (not item types, roles or ids)."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, list):
-        for item in value:
-            yield from _texts(item)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            if key not in NOT_RENDERED_KEYS:
-                yield from _texts(item)

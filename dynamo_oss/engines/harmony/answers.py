@@ -4,6 +4,9 @@ The prompt rendered by the gpt-oss chat template ends with `<|start|>assistant`,
 completion is `<|channel|>analysis<|message|>REASONING<|end|>` followed by either
 `<|start|>assistant<|channel|>final<|message|>ANSWER<|return|>` or
 `<|start|>assistant<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>ARGS<|call|>`
+(or `to=NAMESPACE.NAME` for a tool of a namespace group). A prompt whose last message is a
+tool's output gets a final answer when the tool choice is "auto", as a model answers with what
+the tool gave it before calling again; a tool the user's last message names is called.
 (Dynamo's harmony tool parser wants the recipient after the channel, as gpt-oss writes it;
 openai-harmony's renderer puts it before, which Dynamo 1.6 does not parse).
 
@@ -132,13 +135,13 @@ def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
     """What follows the reasoning: a final answer (words, then <|return|>) or a tool call."""
     calls = tools is not None and (
         tools.choice in ("required", "named")
-        or (tools.choice == "auto" and rng.random() < _auto_tool_share())
+        or (tools.choice == "auto" and not tools.answered and (tools.named_by_user or rng.random() < _auto_tool_share()))
     )
     if calls:
         assert tools is not None
-        tool = rng.choice(tools.tools)
+        tool = rng.choice(tools.named_by_user or tools.tools)
         args = json.dumps(arguments_for(tool, rng))
-        header = f"<|end|><|start|>assistant<|channel|>commentary to=functions.{tool.name} <|constrain|>json<|message|>"
+        header = f"<|end|><|start|>assistant<|channel|>commentary to={tool.recipient} <|constrain|>json<|message|>"
         return (*_special(header), *encoding().encode(args), CALL)
     answer = _words(rng, _ANSWER_WORDS, rng.randint(*token_range(ANSWER_TOKENS_ENV, ANSWER_TOKENS)))
     header = "<|end|><|start|>assistant<|channel|>final<|message|>"

@@ -1,8 +1,8 @@
 """The tools a request offers, as far as a worker can see them, and arguments valid for them.
 
 A worker gets the prompt's token ids, not the OpenAI request. Tool names come from the
-`namespace functions { ... }` block the gpt-oss chat template renders into the developer
-message. For tool_choice "required" Dynamo's preprocessor also sends every tool's JSON
+`namespace NAME { ... }` blocks rendered into the developer message (`functions` for plain
+function tools; a Responses request's namespace groups under their own names). For tool_choice "required" Dynamo's preprocessor also sends every tool's JSON
 schema as `guided_decoding.json` (an array of {name, parameters}); for a named tool_choice
 it sends that tool's parameter schema. With tool_choice "auto" only the prompt's
 TypeScript rendering is there, so arguments come from its top-level fields.
@@ -18,7 +18,11 @@ from typing import Any, Literal
 ToolChoice = Literal["none", "auto", "required", "named"]
 TsFields = dict[str, tuple["str | TsFields", bool]]  # a TypeScript object type as the template renders it
 
-_NAMESPACE_BLOCK = re.compile(r"namespace functions \{\n(.*?)\n\} // namespace functions", re.S)
+_NAMESPACE_BLOCK = re.compile(r"namespace ([A-Za-z0-9_\-]+) \{\n(.*?)\n\} // namespace \1", re.S)
+# The prompt's last message is a tool's output to the assistant: `<|start|>functions.f to=assistant...`.
+_ANSWERED_TOOL = re.compile(r"<\|start\|>[^<]* to=assistant<\|channel\|>[^<]*<\|message\|>(?:(?!<\|start\|>).)*<\|end\|><\|start\|>assistant$", re.S)
+_USER_MESSAGE = re.compile(r"<\|start\|>user<\|message\|>(.*?)<\|end\|>", re.S)
+FUNCTIONS = "functions"
 _TOOL = re.compile(r"^type ([A-Za-z0-9_.\-]+) = \((.*?)\) => any;$", re.S | re.M)
 _FIELD = re.compile(r"^([A-Za-z0-9_]+)(\??): (.+?),?$")
 _WORDS = ["alpha", "blue", "city", "delta", "green", "harbor", "river", "summit", "valley", "north"]
@@ -29,12 +33,20 @@ class Tool:
     name: str
     schema: dict[str, Any] | None = None  # JSON schema of the arguments, when Dynamo sent one
     fields: TsFields = field(default_factory=dict)  # from the prompt: name -> (TS type or nested fields, required)
+    namespace: str = FUNCTIONS
+
+    @property
+    def recipient(self) -> str:
+        """Whom a call goes to in harmony: `functions.get_weather`, `multi_agent.spawn`."""
+        return f"{self.namespace}.{self.name}"
 
 
 @dataclass
 class ToolRequest:
     tools: list[Tool]
     choice: ToolChoice
+    answered: bool = False  # the prompt ends with a tool's output: a model answers it before calling again
+    named_by_user: list[Tool] = field(default_factory=list)  # tools the last user message names: the ones to call
 
 
 def tool_request(prompt_text: str, guided_decoding: dict[str, Any] | None) -> ToolRequest | None:
@@ -43,7 +55,7 @@ def tool_request(prompt_text: str, guided_decoding: dict[str, Any] | None) -> To
     schema = (guided_decoding or {}).get("json")
     if isinstance(schema, dict) and schema.get("type") == "array":
         tools = [
-            Tool(name=option["properties"]["name"]["enum"][0], schema=option["properties"].get("parameters", {}))
+            _named(option["properties"]["name"]["enum"][0], option["properties"].get("parameters", {}))
             for option in schema.get("items", {}).get("anyOf", [])
         ]
         return ToolRequest(tools=tools, choice="required") if tools else None
@@ -52,8 +64,17 @@ def tool_request(prompt_text: str, guided_decoding: dict[str, Any] | None) -> To
     if isinstance(schema, dict):
         # A named tool_choice: Dynamo sends that tool's parameter schema but not its name.
         named = _tool_matching(prompt_tools, schema)
-        return ToolRequest(tools=[Tool(name=named.name, schema=schema)], choice="named")
-    return ToolRequest(tools=prompt_tools, choice="auto")
+        return ToolRequest(tools=[Tool(name=named.name, schema=schema, namespace=named.namespace)], choice="named")
+    users = _USER_MESSAGE.findall(prompt_text)
+    named_by_user = [tool for tool in prompt_tools if users and re.search(rf"\b{re.escape(tool.name)}\b", users[-1])]
+    answered = _ANSWERED_TOOL.search(prompt_text) is not None
+    return ToolRequest(tools=prompt_tools, choice="auto", answered=answered, named_by_user=named_by_user)
+
+
+def _named(name: str, schema: dict[str, Any]) -> Tool:
+    """A tool Dynamo names in a required choice: `get_weather`, or `namespace.tool` for a group's."""
+    namespace, _, bare = name.rpartition(".")
+    return Tool(name=bare, schema=schema, namespace=namespace or FUNCTIONS)
 
 
 def arguments_for(tool: Tool, rng: random.Random) -> Any:
@@ -127,10 +148,12 @@ def _in_bounds(schema: dict[str, Any], value: float) -> float:
 
 
 def _prompt_tools(prompt_text: str) -> list[Tool]:
-    blocks = _NAMESPACE_BLOCK.findall(prompt_text)
-    if not blocks:
-        return []
-    return [Tool(name=name, fields=_ts_fields(params.splitlines()[1:], 0)[0]) for name, params in _TOOL.findall(blocks[-1])]
+    tools = {}
+    for namespace, block in _NAMESPACE_BLOCK.findall(prompt_text):
+        for name, params in _TOOL.findall(block):
+            tool = Tool(name=name, fields=_ts_fields(params.splitlines()[1:], 0)[0], namespace=namespace)
+            tools[tool.recipient] = tool
+    return list(tools.values())
 
 
 def _ts_fields(lines: list[str], start: int) -> tuple[TsFields, int]:

@@ -1,0 +1,161 @@
+"""POST /v1/chat/completions: Dynamo's own, with gpt-oss's reasoning where OpenAI asks providers to put it.
+
+OpenAI's rule for gpt-oss providers (OpenRouter's convention): the chain of thought is a
+`reasoning` property on the message and on each streamed delta, left out when the request says
+`reasoning: {"exclude": true}`. Dynamo writes `reasoning_content` (vLLM's and DeepSeek's name,
+which many clients read), so both are written. Requests may carry OpenRouter's `reasoning`
+options, which Dynamo refuses: `effort` becomes `reasoning_effort`; and an assistant message
+sent back with `reasoning` reaches the prompt as `reasoning_content`, which the template renders.
+
+The stream is rewritten at the byte level, only in events that carry reasoning: every other
+chunk passes as it came, so the chat path keeps close to pass-through cost per token.
+"""
+
+from __future__ import annotations
+
+import json
+from json.decoder import scanstring
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from dynamo_oss.gateway.errors import from_validation
+from dynamo_oss.gateway.routes import Checks, Upstream, parse_json
+
+REASONING_KEY = '"reasoning_content":'
+
+
+class ReasoningOptions(BaseModel):
+    """OpenRouter's `reasoning` request field, as OpenAI's gpt-oss guide asks providers to take it."""
+
+    model_config = ConfigDict(extra="forbid")
+    exclude: bool = False
+    effort: str | None = None
+    enabled: bool | None = None
+    max_tokens: int | None = None
+
+
+class ChatRoute:
+    api = "chat"
+
+    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+        request = parse_json(body)
+        await checks.check(self.api, request, len(body))
+        assert isinstance(request, dict)  # the checks refuse anything else
+        exclude, changed = _take_reasoning_options(request)
+        changed |= _reasoning_sent_back(request.get("messages") or [])
+        if changed:
+            body = json.dumps(request).encode()
+        transform = ReasoningStream(exclude) if request.get("stream") else ReasoningJson(exclude)
+        return Upstream(url=url, body=body, transform=transform)
+
+
+def _take_reasoning_options(request: dict[str, Any]) -> tuple[bool, bool]:
+    """(exclude the reasoning?, was the request changed?)"""
+    if "reasoning" not in request:
+        return False, False
+    raw = request.pop("reasoning")
+    try:
+        options = ReasoningOptions.model_validate(raw if raw is not None else {})
+    except ValidationError as err:
+        raise from_validation(err, {"reasoning": raw}) from None
+    if options.effort and "reasoning_effort" not in request:
+        request["reasoning_effort"] = options.effort
+    return options.exclude, True
+
+
+def _reasoning_sent_back(messages: list) -> bool:
+    changed = False
+    for message in messages:
+        if isinstance(message, dict) and message.get("role") == "assistant" and "reasoning" in message:
+            reasoning = message.pop("reasoning")
+            if isinstance(reasoning, str) and not message.get("reasoning_content"):
+                message["reasoning_content"] = reasoning
+            changed = True
+    return changed
+
+
+class ReasoningStream:
+    """Streamed chunks: `"reasoning":X` written before each `"reasoning_content":X`, or both left
+    out (and a chunk left empty by that dropped) when the request excludes reasoning."""
+
+    content_type = b"text/event-stream"
+    streaming = True
+
+    def __init__(self, exclude: bool) -> None:
+        self.exclude = exclude
+        self.buffer = b""
+
+    def feed(self, body: bytes) -> bytes:
+        data = self.buffer + body
+        end = data.rfind(b"\n\n") + 2  # only whole events are rewritten
+        self.buffer = data[end:]
+        whole = data[:end]
+        if b'"reasoning_content"' not in whole:
+            return whole
+        return b"\n\n".join(self._event(event) for event in whole.split(b"\n\n"))
+
+    def _event(self, event: bytes) -> bytes:
+        if b'"reasoning_content"' not in event:
+            return event
+        if self.exclude:
+            chunk = json.loads(event[6:])
+            for choice in chunk.get("choices") or []:
+                (choice.get("delta") or {}).pop("reasoning_content", None)
+            if all(_empty(choice) for choice in chunk.get("choices") or []) and not chunk.get("usage"):
+                return b": reasoning left out"  # an SSE comment: the event is gone, the framing stays whole
+            return b"data: " + json.dumps(chunk, separators=(",", ":")).encode()
+        return _with_reasoning(event.decode()).encode()
+
+    def end(self) -> bytes:
+        rest, self.buffer = self.buffer, b""
+        return rest
+
+    def cut(self) -> bytes:
+        return self.end()
+
+
+def _empty(choice: dict) -> bool:
+    return not choice.get("delta") and choice.get("finish_reason") is None
+
+
+def _with_reasoning(text: str) -> str:
+    """`..."reasoning_content":"x"...` -> `..."reasoning":"x","reasoning_content":"x"...`, each occurrence."""
+    out, position = [], 0
+    while (at := text.find(REASONING_KEY, position)) >= 0:
+        start = at + len(REASONING_KEY)
+        out.append(text[position:at])
+        if text.startswith('"', start):  # a string, not null
+            _, end = scanstring(text, start + 1)
+            out.append('"reasoning":' + text[start:end] + ",")
+        out.append(REASONING_KEY)
+        position = start
+    out.append(text[position:])
+    return "".join(out)
+
+
+class ReasoningJson:
+    """A whole chat completion: each message gets `reasoning` beside `reasoning_content`, or neither."""
+
+    content_type = b"application/json"
+    streaming = False
+
+    def __init__(self, exclude: bool) -> None:
+        self.exclude = exclude
+        self.body: list[bytes] = []
+
+    def feed(self, body: bytes) -> bytes:
+        self.body.append(body)
+        return b""
+
+    def end(self) -> bytes:
+        completion = json.loads(b"".join(self.body))
+        for choice in completion.get("choices") or []:
+            message = choice.get("message") or {}
+            reasoning = message.pop("reasoning_content", None)
+            if reasoning is not None and not self.exclude:
+                message["reasoning"] = message["reasoning_content"] = reasoning
+        return json.dumps(completion).encode()
+
+    def cut(self) -> bytes:
+        return b""

@@ -1,0 +1,244 @@
+"""A completion's harmony text, turned into a Responses answer: output items, their events, usage.
+
+`ResponseBuilder` reads the text as `HarmonyText` cuts it into messages: the `analysis` channel
+becomes a `reasoning` item (its text as `reasoning_text` content, sealed into `encrypted_content`
+when asked), a message to a tool a `function_call` (or a `custom_tool_call`, under the name and
+namespace the client declared), anything else an assistant `message`. Streaming, every step is an
+event with a rising `sequence_number`, in OpenAI's order: `response.created`, `in_progress`, per
+item `output_item.added`, its part and deltas, `output_item.done`, then `response.completed` (or
+`response.incomplete` when max_output_tokens cut it) carrying the whole response and its usage.
+
+Deltas are the hot path (one per token): their JSON is a fixed prefix per item plus the escaped
+text, written without building a dict.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+import orjson
+
+from dynamo_oss.gateway.errors import openai_error
+from dynamo_oss.gateway.protocol.responses import ResponsesRequest
+from dynamo_oss.gateway.responses.conversation import CUSTOM_INPUT, FUNCTIONS, Prompt, encoding
+from dynamo_oss.gateway.responses.harmony_text import Header, HarmonyText
+from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+
+DELTA_EVENTS = {
+    "reasoning": b"response.reasoning_text.delta",
+    "message": b"response.output_text.delta",
+    "function_call": b"response.function_call_arguments.delta",
+}
+
+
+def new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(16)}"
+
+
+class ResponseBuilder:
+    """One response, built from the completion's text; `streaming` also yields its events."""
+
+    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, streaming: bool) -> None:
+        self.request, self.prompt, self.seal, self.streaming = request, prompt, seal, streaming
+        self.id = new_id("resp")
+        self.created_at = int(time.time())
+        self.sequence = 0
+        self.output: list[dict[str, Any]] = []
+        self.item: dict[str, Any] | None = None  # the item being written
+        self.text: list[str] = []  # its text so far
+        self.delta_prefix = b""  # its delta events' JSON up to the delta
+        self.harmony = HarmonyText()
+        self.reasoning_text: list[str] = []  # every analysis message, for usage's reasoning_tokens
+
+    # the completion's text in, events out
+    def start(self) -> bytes:
+        snapshot = self.response("in_progress", None)
+        return self._event("response.created", response=snapshot) + self._event(
+            "response.in_progress", response=snapshot
+        )
+
+    def feed(self, text: str) -> bytes:
+        out = []
+        for kind, value in self.harmony.feed(text):
+            out.append(self._on(kind, value))
+        return b"".join(out)
+
+    def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
+        out = [self._on(kind, value) for kind, value in self.harmony.finish()]
+        cut = finish_reason == "length"
+        if self.item is not None:  # only a cut leaves one open after finish()
+            out.append(self._close(complete=not cut))
+        status = "incomplete" if cut else "completed"
+        final = self.response(status, usage)
+        out.append(self._event(f"response.{status}", response=final))
+        self.final = final
+        return b"".join(out)
+
+    def error(self, message: str) -> bytes:
+        """The stream could not finish (the frontend went away): an `error` event ends it."""
+        body = openai_error(503, message, code="frontend_unavailable")["error"]
+        return self._event("error", code=body["code"], message=body["message"], param=None)
+
+    # harmony messages
+    def _on(self, kind: str, value: object) -> bytes:
+        if kind == "text":
+            return self._text(value)  # type: ignore[arg-type]
+        if kind == "begin":
+            return self._begin(value)  # type: ignore[arg-type]
+        return self._close(complete=True) if self.item is not None else b""
+
+    def _begin(self, header: Header) -> bytes:
+        index = len(self.output)
+        if header.recipient and header.recipient != "assistant":
+            item = self._call_item(header.recipient)
+        elif header.channel == "analysis":
+            item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+        else:
+            item = {"id": new_id("msg"), "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+        self.item, self.text = item, []
+        self.output.append(item)
+        out = self._event("response.output_item.added", output_index=index, item=item)
+        part = _part(item["type"], "")
+        if part is not None:
+            out += self._event("response.content_part.added", item_id=item["id"], output_index=index,
+                               content_index=0, part=part)  # fmt: skip
+        kind = DELTA_EVENTS.get(item["type"])
+        if kind is not None:
+            content_index = b'"content_index":0,' if item["type"] != "function_call" else b""
+            self.delta_prefix = (b'{"type":"' + kind + b'","item_id":"' + item["id"].encode() + b'","output_index":%d,'
+                                 % index + content_index + (b'"logprobs":[],' if item["type"] == "message" else b""))  # fmt: skip
+            self.delta_event = b"event: " + kind + b"\ndata: "
+        return out
+
+    def _call_item(self, recipient: str) -> dict[str, Any]:
+        tool = self.prompt.tools.get(recipient)
+        namespace, _, name = recipient.rpartition(".")
+        if tool is not None and tool.kind == "custom":
+            item: dict[str, Any] = {"id": new_id("ctc"), "type": "custom_tool_call", "call_id": new_id("call"),
+                                    "name": tool.name, "input": ""}  # fmt: skip
+        else:
+            item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": new_id("call"),
+                    "name": tool.name if tool else name, "arguments": ""}  # fmt: skip
+        client_namespace = tool.namespace if tool else (namespace if namespace != FUNCTIONS else None)
+        if client_namespace:
+            item["namespace"] = client_namespace
+        return item
+
+    def _text(self, text: str) -> bytes:
+        if self.item is None or not text:
+            return b""
+        self.text.append(text)
+        if not self.streaming or self.item["type"] == "custom_tool_call":
+            return b""  # a custom tool's input is the string inside its JSON arguments: sent whole at the end
+        self.sequence += 1
+        return (self.delta_event + self.delta_prefix + b'"delta":' + orjson.dumps(text)
+                + b',"sequence_number":%d}\n\n' % self.sequence)  # fmt: skip
+
+    def _close(self, complete: bool) -> bytes:
+        item, text, index = self.item, "".join(self.text), len(self.output) - 1
+        assert item is not None
+        self.item = None
+        status = "completed" if complete else "incomplete"
+        out = b""
+        if item["type"] == "reasoning":
+            self.reasoning_text.append(text)
+            out += self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
+                               content_index=0, text=text)  # fmt: skip
+            item["content"] = [_part(item["type"], text)]
+            if self.request.wants_sealed_reasoning():
+                item["encrypted_content"] = self.seal.seal(text)
+        elif item["type"] == "message":
+            out += self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
+                               text=text, logprobs=[])  # fmt: skip
+            item["content"] = [_part(item["type"], text)]
+        elif item["type"] == "function_call":
+            item["arguments"] = text
+            out += self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
+                               name=item["name"], arguments=text)  # fmt: skip
+        else:
+            item["input"] = _custom_input(text)
+            if item["input"]:
+                out += self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index,
+                                   delta=item["input"])  # fmt: skip
+            out += self._event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index,
+                               input=item["input"])  # fmt: skip
+        if "content" in item:
+            out += self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
+                               part=item["content"][0])  # fmt: skip
+        if "status" in item:
+            item["status"] = status
+        return out + self._event("response.output_item.done", output_index=index, item=item)
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        if not self.streaming:
+            return b""
+        self.sequence += 1
+        payload = orjson.dumps({"type": kind, **fields, "sequence_number": self.sequence})
+        return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
+
+    # the response object
+    def response(self, status: str, usage: dict[str, Any] | None) -> dict[str, Any]:
+        request = self.request
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created_at,
+            "status": status,
+            "model": request.model,
+            "output": self.output if status != "in_progress" else [],
+            "usage": self._usage(usage) if usage is not None else None,
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
+            "instructions": request.instructions,
+            "max_output_tokens": request.max_output_tokens,
+            "parallel_tool_calls": request.parallel_tool_calls,
+            "previous_response_id": None,
+            "reasoning": {"effort": request.reasoning.effort if request.reasoning else None, "summary": None},
+            "store": False,
+            "temperature": request.temperature if request.temperature is not None else 1.0,
+            "top_p": request.top_p if request.top_p is not None else 1.0,
+            "text": {"format": (request.text.format if request.text and request.text.format else {"type": "text"})},
+            "tool_choice": _plain(request.tool_choice),
+            "tools": [tool.model_dump(mode="json", exclude_none=True) for tool in request.tools],
+            "truncation": "disabled",
+            "metadata": request.metadata or {},
+        }
+
+    def _usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+        prompt = int(usage.get("prompt_tokens") or 0)
+        completion = int(usage.get("completion_tokens") or 0)
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        reasoning = sum(len(encoding().encode(text, allowed_special="all")) for text in self.reasoning_text)
+        return {
+            "input_tokens": prompt,
+            "input_tokens_details": {"cached_tokens": cached},
+            "output_tokens": completion,
+            "output_tokens_details": {"reasoning_tokens": min(reasoning, completion)},
+            "total_tokens": prompt + completion,
+        }
+
+
+def _part(item_type: str, text: str) -> dict[str, Any] | None:
+    """The content part an item's text goes in (tool calls have none)."""
+    if item_type == "reasoning":
+        return {"type": "reasoning_text", "text": text}
+    if item_type == "message":
+        return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
+    return None
+
+
+def _custom_input(arguments: str) -> str:
+    """The string a custom tool was called with: gpt-oss writes `{"input": "..."}`; anything that is
+    not that JSON is taken as the input itself."""
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        return arguments
+    return value[CUSTOM_INPUT] if isinstance(value, dict) and isinstance(value.get(CUSTOM_INPUT), str) else arguments
+
+
+def _plain(value: Any) -> Any:
+    return value.model_dump(mode="json", exclude_none=True) if hasattr(value, "model_dump") else value
