@@ -18,7 +18,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamo_oss.catalog.names import EngineName, PoolRole
 
-
 DEFAULT_MAX_BATCH_SIZE = 2048  # TensorRT-LLM's max_batch_size when a configuration does not set it
 
 

@@ -21,9 +21,9 @@ from http import HTTPStatus
 import aiohttp
 import httptools
 
+from dynamo_oss.gateway.chat import ChatRoute
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error
 from dynamo_oss.gateway.prompt import PromptCounter
-from dynamo_oss.gateway.chat import ChatRoute
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
@@ -351,7 +351,7 @@ class UpstreamConnection(asyncio.Protocol):
         except httptools.HttpParserError as err:
             self._finish(ConnectionError(f"unreadable response from the frontend: {err}"))
             return
-        except Exception as err:  # a transform's bug: the exchange logs it and answers a JSON 500
+        except Exception as err:  # noqa: BLE001 - a transform's bug: the exchange logs it and answers a JSON 500
             self._finish(err)
             return
         if self.transform is not None:  # a stream's output goes out read by read; a whole body at the end
@@ -438,7 +438,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.transform is not None and not self.client.transport.is_closing():
             try:
                 output, self.transformed = b"".join([*self.transformed, self.transform.end()]), []
-            except Exception as err:  # as in data_received
+            except Exception as err:  # noqa: BLE001 - as in data_received
                 self.parser = None
                 self.transport.abort()
                 self.done.set_exception(err)

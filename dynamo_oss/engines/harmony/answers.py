@@ -39,16 +39,98 @@ DEFAULT_AUTO_TOOL_SHARE = 0.5
 REASONING_TOKENS_ENV, REASONING_TOKENS = "DYNAMO_OSS_MOCKER_REASONING_TOKENS", (24, 96)
 ANSWER_TOKENS_ENV, ANSWER_TOKENS = "DYNAMO_OSS_MOCKER_ANSWER_TOKENS", (16, 80)
 
-_REASONING_WORDS = (
-    "we need to answer the user question so first check what they ask then consider the "
-    "context and the details keep it short but clear maybe give an example the answer "
-    "should be correct and helpful also mention one more point then respond now"
-).split()
-_ANSWER_WORDS = (
-    "here is a short answer the main point is simple you can try this first then check "
-    "the result it works well in most cases and the details depend on your setup let me "
-    "know if you want more help with the next step"
-).split()
+_REASONING_WORDS = [
+    "we",
+    "need",
+    "to",
+    "answer",
+    "the",
+    "user",
+    "question",
+    "so",
+    "first",
+    "check",
+    "what",
+    "they",
+    "ask",
+    "then",
+    "consider",
+    "the",
+    "context",
+    "and",
+    "the",
+    "details",
+    "keep",
+    "it",
+    "short",
+    "but",
+    "clear",
+    "maybe",
+    "give",
+    "an",
+    "example",
+    "the",
+    "answer",
+    "should",
+    "be",
+    "correct",
+    "and",
+    "helpful",
+    "also",
+    "mention",
+    "one",
+    "more",
+    "point",
+    "then",
+    "respond",
+    "now",
+]
+_ANSWER_WORDS = [
+    "here",
+    "is",
+    "a",
+    "short",
+    "answer",
+    "the",
+    "main",
+    "point",
+    "is",
+    "simple",
+    "you",
+    "can",
+    "try",
+    "this",
+    "first",
+    "then",
+    "check",
+    "the",
+    "result",
+    "it",
+    "works",
+    "well",
+    "in",
+    "most",
+    "cases",
+    "and",
+    "the",
+    "details",
+    "depend",
+    "on",
+    "your",
+    "setup",
+    "let",
+    "me",
+    "know",
+    "if",
+    "you",
+    "want",
+    "more",
+    "help",
+    "with",
+    "the",
+    "next",
+    "step",
+]
 
 
 @dataclass(frozen=True)
@@ -135,7 +217,9 @@ def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
     """What follows the reasoning: a final answer (words, then <|return|>) or a tool call."""
     calls = tools is not None and (
         tools.choice in ("required", "named")
-        or (tools.choice == "auto" and not tools.answered and (tools.named_by_user or rng.random() < _auto_tool_share()))
+        or (
+            tools.choice == "auto" and not tools.answered and (tools.named_by_user or rng.random() < _auto_tool_share())
+        )
     )
     if calls:
         assert tools is not None
@@ -150,7 +234,11 @@ def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
 
 def _plain_text_body(rng: random.Random) -> tuple[int, ...]:
     """A raw (/v1/completions) prompt is not a harmony turn: it gets plain text, ended by an eos id."""
-    return (*_words(rng, _ANSWER_WORDS, rng.randint(*token_range(ANSWER_TOKENS_ENV, ANSWER_TOKENS))), *_special("."), END_OF_TEXT)
+    return (
+        *_words(rng, _ANSWER_WORDS, rng.randint(*token_range(ANSWER_TOKENS_ENV, ANSWER_TOKENS))),
+        *_special("."),
+        END_OF_TEXT,
+    )
 
 
 def _assemble(rng: random.Random, reasoning_tokens: int, body: tuple[int, ...]) -> list[int]:

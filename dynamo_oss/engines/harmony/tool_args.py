@@ -18,12 +18,15 @@ from typing import Any, Literal
 ToolChoice = Literal["none", "auto", "required", "named"]
 TsFields = dict[str, tuple["str | TsFields", bool]]  # a TypeScript object type as the template renders it
 
-_NAMESPACE_BLOCK = re.compile(r"namespace ([A-Za-z0-9_\-]+) \{\n(.*?)\n\} // namespace \1", re.S)
+_NAMESPACE_BLOCK = re.compile(r"namespace ([A-Za-z0-9_\-]+) \{\n(.*?)\n\} // namespace \1", re.DOTALL)
 # The prompt's last message is a tool's output to the assistant: `<|start|>functions.f to=assistant...`.
-_ANSWERED_TOOL = re.compile(r"<\|start\|>[^<]* to=assistant<\|channel\|>[^<]*<\|message\|>(?:(?!<\|start\|>).)*<\|end\|><\|start\|>assistant$", re.S)
-_USER_MESSAGE = re.compile(r"<\|start\|>user<\|message\|>(.*?)<\|end\|>", re.S)
+_ANSWERED_TOOL = re.compile(
+    r"<\|start\|>[^<]* to=assistant<\|channel\|>[^<]*<\|message\|>(?:(?!<\|start\|>).)*<\|end\|><\|start\|>assistant$",
+    re.DOTALL,
+)
+_USER_MESSAGE = re.compile(r"<\|start\|>user<\|message\|>(.*?)<\|end\|>", re.DOTALL)
 FUNCTIONS = "functions"
-_TOOL = re.compile(r"^type ([A-Za-z0-9_.\-]+) = \((.*?)\) => any;$", re.S | re.M)
+_TOOL = re.compile(r"^type ([A-Za-z0-9_.\-]+) = \((.*?)\) => any;$", re.DOTALL | re.MULTILINE)
 _FIELD = re.compile(r"^([A-Za-z0-9_]+)(\??): (.+?),?$")
 _WORDS = ["alpha", "blue", "city", "delta", "green", "harbor", "river", "summit", "valley", "north"]
 

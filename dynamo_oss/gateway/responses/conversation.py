@@ -182,7 +182,9 @@ def _history(items: list, tools: dict[str, ClientTool], seal: ReasoningSeal) -> 
             elif item.role == "user":
                 messages.append(Message.from_role_and_content(Role.USER, text))
             else:
-                messages.append(Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new().with_instructions(text)))
+                messages.append(
+                    Message.from_role_and_content(Role.DEVELOPER, DeveloperContent.new().with_instructions(text))
+                )
         elif isinstance(item, ReasoningItem):
             text = _reasoning_text(item, where, seal)
             if text:

@@ -98,8 +98,7 @@ class HarmonyText:
                 events.append(("end", marker))
                 self.open = False
                 self.header = ""
-                if text.startswith(START):
-                    text = text[len(START) :]
+                text = text.removeprefix(START)
             else:
                 events.append(("text", marker))  # a header marker inside content: keep it as text
         return events

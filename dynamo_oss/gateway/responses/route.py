@@ -48,7 +48,9 @@ class ResponsesRoute:
             prompt = render(request, self.seal)
         _check_context(prompt, request, context)
         completion = _completion_request(request, prompt)
-        transform = ResponsesStream(request, prompt, self.seal) if request.stream else ResponsesJson(request, prompt, self.seal)
+        transform = (
+            ResponsesStream(request, prompt, self.seal) if request.stream else ResponsesJson(request, prompt, self.seal)
+        )
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
 
 

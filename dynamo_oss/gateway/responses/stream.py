@@ -24,7 +24,7 @@ import orjson
 from dynamo_oss.gateway.errors import openai_error
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import CUSTOM_INPUT, FUNCTIONS, Prompt, encoding
-from dynamo_oss.gateway.responses.harmony_text import Header, HarmonyText
+from dynamo_oss.gateway.responses.harmony_text import HarmonyText, Header
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 
 DELTA_EVENTS = {
@@ -67,9 +67,9 @@ class ResponseBuilder:
         return b"".join(out)
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
-        out = [self._on(kind, value) for kind, value in self.harmony.finish()]
         cut = finish_reason == "length"
-        if self.item is not None:  # only a cut leaves one open after finish()
+        out = [self._text(value) if kind == "text" else b"" for kind, value in self.harmony.finish()]  # type: ignore[arg-type]
+        if self.item is not None:  # the message the completion stopped in: whole, unless max_tokens cut it
             out.append(self._close(complete=not cut))
         status = "incomplete" if cut else "completed"
         final = self.response(status, usage)
@@ -214,7 +214,7 @@ class ResponseBuilder:
         reasoning = sum(len(encoding().encode(text, allowed_special="all")) for text in self.reasoning_text)
         return {
             "input_tokens": prompt,
-            "input_tokens_details": {"cached_tokens": cached},
+            "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
             "output_tokens": completion,
             "output_tokens_details": {"reasoning_tokens": min(reasoning, completion)},
             "total_tokens": prompt + completion,
