@@ -10,7 +10,10 @@ from pydantic import BaseModel
 
 class Outcome(BaseModel):
     content: str = ""
-    reasoning: str = ""
+    reasoning: str = ""  # the chain of thought, wherever the API put it
+    reasoning_field: str = ""  # chat: the `reasoning` property OpenAI's gpt-oss rules name (message or deltas)
+    items: list[dict[str, Any]] = []  # Responses: the output items as sent
+    events: list[dict[str, Any]] = []  # Responses, streamed: every event as sent
     tool_calls: list[tuple[str, str]] = []  # (function name, JSON arguments)
     finish_reason: str | None = None
     prompt_tokens: int | None = None
@@ -35,7 +38,8 @@ def from_chat(completion: Any) -> Outcome:
     message = choice.message
     return Outcome(
         content=message.content or "",
-        reasoning=_extra(message, "reasoning_content"),
+        reasoning=_extra(message, "reasoning_content") or _extra(message, "reasoning"),
+        reasoning_field=_extra(message, "reasoning"),
         tool_calls=[(call.function.name, call.function.arguments) for call in message.tool_calls or []],
         finish_reason=choice.finish_reason,
         prompt_tokens=completion.usage.prompt_tokens if completion.usage else None,
@@ -59,7 +63,8 @@ def from_chat_stream(chunks: Iterable[Any]) -> Outcome:
         for choice in chunk.choices:
             delta = choice.delta
             outcome.content += delta.content or ""
-            outcome.reasoning += _extra(delta, "reasoning_content")
+            outcome.reasoning += _extra(delta, "reasoning_content") or _extra(delta, "reasoning")
+            outcome.reasoning_field += _extra(delta, "reasoning")
             for call in delta.tool_calls or []:
                 name, arguments = calls.setdefault(call.index, ["", ""])
                 calls[call.index] = [
@@ -74,7 +79,8 @@ def from_chat_stream(chunks: Iterable[Any]) -> Outcome:
 
 def from_response(response: Any) -> Outcome:
     """A Responses API result: reasoning, message and function_call output items."""
-    outcome = Outcome(prompt_tokens=response.usage.input_tokens if response.usage else None)
+    outcome = Outcome(prompt_tokens=response.usage.input_tokens if response.usage else None,
+                      items=[item.model_dump(mode="json", exclude_unset=True) for item in response.output])  # fmt: skip
     for item in response.output:
         if item.type == "reasoning":
             parts = [*(item.content or []), *(item.summary or [])]
@@ -83,4 +89,14 @@ def from_response(response: Any) -> Outcome:
             outcome.content += "".join(getattr(part, "text", "") for part in item.content)
         elif item.type == "function_call":
             outcome.tool_calls.append((item.name, item.arguments))
+    return outcome
+
+
+def from_response_stream(events: Iterable[Any]) -> Outcome:
+    """A streamed Responses result: the events as sent, and the response the last one carries."""
+    events = list(events)
+    raw = [event.model_dump(mode="json", exclude_unset=True) for event in events]
+    final = next((event.response for event in reversed(events) if hasattr(event, "response")), None)
+    outcome = from_response(final) if final is not None else Outcome()
+    outcome.events = raw
     return outcome

@@ -102,8 +102,9 @@ def _harmony_messages(message: dict[str, Any], names: dict[str, str]) -> list[Me
         return Message.from_role_and_content(Role.ASSISTANT, text).with_channel(channel)
 
     out = []
-    if message.get("reasoning_content"):
-        out.append(said(message["reasoning_content"], "analysis"))
+    reasoning = message.get("reasoning_content") or message.get("reasoning")  # vLLM's name, or OpenRouter's
+    if reasoning:
+        out.append(said(reasoning, "analysis"))
     if message.get("tool_calls"):
         if content:
             out.append(said(content, "commentary"))  # a preamble beside the calls

@@ -59,12 +59,12 @@ _RUN_ID = uuid.uuid4().hex[:12]
 def _ask(
     client: openai.OpenAI, model: str, case: Case, body: dict[str, Any], warmup: dict[str, Any] | None
 ) -> outcomes.Outcome:
-    extra = replay_annotation(case.name) if case.replay else {}
+    extra = {**case.extra_body, **(replay_annotation(case.name) if case.replay else {})}
     if warmup:
         client.chat.completions.create(model=model, max_tokens=case.max_tokens, extra_body=extra, **warmup)
     if case.api == "responses":
         response = client.responses.create(model=model, max_output_tokens=case.max_tokens, extra_body=extra, **body)
-        return outcomes.from_response(response)
+        return outcomes.from_response_stream(response) if case.stream else outcomes.from_response(response)
     body = {**body, "max_tokens": case.max_tokens}
     if case.stream:
         body["stream_options"] = {"include_usage": True}
@@ -76,7 +76,7 @@ def _reference_counts(case: Case, body: dict[str, Any]) -> set[int]:
     """Harmony's prompt length for the request sent, dated today (as servers date prompts) and undated."""
     if "messages" not in body:
         return set()
-    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    today = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     return {
         len(reference_prompt(body["messages"], case.prompt.get("tools"), case.prompt.get("reasoning_effort"), date))
         for date in (today, None)
@@ -88,7 +88,9 @@ def format_table(results: list[CaseResult]) -> str:
     lines = [f"{'case':<{width}}  result  reason", f"{'-' * width}  ------  ------"]
     for result in results:
         reason = "; ".join(result.reasons) or result.why
-        lines.append(f"{result.case:<{width}}  {result.verdict.upper() if result.verdict == 'fail' else result.verdict:<6}  {reason}")
+        lines.append(
+            f"{result.case:<{width}}  {result.verdict.upper() if result.verdict == 'fail' else result.verdict:<6}  {reason}"
+        )
     counts = Counter(r.verdict for r in results)
     lines.append(f"{counts['pass']} passed, {counts['fail']} failed, {counts['skip']} skipped")
     return "\n".join(lines)
