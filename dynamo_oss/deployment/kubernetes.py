@@ -8,6 +8,9 @@ The same graph that `dynamo serve` runs on one host becomes, the way `helm templ
   one component per pool with its replicas and GPUs, and Dynamo's planner with its Kubernetes
   connector when a pool autoscales;
 - a PodMonitor, so a prometheus-operator Prometheus scrapes the frontend, workers and planner;
+- nothing secret: the gateway reads the graph's key for the Responses API's encrypted reasoning
+  from a Secret the operator of the cluster creates (`reasoning_key_secret`; README says how), so
+  every frontend replica opens what another sealed and no key is ever written into a manifest;
 - the Grafana dashboards as a ConfigMap that Grafana's dashboard sidecar loads.
 
 The operator supplies what belongs to the cluster: DYN_NAMESPACE and discovery, the frontend's
@@ -36,6 +39,7 @@ CONFIG_MOUNT = Path("/opt/dynamo-oss/config")  # the ConfigMap of engine argumen
 MODEL_CACHE_MOUNT = "/opt/models"  # the model-cache volume; Hugging Face downloads land there (HF_HOME)
 FRONTEND_PORT = 8000  # the port the operator's frontend Service and probes use (its container port "http")
 DYNAMO_FRONTEND_PORT = 8001  # Dynamo's frontend behind the gateway, on the pod's loopback
+REASONING_KEY_MOUNT = Path("/etc/dynamo-oss/reasoning")  # the Secret holding the reasoning key, as file `key`
 # /dev/shm for NCCL and NIXL buffers: the published gpt-oss-120b TensorRT-LLM recipe's size.
 WORKER_SHARED_MEMORY = "80Gi"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -150,9 +154,21 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         gateway_args = ["-m", "dynamo_oss.gateway", "--host", "0.0.0.0", "--port", str(FRONTEND_PORT),
                         "--upstream", f"http://127.0.0.1:{DYNAMO_FRONTEND_PORT}",
                         "--model", deployment.model.builtin,
-                        "--max-in-flight", str(deployment.gateway.max_in_flight)]  # fmt: skip
-        containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway_args})
-    return {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": {"containers": containers}}}
+                        "--max-in-flight", str(deployment.gateway.max_in_flight),
+                        "--reasoning-key-file", str(REASONING_KEY_MOUNT / "key")]  # fmt: skip
+        mount = {"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}
+        containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway_args,
+                           "volumeMounts": [mount]})  # fmt: skip
+        secret = {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}
+        spec: dict[str, Any] = {"containers": containers, "volumes": [secret]}
+    else:
+        spec = {"containers": containers}
+    return {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": spec}}
+
+
+def reasoning_key_secret(deployment: Deployment) -> str:
+    """The Secret (key `key`: 32 random bytes, base64) every gateway of the graph reads its key from."""
+    return f"{deployment.name}-reasoning-key"
 
 
 def _pool_component(deployment: Deployment, pool: Pool, target: ClusterTarget) -> dict[str, Any]:
