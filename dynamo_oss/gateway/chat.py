@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dynamo_oss.gateway.errors import from_validation
-from dynamo_oss.gateway.routes import Checks, Upstream, parse_json
+from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
 
 REASONING_KEY = '"reasoning_content":'
 
@@ -134,28 +134,18 @@ def _with_reasoning(text: str) -> str:
     return "".join(out)
 
 
-class ReasoningJson:
+class ReasoningJson(WholeBody):
     """A whole chat completion: each message gets `reasoning` beside `reasoning_content`, or neither."""
 
-    content_type = b"application/json"
-    streaming = False
-
     def __init__(self, exclude: bool) -> None:
+        super().__init__()
         self.exclude = exclude
-        self.body: list[bytes] = []
 
-    def feed(self, body: bytes) -> bytes:
-        self.body.append(body)
-        return b""
-
-    def end(self) -> bytes:
-        completion = json.loads(b"".join(self.body))
+    def rewrite(self, body: bytes) -> bytes:
+        completion = json.loads(body)
         for choice in completion.get("choices") or []:
             message = choice.get("message") or {}
             reasoning = message.pop("reasoning_content", None)
             if reasoning is not None and not self.exclude:
                 message["reasoning"] = message["reasoning_content"] = reasoning
         return json.dumps(completion).encode()
-
-    def cut(self) -> bytes:
-        return b""

@@ -34,6 +34,29 @@ class Transform(Protocol):
         ...
 
 
+class WholeBody:
+    """A transform of an answer that is not streamed: collected whole, then rewritten once."""
+
+    content_type = b"application/json"
+    streaming = False
+
+    def __init__(self) -> None:
+        self.body: list[bytes] = []
+
+    def feed(self, body: bytes) -> bytes:
+        self.body.append(body)
+        return b""
+
+    def end(self) -> bytes:
+        return self.rewrite(b"".join(self.body))
+
+    def cut(self) -> bytes:
+        return b""  # not sent: the shell answers a retryable 503 instead
+
+    def rewrite(self, body: bytes) -> bytes:
+        raise NotImplementedError
+
+
 @dataclass
 class Upstream:
     """The request that goes to the frontend, and the transform its answer takes (None: verbatim)."""

@@ -19,7 +19,7 @@ from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequ
 from dynamo_oss.gateway.responses.conversation import FUNCTIONS, Prompt, render
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
-from dynamo_oss.gateway.routes import Checks, Upstream, parse_json
+from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
 
 COMPLETIONS_URL = b"/v1/completions"
 RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
@@ -140,26 +140,16 @@ class ResponsesStream:
         return head + self.builder.error("Dynamo's frontend stopped mid-stream; retry the request.")
 
 
-class ResponsesJson:
+class ResponsesJson(WholeBody):
     """A whole completion in, one Response object out (application/json)."""
 
-    content_type = b"application/json"
-    streaming = False
-
     def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal) -> None:
+        super().__init__()
         self.builder = ResponseBuilder(request, prompt, seal, streaming=False)
-        self.body: list[bytes] = []
 
-    def feed(self, body: bytes) -> bytes:
-        self.body.append(body)
-        return b""
-
-    def end(self) -> bytes:
-        completion = orjson.loads(b"".join(self.body))
+    def rewrite(self, body: bytes) -> bytes:
+        completion = orjson.loads(body)
         choice = (completion.get("choices") or [{}])[0]
         self.builder.feed(choice.get("text") or "")
         self.builder.finish(choice.get("finish_reason"), completion.get("usage"))
         return orjson.dumps(self.builder.final)
-
-    def cut(self) -> bytes:
-        return b""

@@ -52,6 +52,7 @@ class ResponseBuilder:
         self.delta_prefix = b""  # its delta events' JSON up to the delta
         self.harmony = HarmonyText()
         self.reasoning_text: list[str] = []  # every analysis message, for usage's reasoning_tokens
+        self.final: dict[str, Any] | None = None  # the whole response, once finished
 
     # the completion's text in, events out
     def start(self) -> bytes:
