@@ -179,3 +179,40 @@ def test_chat_streams_write_reasoning_beside_reasoning_content_and_leave_other_c
 def test_chat_streams_drop_reasoning_when_excluded() -> None:
     out = ReasoningStream(exclude=True).feed(chunk('{"reasoning_content":"We"}') + chunk('{"content":"Hi"}'))
     assert b"reasoning" not in out.replace(b": reasoning left out", b"") and chunk('{"content":"Hi"}') in out
+
+
+NAMESPACED = {"type": "namespace", "name": "files", "description": "File tools", "tools": [
+    {"type": "function", "name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]}  # fmt: skip
+FINAL_ANSWER = {"role": "assistant", "content": [{"type": "output_text", "text": "It is sunny."}]}
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"input": "hi"},
+        {"input": "hi", "instructions": "Be brief.", "reasoning": {"effort": "high"}},
+        {"input": CALL, "tools": [WEATHER]},
+        {"input": [*CALL, FINAL_ANSWER, {"role": "user", "content": "and tomorrow?"}], "tools": [WEATHER]},
+        {
+            "input": [*CALL, FINAL_ANSWER, {"role": "user", "content": "again"}, *CALL[1:]],
+            "tools": [WEATHER, NAMESPACED],
+        },
+        {
+            "input": [{"role": "user", "content": "hi"}, {"role": "developer", "content": "Later."}],
+            "tools": [NAMESPACED],
+        },
+    ],
+)
+def test_the_prompt_rendered_piece_by_piece_is_harmony_s_rendering_of_the_whole(fields: dict) -> None:
+    from openai_harmony import Message
+
+    from dynamo_oss.gateway.responses import conversation
+
+    captured: list[list[Message]] = []
+    original = conversation._kept
+    conversation._kept = lambda messages: captured.append(messages) or original(messages)  # type: ignore[assignment]
+    try:
+        prompt = render(request(**fields), SEAL, TODAY)
+    finally:
+        conversation._kept = original  # type: ignore[assignment]
+    assert prompt.token_ids == conversation.render_whole(captured[0])

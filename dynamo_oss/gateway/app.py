@@ -22,7 +22,7 @@ import aiohttp
 import httptools
 
 from dynamo_oss.gateway.chat import ChatRoute
-from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error
+from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
@@ -295,9 +295,7 @@ class ClientConnection(asyncio.Protocol):
         if not with_error_event:
             self.transport.close()
         elif not self.transport.is_closing():
-            error = openai_error(503, "Dynamo's frontend stopped mid-stream; retry the request.",
-                                 code="frontend_unavailable")  # fmt: skip
-            event = b"data: " + json.dumps(error).encode() + b"\n\n"
+            event = stream_cut_event()
             self.transport.write(f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n")
 
 

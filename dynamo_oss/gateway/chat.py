@@ -19,7 +19,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dynamo_oss.gateway.errors import from_validation
+from dynamo_oss.gateway.errors import from_validation, stream_cut_event
 from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
 
 REASONING_KEY = '"reasoning_content":'
@@ -112,7 +112,9 @@ class ReasoningStream:
         return rest
 
     def cut(self) -> bytes:
-        return self.end()
+        """Whole events only went out: a partial one is dropped, and an error event says what happened."""
+        self.buffer = b""
+        return stream_cut_event()
 
 
 def _empty(choice: dict) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from http import HTTPStatus
 
 from pydantic import BaseModel, ValidationError
@@ -52,6 +53,12 @@ def error_type(status: int) -> str:
 def openai_error(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
     error = ErrorObject(message=message, type=error_type(status), param=param, code=code)
     return {"error": error.model_dump()}
+
+
+def stream_cut_event() -> bytes:
+    """The server-sent event that ends a stream whose frontend went away: retryable, in OpenAI's shape."""
+    error = openai_error(503, "Dynamo's frontend stopped mid-stream; retry the request.", code="frontend_unavailable")
+    return b"data: " + json.dumps(error).encode() + b"\n\n"
 
 
 def from_upstream(status: int, body: object) -> dict:

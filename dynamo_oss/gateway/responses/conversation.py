@@ -11,6 +11,11 @@
   `auto_drop_analysis`): the chain of thought since the last final answer is kept while the
   assistant is between tool calls, and dropped once a final answer follows it.
 - `text.format` with a JSON schema is written as harmony's `# Response Formats` section.
+
+Each message is rendered by openai-harmony on its own and remembered: an agent sends its whole
+history every turn, and harmony takes about 0.2 ms a message however short, so a long loop would
+otherwise pay for its history again and again. The pieces are harmony's own; tests check that
+they join into exactly what harmony renders for the whole conversation.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from __future__ import annotations
 import datetime
 import json
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, lru_cache
 
 from openai_harmony import (
     Author,
@@ -28,6 +33,7 @@ from openai_harmony import (
     HarmonyEncodingName,
     Message,
     ReasoningEffort,
+    RenderOptions,
     Role,
     SystemContent,
     ToolDescription,
@@ -99,9 +105,37 @@ def render(request: ResponsesRequest, seal: ReasoningSeal, today: datetime.date 
     if instructions or namespaces:
         messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
     messages += _history(rest, tools, seal)
-    conversation = Conversation.from_messages(messages)
-    token_ids = encoding().render_conversation_for_completion(conversation, Role.ASSISTANT)
-    return Prompt(token_ids=token_ids, tools=tools, function_schemas=schemas)
+    has_functions = any(namespace.name == FUNCTIONS for namespace in namespaces)
+    token_ids = [token for message in _kept(messages) for token in _rendered(message.to_json(), has_functions)]
+    return Prompt(token_ids=token_ids + _assistant_turn(), tools=tools, function_schemas=schemas)
+
+
+def render_whole(messages: list[Message]) -> list[int]:
+    """openai-harmony's rendering of a whole conversation for the assistant's turn: the reference
+    the piecewise rendering above is tested against."""
+    return encoding().render_conversation_for_completion(Conversation.from_messages(messages), Role.ASSISTANT)
+
+
+def _kept(messages: list[Message]) -> list[Message]:
+    """Harmony's auto_drop_analysis (openai-harmony 0.0.8): when the last assistant message is a final
+    answer, the analysis messages before the first final answer are dropped."""
+    assistant = [m for m in messages if m.author.role == Role.ASSISTANT]
+    if not assistant or assistant[-1].channel != "final":
+        return messages
+    first_final = next(i for i, m in enumerate(messages) if m.author.role == Role.ASSISTANT and m.channel == "final")
+    return [m for i, m in enumerate(messages) if not (i < first_final and m.channel == "analysis")]
+
+
+@lru_cache(maxsize=1024)
+def _rendered(message_json: str, has_functions: bool) -> tuple[int, ...]:
+    message = Message.from_dict(json.loads(message_json))
+    options = RenderOptions(conversation_has_function_tools=has_functions)
+    return tuple(encoding().render(message, options))
+
+
+@cache
+def _assistant_turn() -> list[int]:
+    return encoding().encode("<|start|>assistant", allowed_special="all")
 
 
 def _namespaces(request: ResponsesRequest) -> tuple[list[ToolNamespaceConfig], dict[str, ClientTool], dict[str, dict]]:

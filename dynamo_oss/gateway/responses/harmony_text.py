@@ -103,6 +103,10 @@ class HarmonyText:
                 events.append(("text", marker))  # a header marker inside content: keep it as text
         return events
 
+    def in_content(self) -> bool:
+        """Inside a message's text with nothing held back: plain text is that message's, as it is."""
+        return self.header is None and not self.pending
+
     def finish(self) -> list[tuple[str, object]]:
         """The completion ended: close the open message, if any."""
         events: list[tuple[str, object]] = []

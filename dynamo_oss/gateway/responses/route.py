@@ -19,7 +19,7 @@ from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequ
 from dynamo_oss.gateway.responses.conversation import FUNCTIONS, Prompt, render
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
-from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
+from dynamo_oss.gateway.routes import Checks, Upstream, parse_json
 
 COMPLETIONS_URL = b"/v1/completions"
 RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
@@ -48,9 +48,7 @@ class ResponsesRoute:
             prompt = render(request, self.seal)
         _check_context(prompt, request, context)
         completion = _completion_request(request, prompt)
-        transform = (
-            ResponsesStream(request, prompt, self.seal) if request.stream else ResponsesJson(request, prompt, self.seal)
-        )
+        transform = ResponsesAnswer(request, prompt, self.seal)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
 
 
@@ -64,10 +62,10 @@ def _check_context(prompt: Prompt, request: ResponsesRequest, context: int) -> N
 
 
 def _completion_request(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any]:
-    """The plain completion Dynamo's frontend runs for the rendered prompt."""
-    completion: dict[str, Any] = {"model": request.model, "prompt": prompt.token_ids, "stream": request.stream}
-    if request.stream:
-        completion["stream_options"] = {"include_usage": True}
+    """The plain completion Dynamo's frontend runs for the rendered prompt: streamed whether or not
+    the client streams, so one reader serves both (and counts reasoning tokens as they come)."""
+    completion: dict[str, Any] = {"model": request.model, "prompt": prompt.token_ids, "stream": True,
+                                  "stream_options": {"include_usage": True}}  # fmt: skip
     optional = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
                 "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens, "nvext": request.nvext}  # fmt: skip
     completion.update({key: value for key, value in optional.items() if value is not None})
@@ -98,58 +96,52 @@ def _guided_tool_choice(request: ResponsesRequest, prompt: Prompt) -> dict[str, 
     return None
 
 
-class ResponsesStream:
-    """The completion's SSE chunks in, Responses events out (text/event-stream)."""
-
-    content_type = b"text/event-stream"
-    streaming = True
+class ResponsesAnswer:
+    """The completion's SSE chunks in; Responses events out as they come (text/event-stream), or,
+    for a client that does not stream, one Response object at the end (application/json)."""
 
     def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal) -> None:
-        self.builder = ResponseBuilder(request, prompt, seal, streaming=True)
+        self.streaming = request.stream
+        self.content_type = b"text/event-stream" if request.stream else b"application/json"
+        self.builder = ResponseBuilder(request, prompt, seal, streaming=request.stream)
         self.buffer = b""
         self.started = False
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
-        self.done = False
 
     def feed(self, body: bytes) -> bytes:
-        out = [b""] if self.started else [self.builder.start()]
-        self.started = True
-        events = (self.buffer + body).split(b"\n\n")
+        out = b"" if self.started else self._start()
+        data = self.buffer + body if self.buffer else body
+        if data.endswith(b"\n\n") and data.count(b"\n\n") == 1:  # one whole chunk a read: most reads
+            self.buffer = b""
+            return out + self._chunk(data[:-2])
+        events = data.split(b"\n\n")
         self.buffer = events.pop()
-        for event in events:
-            if not event.startswith(b"data: ") or event == b"data: [DONE]":
-                continue
-            chunk = orjson.loads(event[6:])
-            choices = chunk.get("choices")
-            if choices:
-                choice = choices[0]
-                out.append(self.builder.feed(choice.get("text") or ""))
-                self.finish_reason = choice.get("finish_reason") or self.finish_reason
-            if chunk.get("usage"):
-                self.usage = chunk["usage"]
-        return b"".join(out)
+        return out + b"".join([self._chunk(event) for event in events])
+
+    def _chunk(self, event: bytes) -> bytes:
+        if not event.startswith(b"data: {"):
+            return b""  # [DONE], comments
+        chunk = orjson.loads(event[6:])
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices:
+            return b""
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        text = choice.get("text")
+        return self.builder.feed(text) if text else b""
+
+    def _start(self) -> bytes:
+        self.started = True
+        return self.builder.start()
 
     def end(self) -> bytes:
-        head = b"" if self.started else self.builder.start()
-        self.started = True
-        return head + self.builder.finish(self.finish_reason, self.usage)
+        out = (b"" if self.started else self._start()) + self.builder.finish(self.finish_reason, self.usage)
+        return out if self.streaming else orjson.dumps(self.builder.final)
 
     def cut(self) -> bytes:
-        head = b"" if self.started else self.builder.start()
+        head = b"" if self.started else self._start()
         return head + self.builder.error("Dynamo's frontend stopped mid-stream; retry the request.")
-
-
-class ResponsesJson(WholeBody):
-    """A whole completion in, one Response object out (application/json)."""
-
-    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal) -> None:
-        super().__init__()
-        self.builder = ResponseBuilder(request, prompt, seal, streaming=False)
-
-    def rewrite(self, body: bytes) -> bytes:
-        completion = orjson.loads(body)
-        choice = (completion.get("choices") or [{}])[0]
-        self.builder.feed(choice.get("text") or "")
-        self.builder.finish(choice.get("finish_reason"), completion.get("usage"))
-        return orjson.dumps(self.builder.final)

@@ -8,8 +8,10 @@ event with a rising `sequence_number`, in OpenAI's order: `response.created`, `i
 item `output_item.added`, its part and deltas, `output_item.done`, then `response.completed` (or
 `response.incomplete` when max_output_tokens cut it) carrying the whole response and its usage.
 
-Deltas are the hot path (one per token): their JSON is a fixed prefix per item plus the escaped
-text, written without building a dict.
+Deltas are the hot path (one per token): text inside a message's content skips the harmony
+parser when it holds no marker, and a delta's JSON is a fixed prefix per item plus the escaped
+text, written without building a dict. Reasoning tokens are counted as the pieces of reasoning
+text the frontend streams (it streams a token a piece), not by tokenizing again.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ import orjson
 
 from dynamo_oss.gateway.errors import openai_error
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import CUSTOM_INPUT, FUNCTIONS, Prompt, encoding
+from dynamo_oss.gateway.responses.conversation import CUSTOM_INPUT, FUNCTIONS, Prompt
 from dynamo_oss.gateway.responses.harmony_text import HarmonyText, Header
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 
@@ -49,9 +51,9 @@ class ResponseBuilder:
         self.output: list[dict[str, Any]] = []
         self.item: dict[str, Any] | None = None  # the item being written
         self.text: list[str] = []  # its text so far
-        self.delta_prefix = b""  # its delta events' JSON up to the delta
+        self.delta_head = b""  # its delta events up to the delta's text
         self.harmony = HarmonyText()
-        self.reasoning_text: list[str] = []  # every analysis message, for usage's reasoning_tokens
+        self.reasoning_tokens = 0
         self.final: dict[str, Any] | None = None  # the whole response, once finished
 
     # the completion's text in, events out
@@ -62,10 +64,9 @@ class ResponseBuilder:
         )
 
     def feed(self, text: str) -> bytes:
-        out = []
-        for kind, value in self.harmony.feed(text):
-            out.append(self._on(kind, value))
-        return b"".join(out)
+        if self.item is not None and "<" not in text and self.harmony.in_content():
+            return self._text(text)  # the common case: one more token of the message being written
+        return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(text)])
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
         cut = finish_reason == "length"
@@ -109,9 +110,9 @@ class ResponseBuilder:
         kind = DELTA_EVENTS.get(item["type"])
         if kind is not None:
             content_index = b'"content_index":0,' if item["type"] != "function_call" else b""
-            self.delta_prefix = (b'{"type":"' + kind + b'","item_id":"' + item["id"].encode() + b'","output_index":%d,'
-                                 % index + content_index + (b'"logprobs":[],' if item["type"] == "message" else b""))  # fmt: skip
-            self.delta_event = b"event: " + kind + b"\ndata: "
+            logprobs = b'"logprobs":[],' if item["type"] == "message" else b""
+            self.delta_head = (b"event: " + kind + b'\ndata: {"type":"' + kind + b'","item_id":"' + item["id"].encode()
+                               + b'","output_index":%d,' % index + content_index + logprobs + b'"delta":')  # fmt: skip
         return out
 
     def _call_item(self, recipient: str) -> dict[str, Any]:
@@ -132,11 +133,12 @@ class ResponseBuilder:
         if self.item is None or not text:
             return b""
         self.text.append(text)
+        if self.item["type"] == "reasoning":
+            self.reasoning_tokens += 1
         if not self.streaming or self.item["type"] == "custom_tool_call":
             return b""  # a custom tool's input is the string inside its JSON arguments: sent whole at the end
         self.sequence += 1
-        return (self.delta_event + self.delta_prefix + b'"delta":' + orjson.dumps(text)
-                + b',"sequence_number":%d}\n\n' % self.sequence)  # fmt: skip
+        return b'%b%b,"sequence_number":%d}\n\n' % (self.delta_head, orjson.dumps(text), self.sequence)
 
     def _close(self, complete: bool) -> bytes:
         item, text, index = self.item, "".join(self.text), len(self.output) - 1
@@ -145,7 +147,6 @@ class ResponseBuilder:
         status = "completed" if complete else "incomplete"
         out = b""
         if item["type"] == "reasoning":
-            self.reasoning_text.append(text)
             out += self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
                                content_index=0, text=text)  # fmt: skip
             item["content"] = [_part(item["type"], text)]
@@ -212,7 +213,7 @@ class ResponseBuilder:
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        reasoning = sum(len(encoding().encode(text, allowed_special="all")) for text in self.reasoning_text)
+        reasoning = self.reasoning_tokens
         return {
             "input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
