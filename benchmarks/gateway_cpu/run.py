@@ -6,20 +6,24 @@ Why: the gateway now owns POST /v1/responses (it renders the request into harmon
 rewrites chat's reasoning chunks. The requirement: the Responses path may cost the gateway at most
 1.5x the chat path's CPU per token.
 
-How: a one-worker aggregated gpt-oss-20b mocker graph on free ports, the mocker TIME_SCALE of its
-modelled H200 speed (as fast as a graph file lets it go: the control plane's ceiling setting), so
-the software, not the simulated engine, sets the pace. A plain aiohttp client keeps CONCURRENCY
-streams of exactly TOKENS output tokens busy for REQUESTS requests per run. The user+system CPU
+How: a one-worker aggregated gpt-oss-20b mocker graph on free ports, its steps TIME_SCALE of the
+modelled H200's (`--mocker-time-scale`, as the control plane's ceiling runs; a graph file cannot
+pick the mocker's timing model), so the software, not the simulated engine, sets the pace. A plain
+aiohttp client keeps CONCURRENCY streams of exactly TOKENS output tokens busy for REQUESTS requests
+per run. The user+system CPU
 time of the gateway and frontend processes is read before and after each run and divided by the
-output tokens the streams' usage reports. After a warm-up of each API, the runs alternate chat,
-responses, ... REPEATS times each, since this 2-core machine is noisy; medians and ranges are
-reported. Writes results.json and results.md beside this file; about 4 minutes here:
+output tokens the streams' usage reports. A third API is a control: /v1/completions, the stream the
+Responses path reads from the frontend, which the gateway passes through untransformed. After a
+warm-up of each API, REPEATS rounds run each API in turn, since this 2-core machine is noisy;
+medians and ranges are reported. Writes results.json and results.md beside this file; about 5
+minutes here:
 
     uv run python benchmarks/gateway_cpu/run.py
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import itertools
 import json
@@ -27,6 +31,7 @@ import platform
 import random
 import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -53,7 +58,8 @@ TIME_SCALE = 0.001  # mocker 1000x faster than the modelled H200
 RUN_TIMEOUT_S = 120.0  # a run stops starting requests after this; unfinished ones count as failed
 REQUEST_TIMEOUT_S = 60.0
 TARGET_RATIO = 1.5
-APIS = ("chat", "responses")
+APIS = ("chat", "responses", "completions")  # the last a control: the Responses upstream, passed through
+CORES = psutil.cpu_count()
 
 
 @dataclass
@@ -76,7 +82,13 @@ def responses_body(model: str, prompt: str) -> dict:
             "min_tokens": TOKENS}  # fmt: skip
 
 
-def chat_tokens(events: list[dict]) -> int | None:
+def completions_body(model: str, prompt: str) -> dict:
+    return {"model": model, "prompt": prompt, "stream": True, "stream_options": {"include_usage": True},
+            "max_tokens": TOKENS, "ignore_eos": True, "min_tokens": TOKENS}  # fmt: skip
+
+
+def usage_tokens(events: list[dict]) -> int | None:
+    """Chat and completions: the usage of the last chunk."""
     usage = next((e["usage"] for e in reversed(events) if e.get("usage")), None)
     return usage["completion_tokens"] if usage else None
 
@@ -88,8 +100,9 @@ def responses_tokens(events: list[dict]) -> int | None:
 
 
 API = {
-    "chat": Api("/v1/chat/completions", chat_body, chat_tokens),
+    "chat": Api("/v1/chat/completions", chat_body, usage_tokens),
     "responses": Api("/v1/responses", responses_body, responses_tokens),
+    "completions": Api("/v1/completions", completions_body, usage_tokens),
 }
 FINAL_MARKERS = (b'"usage":{', b'"type":"response.completed"', b'"type":"response.incomplete"')
 
@@ -131,9 +144,48 @@ def write_graph(folder: Path) -> Path:
     return path
 
 
-def cpu_seconds(pid: int) -> float:
-    times = psutil.Process(pid).cpu_times()
+@dataclass
+class Counters:
+    """CPU seconds so far: of each watched process, of the graph's processes and this client together,
+    and of the whole machine; and the gateway's read syscalls (socket reads, mostly)."""
+
+    cpu: dict[str, float]
+    ours: float
+    machine: float
+    gateway_reads: int
+
+    @classmethod
+    def read(cls, supervisor_pid: int, pids: dict[str, int]) -> Counters:
+        graph = psutil.Process(supervisor_pid)
+        ours = sum(cpu_seconds(p, gone=0.0) for p in [psutil.Process(), graph, *graph.children(recursive=True)])
+        machine = psutil.cpu_times()
+        return cls(cpu={name: cpu_seconds(psutil.Process(pid)) for name, pid in pids.items()}, ours=ours,
+                   machine=machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
+                   gateway_reads=psutil.Process(pids["gateway"]).io_counters().read_count)  # fmt: skip
+
+
+def cpu_seconds(process: psutil.Process, gone: float | None = None) -> float:
+    """User plus system CPU time; `gone` for a process that has exited meanwhile (None: raise)."""
+    try:
+        times = process.cpu_times()
+    except psutil.Error:
+        if gone is None:
+            raise
+        return gone
     return times.user + times.system
+
+
+def loop_seconds() -> float:
+    """CPU seconds of a fixed pure-Python loop: this machine's speed of the moment (the host is shared)."""
+    started = time.process_time()
+    sum(range(2_000_000)) + sum(i * i for i in range(2_000_000))
+    return round(time.process_time() - started, 3)
+
+
+def pid_of(state: RunState, name: str) -> int:
+    pid = next(p.pid for p in state.processes if p.name == name)
+    assert pid is not None, f"{name} is not running"
+    return pid
 
 
 # ---- the load -----------------------------------------------------------------------------------
@@ -175,20 +227,24 @@ async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[int 
 
 def measure(name: str, state: RunState, pids: dict[str, int], requests: int) -> dict:
     """One run of `requests` streams of API `name`, with the CPU each watched process spent over it."""
-    before = {process: cpu_seconds(pid) for process, pid in pids.items()}
-    psutil.cpu_percent()  # starts the machine-wide reading
+    before = Counters.read(state.supervisor_pid, pids)
     results, wall = asyncio.run(load(state.endpoint.removesuffix("/v1"), API[name], state.served_name, requests))
-    cpu = {process: cpu_seconds(pid) - before[process] for process, pid in pids.items()}
+    after = Counters.read(state.supervisor_pid, pids)
+    cpu = {process: after.cpu[process] - before.cpu[process] for process in pids}
     tokens = sum(t for t in results if t)
     failed = sum(1 for t in results if t != TOKENS)
+    machine = after.machine - before.machine
     row = {"api": name, "requests": len(results), "failed": failed, "tokens": tokens, "wall_s": round(wall, 2),
-           "tok_s": round(tokens / wall), "cores_busy": psutil.cpu_percent() / 100,
-           **{f"{p}_cpu_s": round(s, 3) for p, s in cpu.items()},
-           **{f"{p}_us_per_token": round(1e6 * s / tokens, 2) if tokens else None for p, s in cpu.items()}}  # fmt: skip
-    row["gateway_share"] = round(cpu["gateway"] / (cpu["gateway"] + cpu["frontend"]), 3)
-    print(f"  {name:<9} {row['requests']} requests ({failed} failed) {tokens} tokens in {wall:5.1f} s "
-          f"{row['tok_s']:6d} tok/s  gateway {row['gateway_us_per_token']} us/tok  "
-          f"frontend {row['frontend_us_per_token']} us/tok  cores {row['cores_busy']:.0%}", flush=True)  # fmt: skip
+           "tok_s": round(tokens / wall), **{f"{p}_cpu_s": round(s, 3) for p, s in cpu.items()},
+           **{f"{p}_us_per_token": round(1e6 * s / max(tokens, 1), 2) for p, s in cpu.items()},
+           "gateway_share": round(cpu["gateway"] / (cpu["gateway"] + cpu["frontend"]), 3),
+           "gateway_reads_per_token": round((after.gateway_reads - before.gateway_reads) / max(tokens, 1), 3),
+           "cores_busy": round(machine / wall / CORES, 3),
+           "other_processes_cores": round(max(0.0, machine - (after.ours - before.ours)) / wall, 2)}  # fmt: skip
+    print(f"  {name:<11} {row['requests']} requests ({failed} failed) {tokens} tokens in {wall:5.1f} s "
+          f"{row['tok_s']:6d} tok/s  gateway {row['gateway_us_per_token']:5.1f} us/tok  "
+          f"frontend {row['frontend_us_per_token']:5.1f} us/tok  cores busy {row['cores_busy']:.0%} "
+          f"(others {row['other_processes_cores']:.2f} cores)", flush=True)  # fmt: skip
     return row
 
 
@@ -199,15 +255,25 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+SUMMARIZED = ("gateway_us_per_token", "frontend_us_per_token", "gateway_share", "tok_s", "gateway_reads_per_token",
+              "cores_busy", "other_processes_cores")  # fmt: skip
+
+
+def ratio(rows: list[dict], summary: dict, base: str) -> dict:
+    """Responses' gateway CPU per token over `base`'s: of the medians, and of each round's two runs."""
+    per_round = [r["gateway_us_per_token"] / b["gateway_us_per_token"] for r, b in
+                 zip([r for r in rows if r["api"] == "responses"], [r for r in rows if r["api"] == base])]  # fmt: skip
+    medians = summary["responses"]["gateway_us_per_token"]["median"] / summary[base]["gateway_us_per_token"]["median"]
+    return {"of_medians": round(medians, 3), "per_round": [round(r, 3) for r in per_round]}
+
+
 def summarize(rows: list[dict]) -> dict:
-    fields = ("gateway_us_per_token", "frontend_us_per_token", "gateway_share", "tok_s")
-    summary = {api: {f: spread([r[f] for r in rows if r["api"] == api]) for f in fields} for api in APIS}
-    pairs = [(c["gateway_us_per_token"], r["gateway_us_per_token"])
-             for c, r in zip([r for r in rows if r["api"] == "chat"], [r for r in rows if r["api"] == "responses"])]  # fmt: skip
-    ratio = summary["responses"]["gateway_us_per_token"]["median"] / summary["chat"]["gateway_us_per_token"]["median"]
-    summary["gateway_ratio_responses_over_chat"] = {
-        "of_medians": round(ratio, 3), "per_pair": [round(r / c, 3) for c, r in pairs], "target": TARGET_RATIO,
-        "met": ratio <= TARGET_RATIO}  # fmt: skip
+    summary = {api: {f: spread([r[f] for r in rows if r["api"] == api]) for f in SUMMARIZED} for api in APIS}
+    for base in ("chat", "completions"):
+        summary[f"gateway_ratio_responses_over_{base}"] = ratio(rows, summary, base)
+    summary["gateway_ratio_responses_over_chat"]["met"] = (
+        summary["gateway_ratio_responses_over_chat"]["of_medians"] <= TARGET_RATIO
+    )
     summary["failed_requests"] = sum(r["failed"] for r in rows)
     return summary
 
@@ -219,34 +285,70 @@ def cell(s: dict, digits: int = 1, percent: bool = False) -> str:
     return f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})"
 
 
+def table_row(api: str, s: dict) -> str:
+    label = f"{api} (control)" if api == "completions" else api
+    return (f"| {label} | {cell(s['gateway_us_per_token'])} | {cell(s['frontend_us_per_token'])} | "
+            f"{cell(s['gateway_share'], percent=True)} | {cell(s['tok_s'], 0)} |")  # fmt: skip
+
+
+def per_api(summary: dict, field: str, digits: int = 1, percent: bool = False) -> str:
+    return ", ".join(f"{api} {cell(summary[api][field], digits, percent)}" for api in APIS)
+
+
 def markdown(summary: dict, settings: dict) -> str:
-    ratio = summary["gateway_ratio_responses_over_chat"]
+    chat, control = summary["gateway_ratio_responses_over_chat"], summary["gateway_ratio_responses_over_completions"]
     lines = [
-        f"Command: `{COMMAND}`",
+        f"Command: `{settings['command']}`",
         "",
         "# Gateway and frontend CPU per streamed token: Chat Completions against Responses",
         "",
-        f"{settings['host_cpu']} ({settings['cores']} cores), Python {settings['python']}, {settings['date']}. "
-        f"{settings['graph']}. A plain aiohttp client at concurrency {CONCURRENCY}, streaming, {REQUESTS} requests "
-        f"of exactly {TOKENS} output tokens per run (`ignore_eos`, `min_tokens`), after {WARMUP_REQUESTS} warm-up "
-        f"requests per API; {REPEATS} runs per API, alternating chat and responses. Each cell: median (min-max) over "
-        "the runs.",
+        f"{settings['host_cpu']} ({settings['cores']} cores), Python {settings['python']}, {settings['date']}, "
+        f"code {settings['code']}. {settings['graph']}. A plain aiohttp client at concurrency {CONCURRENCY}, "
+        f"streaming, {settings['requests_per_run']} requests of exactly {TOKENS} output tokens per run (`ignore_eos`, "
+        f"`min_tokens`), after {settings['warmup_requests_per_api']} warm-up requests per API; {settings['repeats']} "
+        "rounds of one run per API in turn. Each cell: "
+        "median (min-max) over the runs. The completions row is a control: the stream the Responses path reads "
+        "from Dynamo's frontend, passed through by the gateway untransformed.",
         "",
         "| API | gateway us/token | frontend us/token | gateway share of gateway+frontend | output tok/s |",
         "|---|---:|---:|---:|---:|",
-        *(f"| {api} | {cell(s['gateway_us_per_token'])} | {cell(s['frontend_us_per_token'])} | "
-          f"{cell(s['gateway_share'], percent=True)} | {cell(s['tok_s'], 0)} |"
-          for api, s in ((api, summary[api]) for api in APIS)),  # fmt: skip
+        *(table_row(api, summary[api]) for api in APIS),
         "",
         "Per token: the process's CPU seconds (user + system) over the run, divided by the output tokens the "
-        "streams' usage reports (chat: the last chunk's `usage.completion_tokens`; responses: the final event's "
-        "`response.usage.output_tokens`).",
+        "streams' usage reports (chat and completions: the last chunk's `usage.completion_tokens`; responses: the "
+        "final event's `response.usage.output_tokens`, in `response.incomplete` since `max_output_tokens` ends it).",
         "",
-        f"Responses / chat, gateway CPU per token: **{ratio['of_medians']:.2f}x** (ratio of medians; per run pair "
-        f"{', '.join(f'{r:.2f}' for r in ratio['per_pair'])}) against the target of at most {TARGET_RATIO}x: "
-        f"{'met' if ratio['met'] else '**missed**'}. Failed requests: {summary['failed_requests']}.",
+        f"Responses / chat, gateway CPU per token: **{chat['of_medians']:.2f}x** (ratio of medians; per round "
+        f"{rounds(chat)}) against the target of at most {TARGET_RATIO}x: {'met' if chat['met'] else '**missed**'}. "
+        f"Responses / completions passed through, what the Responses transform adds to the same upstream stream: "
+        f"{control['of_medians']:.2f}x (per round {rounds(control)}). Failed requests: {summary['failed_requests']}.",
+        "",
+        "Every read from the frontend costs the gateway a wakeup, a parse, a transform and a write to the client, "
+        "whatever it carries, and Dynamo's frontend writes chat in bursts but completions about a token at a time "
+        f"(a client of the frontend alone sees the same). The gateway's read syscalls per streamed token: "
+        f"{per_api(summary, 'gateway_reads_per_token', 2)}.",
+        "",
+        f"Cores busy: {per_api(summary, 'cores_busy', percent=True)}; processes outside the graph and this client "
+        f"used {per_api(summary, 'other_processes_cores', 2)} cores (above about 0.1, the figures are noisier). The "
+        f"host is shared and its speed drifts: a fixed Python loop took {settings['loop_seconds_before']} s of CPU "
+        f"before and {settings['loop_seconds_after']} s after, so compare runs by their ratios, not microseconds.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def rounds(ratio: dict) -> str:
+    return ", ".join(f"{r:.2f}" for r in ratio["per_round"])
+
+
+def code_version() -> str:
+    """The commit measured, marked when dynamo_oss/ differs from it."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        " + uncommitted dynamo_oss/ changes" if git("status", "--porcelain", "--", "../../dynamo_oss") else ""
+    )
 
 
 def host_cpu() -> str:
@@ -255,35 +357,52 @@ def host_cpu() -> str:
     return names[0] if names else platform.processor()
 
 
+# Two loads: the issue's (the mocker as fast as it goes: the gateway and frontend saturate two cores),
+# and one well below saturation (the mocker 10x slower than modelled), where every token arrives on a read
+# of its own for every API, so the paths are compared token for token.
+LOADS = {"saturated": (TIME_SCALE, REQUESTS, REPEATS), "unsaturated": (10.0, 48, 2)}  # scale, requests, rounds
+
+
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--load", choices=sorted(LOADS), default="saturated",
+                        help="saturated (results.md) or unsaturated (results-unsaturated.md)")  # fmt: skip
+    load = parser.parse_args().load
+    time_scale, requests, repeats = LOADS[load]
+    suffix = "" if load == "saturated" else f"-{load}"
     started = time.monotonic()
     settings = {
-        "command": COMMAND, "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host_cpu": host_cpu(),
-        "cores": psutil.cpu_count(), "python": platform.python_version(),
-        "graph": f"gpt-oss-20b, one aggregated mocker worker (H200 model) at {TIME_SCALE:g}x its modelled step "
+        "command": COMMAND + (f" --load {load}" if suffix else ""), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host_cpu": host_cpu(),
+        "cores": CORES, "python": platform.python_version(), "code": code_version(),
+        "graph": f"gpt-oss-20b, one aggregated mocker worker (H200 model) at {time_scale:g}x its modelled step "
                  "time, Dynamo's frontend behind the gateway",
-        "concurrency": CONCURRENCY, "tokens": TOKENS, "requests_per_run": REQUESTS,
-        "warmup_requests_per_api": WARMUP_REQUESTS, "repeats": REPEATS, "mocker_time_scale": TIME_SCALE,
+        "concurrency": CONCURRENCY, "tokens": TOKENS, "requests_per_run": requests,
+        "warmup_requests_per_api": min(WARMUP_REQUESTS, requests // 3), "repeats": repeats, "mocker_time_scale": time_scale,
+        "loop_seconds_before": loop_seconds(),
     }  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="gateway-cpu-") as scratch:
         folder = Path(scratch)
         print(f"serving a mocker graph (logs in {folder})", flush=True)
-        with served_graph(write_graph(folder), folder / "run", engine="mocker", time_scale=TIME_SCALE) as state:
-            pids = {name: next(p.pid for p in state.processes if p.name == name) for name in ("gateway", "frontend")}
+        with served_graph(write_graph(folder), folder / "run", engine="mocker", time_scale=time_scale) as state:
+            pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
             print(f"served in {time.monotonic() - started:.0f} s; warm-up", flush=True)
             for api in APIS:
-                measure(api, state, pids, WARMUP_REQUESTS)
+                measure(api, state, pids, settings["warmup_requests_per_api"])
             print("measuring", flush=True)
-            rows = [measure(api, state, pids, REQUESTS) for _ in range(REPEATS) for api in APIS]
+            rows = [measure(api, state, pids, requests) for _ in range(repeats) for api in APIS]
     summary = summarize(rows)
+    settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)
-    (HERE / "results.json").write_text(json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2))
+    (HERE / f"results{suffix}.json").write_text(json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2))
     report = markdown(summary, settings)
-    (HERE / "results.md").write_text(report)
+    (HERE / f"results{suffix}.md").write_text(report)
     print(report)
     if summary["failed_requests"]:
         sys.exit(f"{summary['failed_requests']} requests failed")
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: served_graph has stopped the graph by now
+        sys.exit("interrupted; the graph is stopped")
