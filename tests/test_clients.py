@@ -37,7 +37,7 @@ from agents import (
     function_tool,
     set_tracing_disabled,
 )
-from conftest import ServedGraph, serving, write_graph
+from conftest import FAST_MOCKER, ServedGraph, serving, write_graph
 from openai import AsyncOpenAI
 
 from dynamo_oss.assets.cache import build_once, resolve_cache_root
@@ -81,7 +81,7 @@ CODEX_METADATA_WARNING = re.compile(r"Model metadata for `[^`]+` not found\.")
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     folder = tmp_path_factory.mktemp("clients")
-    with serving(write_graph(folder), folder / "run") as graph:
+    with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
         yield graph
 
 

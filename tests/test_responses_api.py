@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import httpx
 import openai
 import pytest
-from conftest import ServedGraph, serving, write_graph
+from conftest import FAST_MOCKER, ServedGraph, serving, write_graph
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
@@ -30,7 +30,7 @@ EVENT = TypeAdapter(ResponseStreamEvent)
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     folder = tmp_path_factory.mktemp("responses")
-    with serving(write_graph(folder), folder / "run") as graph:
+    with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
         yield graph
 
 
