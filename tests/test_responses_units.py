@@ -20,8 +20,8 @@ from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal, Unopena
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 SEAL = ReasoningSeal(b"k" * 32)
 TODAY = datetime.date(2026, 11, 25)
-WEATHER = {"type": "function", "name": "get_weather",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+WEATHER = {"type": "function", "name": "get_weather", "parameters": CITY}
 COMPLETION = (
     "<|channel|>analysis<|message|>Need weather <|x a<b<|end|><|start|>assistant<|channel|>commentary "
     'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
@@ -181,8 +181,9 @@ def test_chat_streams_drop_reasoning_when_excluded() -> None:
     assert b"reasoning" not in out.replace(b": reasoning left out", b"") and chunk('{"content":"Hi"}') in out
 
 
-NAMESPACED = {"type": "namespace", "name": "files", "description": "File tools", "tools": [
-    {"type": "function", "name": "read", "parameters": {"type": "object", "properties": {"path": {"type": "string"}}}}]}  # fmt: skip
+PATH = {"type": "object", "properties": {"path": {"type": "string"}}}
+READ = {"type": "function", "name": "read", "parameters": PATH}
+NAMESPACED = {"type": "namespace", "name": "files", "description": "File tools", "tools": [READ]}
 FINAL_ANSWER = {"role": "assistant", "content": [{"type": "output_text", "text": "It is sunny."}]}
 
 
@@ -203,16 +204,13 @@ FINAL_ANSWER = {"role": "assistant", "content": [{"type": "output_text", "text":
         },
     ],
 )
-def test_the_prompt_rendered_piece_by_piece_is_harmony_s_rendering_of_the_whole(fields: dict) -> None:
-    from openai_harmony import Message
-
+def test_the_prompt_rendered_piece_by_piece_is_harmony_s_rendering_of_the_whole(
+    fields: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from dynamo_oss.gateway.responses import conversation
 
-    captured: list[list[Message]] = []
-    original = conversation._kept
-    conversation._kept = lambda messages: captured.append(messages) or original(messages)  # type: ignore[assignment]
-    try:
-        prompt = render(request(**fields), SEAL, TODAY)
-    finally:
-        conversation._kept = original  # type: ignore[assignment]
+    captured: list = []
+    kept = conversation._kept
+    monkeypatch.setattr(conversation, "_kept", lambda messages: captured.append(messages) or kept(messages))
+    prompt = render(request(**fields), SEAL, TODAY)
     assert prompt.token_ids == conversation.render_whole(captured[0])
