@@ -16,7 +16,8 @@ from manifest_schemas import manifest_errors
 from dynamo_oss.deployment.kubernetes import CONFIG_MOUNT, ClusterTarget, render_manifests
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
-from dynamo_oss.launch.prepare import prepare
+from dynamo_oss.cli.check import plan_graph
+from dynamo_oss.planner.settings import planner_config
 
 CHECKED_IN = REPO / "deploy" / "kubernetes"
 RENDERED = ["disagg.yaml", "agg.yaml"]  # the graphs whose manifests deploy/kubernetes holds
@@ -25,7 +26,8 @@ SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
 
 def render(graph: Path, **target: object) -> list[dict]:
     options = {"image": "registry.example/dynamo-oss:test", **target}
-    return render_manifests(build_deployment(load_graph(graph)), ClusterTarget(**options))
+    deployment = build_deployment(load_graph(graph))
+    return render_manifests(deployment, ClusterTarget(**options), planner_config(deployment))
 
 
 def by_kind(manifests: list[dict], kind: str) -> list[dict]:
@@ -161,7 +163,7 @@ def test_an_autoscaled_pool_brings_the_planner_with_its_kubernetes_connector(gra
     config = json.loads(args[args.index("--config") + 1])
     assert config["environment"] == "kubernetes" and config["mode"] == "decode"
     # Everything but the connector matches what the planner runs with on one host.
-    _, host = prepare(graph, run_dir=graph_folder / "run")
+    _, host = plan_graph(graph, graph_folder / "run")
     host_config = json.loads(next(f for f in host.files if f.path.name == "planner.json").content)
     assert {k: v for k, v in config.items() if k != "environment"}.items() <= host_config.items()
     decode = next(component for component in components if component["name"] == "decode")

@@ -1,5 +1,5 @@
 """Packages import only downward: catalog facts, assets, the graph schema, engines, the deployment
-model and its renderers, then perf, the gateway, conformance and the dashboards, launch, live benchmarks, and the commands."""
+model and its renderers, then perf, the gateway, conformance and the dashboards, launch, the planner, live benchmarks, and the commands."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dynamo_oss"
-LAYERS = ["catalog", "assets", "graph", "engines", "deployment", "perf", "gateway", "conformance", "observe", "launch", "bench", "cli"]
+LAYERS = ["catalog", "assets", "graph", "engines", "deployment", "perf", "gateway", "conformance", "observe", "launch", "planner", "bench", "cli"]
 
 
 def imported_packages(path: Path) -> set[str]:

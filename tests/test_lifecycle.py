@@ -12,7 +12,7 @@ import pytest
 from conftest import alive, start_serving, wait_for, wait_ready, write_graph
 
 from dynamo_oss.graph.errors import GraphError
-from dynamo_oss.launch.prepare import prepare
+from dynamo_oss.cli.check import plan_graph
 
 
 def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
@@ -51,7 +51,7 @@ def test_killed_supervisor_takes_every_process_with_it(tmp_path: Path) -> None:
 def test_missing_etcd_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr("dynamo_oss.deployment.host.find_binary", lambda name: None)
     with pytest.raises(GraphError) as error:
-        prepare(write_graph(tmp_path), run_dir=tmp_path / "run")
+        plan_graph(write_graph(tmp_path), tmp_path / "run")
     message = str(error.value)
     assert "infrastructure.etcd: etcd is not installed: run `uv sync`" in message
     assert "infrastructure.nats: nats-server is not installed" in message

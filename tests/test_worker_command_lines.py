@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dynamo_oss.launch.prepare import prepare
+from dynamo_oss.cli.check import plan_graph
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
@@ -19,7 +19,7 @@ SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
 
 @pytest.mark.parametrize("graph", SHIPPED, ids=lambda path: path.name)
 def test_dynamo_trtllm_parses_every_worker_command_line(graph: Path, trtllm_parse_args, tmp_path: Path) -> None:  # noqa: ANN001
-    deployment, plan = prepare(graph, run_dir=tmp_path)
+    deployment, plan = plan_graph(graph, tmp_path)
     workers = plan.workers()
     assert workers and all(worker.engine == "trtllm" for worker in workers)
     for worker in workers:

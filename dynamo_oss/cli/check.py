@@ -8,11 +8,14 @@ import sys
 from pathlib import Path
 
 from dynamo_oss.cli.arguments import positive_float
+from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.deployment.host import HostPlan
-from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.deployment.model import Deployment, build_deployment
 from dynamo_oss.deployment.processes import is_loopback
 from dynamo_oss.engines import engine_for
+from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.launch.prepare import prepare
+from dynamo_oss.planner.settings import planner_config
 
 RUN_DIR_PLACEHOLDER = Path("<run-dir>")  # serve's --run-dir, or the folder it makes
 
@@ -57,13 +60,34 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=check)
 
 
+def plan_graph(
+    graph: Path,
+    run_dir: Path,
+    engine_override: EngineName | None = None,
+    mocker_responses: Path | None = None,
+    mocker_time_scale: float = 1.0,
+) -> tuple[Deployment, HostPlan]:
+    """Load, validate, build and place a graph with its planner, as `check` prints it and `serve`
+    runs it; GraphError lists whatever stops it from running here."""
+    deployment = build_deployment(load_graph(graph), engine_override=engine_override)
+    planner = planner_config(deployment)
+    plan = prepare(
+        deployment,
+        run_dir=run_dir,
+        planner=planner,
+        mocker_responses=mocker_responses,
+        mocker_time_scale=mocker_time_scale,
+    )
+    return deployment, plan
+
+
 def check(args: argparse.Namespace) -> int:
-    deployment, plan = prepare(
+    deployment, plan = plan_graph(
         args.graph,
-        run_dir=args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER,
-        engine_override=args.engine,
-        mocker_responses=args.mocker_responses,
-        mocker_time_scale=args.mocker_time_scale,
+        args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER,
+        args.engine,
+        args.mocker_responses,
+        args.mocker_time_scale,
     )
     print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
     for warning in exposure_warnings(plan):

@@ -13,6 +13,7 @@ from dynamo_oss.deployment.kubernetes import ClusterTarget, manifests_yaml, rend
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.observe.dashboards import render as render_dashboards
+from dynamo_oss.planner.settings import planner_config
 
 DEFAULT_IMAGE = f"dynamo-oss:{version('dynamo-oss')}"  # what `docker build -t dynamo-oss:VERSION .` makes
 
@@ -54,7 +55,8 @@ def deploy(args: argparse.Namespace) -> int:
     rendered = {}
     for graph in args.graphs:
         deployment = build_deployment(load_graph(graph))
-        rendered[graph.with_suffix(".yaml").name] = manifests_yaml(render_manifests(deployment, target), graph.name)
+        manifests = render_manifests(deployment, target, planner_config(deployment))
+        rendered[graph.with_suffix(".yaml").name] = manifests_yaml(manifests, graph.name)
     if args.out is None:
         sys.stdout.write("".join(rendered.values()))
         return 0

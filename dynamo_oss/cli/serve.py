@@ -8,11 +8,11 @@ import shutil
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.cli.check import add_graph_arguments, exposure_warnings
+from dynamo_oss.cli.check import add_graph_arguments, exposure_warnings, plan_graph
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
-from dynamo_oss.launch.prepare import prepare, write_plan_files
+from dynamo_oss.launch.prepare import write_plan_files
 from dynamo_oss.launch.probes import port_in_use
 from dynamo_oss.launch.run_dirs import KEEP_RUNS, new_run_dir
 from dynamo_oss.launch.supervisor import Supervisor
@@ -59,13 +59,7 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] preparing {args.graph} (model folder, host plan)", flush=True)
-    deployment, plan = prepare(
-        args.graph,
-        run_dir=run_dir,
-        engine_override=args.engine,
-        mocker_responses=args.mocker_responses,
-        mocker_time_scale=args.mocker_time_scale,
-    )
+    deployment, plan = plan_graph(args.graph, run_dir, args.engine, args.mocker_responses, args.mocker_time_scale)
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_ports_taken(plan)
     for warning in exposure_warnings(plan):

@@ -13,13 +13,13 @@ import shutil
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.model import Deployment, Pool
-from dynamo_oss.deployment.planner_config import planner_settings
 from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, WorkerContext, engine_for
@@ -27,8 +27,6 @@ from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
-# Dynamo's planner imports aisimulate_core at start-up; it finds a stand-in here (see its docstring).
-PLANNER_STANDINS = Path(__file__).parent / "planner_standins"
 
 
 class PoolPlan(BaseModel):
@@ -86,8 +84,10 @@ def plan_host(
     encodings_dir: Path,
     timings: dict[PoolRole, SimulatedTiming] | None = None,
     mocker_responses: Path | None = None,
+    planner: dict[str, Any] | None = None,
 ) -> HostPlan:
-    """Place `deployment` on this host; raise GraphError if it cannot run here."""
+    """Place `deployment` on this host; raise GraphError if it cannot run here. `planner` is Dynamo's
+    planner configuration for its autoscaled pools (dynamo_oss.planner.settings), None without one."""
     spec = deployment.spec
     problems: list[Problem] = []
     infra: list[ProcessPlan] = []
@@ -124,7 +124,7 @@ def plan_host(
     workers, spare, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
     launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, files, run_dir, problems)
-    processes += _planner_processes(deployment, shared_env, run_dir, prometheus_url, files, problems)
+    processes += _planner_processes(deployment, planner, shared_env, run_dir, prometheus_url, files)
     spare_ports = [use for process in spare for use in process.ports]
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
@@ -292,19 +292,17 @@ def _worker_processes(
 
 def _planner_processes(
     deployment: Deployment,
+    settings: dict[str, Any] | None,
     shared_env: dict[str, str],
     run_dir: Path,
     prometheus_url: str | None,
     files: list[PlannedFile],
-    problems: list[Problem],
 ) -> list[ProcessPlan]:
     """Dynamo's planner with its virtual connector, and the actuator that hands its decisions to
     the launcher."""
-    settings = planner_settings(deployment, problems)
-    if settings is None:
-        return []
     planner = deployment.planner
-    assert planner is not None  # planner_settings returns None without one
+    if settings is None or planner is None:
+        return []
     engine = engine_for(settings["backend"])
     config = {
         "environment": "virtual",
@@ -324,17 +322,16 @@ def _planner_processes(
     env = {**shared_env, "DYN_NAMESPACE": engine.planner_namespace(deployment.namespace)}
     planner_env = {
         **env,
-        "PYTHONPATH": str(PLANNER_STANDINS),
         "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
         **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
     }
     return [
-        ProcessPlan(name="planner", kind="planner", argv=[sys.executable, "-m", "dynamo.planner", "--config",
+        ProcessPlan(name="planner", kind="planner", argv=[sys.executable, "-m", "dynamo_oss.planner", "--config",
                                                           str(config_file.path)], env=planner_env),  # fmt: skip
         ProcessPlan(
             name="actuator",
             kind="planner",
-            argv=[sys.executable, "-m", "dynamo_oss.launch.planner_actuator", str(run_dir),
+            argv=[sys.executable, "-m", "dynamo_oss.planner.actuator", str(run_dir),
                   "--pools", ",".join(planner.pools)],  # fmt: skip
             env=env,
         ),

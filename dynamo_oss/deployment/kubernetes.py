@@ -30,7 +30,6 @@ from pydantic import BaseModel, Field
 
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
 from dynamo_oss.deployment.model import Deployment, Pool
-from dynamo_oss.deployment.planner_config import planner_settings
 from dynamo_oss.engines import WorkerContext, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 
@@ -56,17 +55,19 @@ class ClusterTarget(BaseModel):
     dashboards: dict[str, str] = Field(default_factory=dict, description="Grafana dashboard files: name -> JSON")
 
 
-def render_manifests(deployment: Deployment, target: ClusterTarget) -> list[dict[str, Any]]:
-    """Every resource the deployment needs on the cluster; GraphError names what cannot be deployed."""
+def render_manifests(
+    deployment: Deployment, target: ClusterTarget, planner: dict[str, Any] | None = None
+) -> list[dict[str, Any]]:
+    """Every resource the deployment needs on the cluster; GraphError names what cannot be deployed.
+    `planner` is Dynamo's planner configuration for the autoscaled pools (dynamo_oss.planner.settings)."""
     problems = _cluster_problems(deployment, target)
-    settings = planner_settings(deployment, problems)
     if problems:
         raise GraphError(str(deployment.source), problems)
     name = deployment.name
     components = [_frontend_component(deployment, target)]
     components += [_pool_component(deployment, pool, target) for pool in deployment.pools]
-    if settings is not None:
-        components.append(_planner_component(deployment, settings, target))
+    if planner is not None:
+        components.append(_planner_component(deployment, planner, target))
     graph = {
         "apiVersion": OPERATOR_API_VERSION,
         "kind": "DynamoGraphDeployment",
@@ -215,7 +216,7 @@ def _planner_component(deployment: Deployment, settings: dict[str, Any], target:
         "name": "main",
         "image": target.image,
         "command": ["python3"],
-        "args": ["-m", "dynamo.planner", "--config", json.dumps(config, separators=(",", ":"))],
+        "args": ["-m", "dynamo_oss.planner", "--config", json.dumps(config, separators=(",", ":"))],
     }
     observability = deployment.observability
     if observability and observability.prometheus_url:

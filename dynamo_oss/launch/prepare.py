@@ -1,22 +1,21 @@
-"""From a graph file to the host plan `dynamo check` prints and `dynamo serve` runs.
+"""From a deployment to the host plan `dynamo check` prints and `dynamo serve` runs.
 
-This is where the layers meet: the graph is loaded, built into a deployment, timed by the
-performance model when pools run on the mocker, and placed on this host. Nothing here
-writes into the run folder; `write_plan_files` does, when the graph is served.
+This is where the layers meet: the deployment is timed by the performance model when pools run
+on the mocker and placed on this host, beside the planner configuration its caller made. Nothing
+here writes into the run folder; `write_plan_files` does, when the graph is served.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.conformance.replay import replay_trace
 from dynamo_oss.deployment.host import HostPlan, plan_host
-from dynamo_oss.deployment.model import Deployment, build_deployment
+from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import PlannedFile
-from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.perf.graphs import simulated_timings
 
 PROFILES_FOLDER = "profiles"
@@ -24,15 +23,15 @@ SUITE_RESPONSES = "conformance-responses.jsonl"
 
 
 def prepare(
-    graph_file: Path,
+    deployment: Deployment,
     *,
     run_dir: Path,
-    engine_override: EngineName | None = None,
+    planner: dict[str, Any] | None = None,
     mocker_responses: Path | None = None,
     mocker_time_scale: float = 1.0,
-) -> tuple[Deployment, HostPlan]:
-    """Load, validate, build and place a graph; GraphError lists whatever stops it from running here."""
-    deployment = build_deployment(load_graph(graph_file), engine_override=engine_override)
+) -> HostPlan:
+    """Time and place a deployment, with `planner` (dynamo_oss.planner.settings) for its autoscaled
+    pools; GraphError lists whatever stops it from running here."""
     if mocker_responses is not None:
         mocker_responses = _replay_trace(mocker_responses, deployment)
     timings = simulated_timings(deployment, run_dir / PROFILES_FOLDER, mocker_time_scale)
@@ -57,10 +56,11 @@ def prepare(
         encodings_dir=tiktoken_encodings_dir(),
         timings=timings,
         mocker_responses=suite.path if suite else mocker_responses,
+        planner=planner,
     )
     if suite:
         plan.files.append(suite)
-    return deployment, plan
+    return plan
 
 
 def model_files(deployment: Deployment) -> Path:

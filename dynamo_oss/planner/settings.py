@@ -3,7 +3,7 @@
 On one host the planner runs with its virtual connector and the launcher resizes the pools
 (deployment.host); on Kubernetes it patches the DynamoGraphDeployment's replicas through its
 Kubernetes connector (deployment.kubernetes). What it decides, and on which thresholds, is the
-same in both places: this module.
+same in both places: this module. Each renderer adds only its `environment` and its listeners.
 """
 
 from __future__ import annotations
@@ -12,14 +12,17 @@ from typing import Any
 
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
-from dynamo_oss.graph.errors import Problem
+from dynamo_oss.graph.errors import GraphError, Problem
+
+PlannerConfig = dict[str, Any]  # Dynamo's PlannerConfig fields, as its `--config` reads them
 
 
-def planner_settings(deployment: Deployment, problems: list[Problem]) -> dict[str, Any] | None:
-    """The planner's `--config` fields that follow from the graph, or None when no pool autoscales.
+def planner_config(deployment: Deployment) -> PlannerConfig | None:
+    """The planner's `--config` fields that follow from the graph, or None when no pool autoscales;
+    GraphError when the planner cannot size the graph's pools.
 
     It decides on load (its `load` target): the `sla` target needs AISimulate's performance
-    model, which cannot be installed here. Each connector adds its `environment`.
+    model, which cannot be installed here.
     """
     planner = deployment.planner
     if planner is None:
@@ -27,9 +30,8 @@ def planner_settings(deployment: Deployment, problems: list[Problem]) -> dict[st
     scaled = [pool for pool in deployment.pools if pool.role in planner.pools]
     engines = {pool.engine for pool in scaled}
     if len(engines) > 1:
-        problems.append(Problem(path="planner", message=f"the autoscaled pools run {' and '.join(sorted(engines))}; "
-                                "the planner sizes pools of one engine"))  # fmt: skip
-        return None
+        raise GraphError(str(deployment.source), [Problem(path="planner", message=f"the autoscaled pools run "
+                         f"{' and '.join(sorted(engines))}; the planner sizes pools of one engine")])  # fmt: skip
     fixed_gpus = sum(pool.workers * pool.gpus_per_worker for pool in deployment.pools if pool.autoscale is None)
     most_gpus = sum(pool.autoscale.max * pool.gpus_per_worker for pool in scaled if pool.autoscale)
     gpus = {pool.role: pool.gpus_per_worker for pool in deployment.pools}

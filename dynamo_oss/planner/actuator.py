@@ -1,4 +1,4 @@
-"""`python -m dynamo_oss.launch.planner_actuator RUN_DIR`: carries out Dynamo's planner decisions on one host.
+"""`python -m dynamo_oss.planner.actuator RUN_DIR`: carries out Dynamo's planner decisions on one host.
 
 Dynamo's planner in its `virtual` environment only publishes decisions (in etcd, under
 v1/NAMESPACE/planner/) and waits for an acknowledgement; on Kubernetes the operator acts on
@@ -25,7 +25,7 @@ from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.launch.control_client import ControlClient
 
-log = logging.getLogger("dynamo_oss.planner_actuator")
+log = logging.getLogger("dynamo_oss.planner.actuator")
 
 
 def decided_sizes(prefill: int, decode: int, roles: list[PoolRole]) -> dict[PoolRole, int]:

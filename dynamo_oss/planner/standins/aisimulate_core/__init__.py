@@ -1,4 +1,4 @@
-"""A stand-in for aisimulate_core, which only Dynamo's planner process sees (on its PYTHONPATH).
+"""A stand-in for aisimulate_core, which only Dynamo's planner process sees (`python -m dynamo_oss.planner`).
 
 Dynamo 1.6's planner imports two names from aisimulate_core at start-up, for its AISimulate
 performance model. ai-dynamo requires aisimulate, but its PyPI release is a stub that downloads
