@@ -409,13 +409,15 @@ class CostModel:
         full, win = attention_spans(cached_tokens, new_tokens, self.shape.sliding_window)
         return self.step_ms(prefill_tokens=new_tokens, prefill_full_span=full, prefill_window_span=win, prefill_seqs=1)
 
-    def prompt_ms(self, prompt_tokens: int) -> float:
-        """Prefill of one whole prompt alone, in the pool's chunks of at most max_num_tokens."""
-        chunks = -(-prompt_tokens // self.pool.max_num_tokens)
-        full, win = attention_spans(0, prompt_tokens, self.shape.sliding_window)
+    def prompt_ms(self, prompt_tokens: float, cached_tokens: float = 0) -> float:
+        """Prefill of one whole prompt alone, in the pool's chunks of at most max_num_tokens; the
+        first `cached_tokens` of it are found in the KV cache and not computed again."""
+        new = max(prompt_tokens - cached_tokens, 1)
+        chunks = -(-new // self.pool.max_num_tokens)
+        full, win = attention_spans(cached_tokens, new, self.shape.sliding_window)
         return chunks * float(
             self.step_ms(
-                prefill_tokens=prompt_tokens / chunks,
+                prefill_tokens=new / chunks,
                 prefill_full_span=full,
                 prefill_window_span=win,
                 prefill_seqs=1 / chunks,
