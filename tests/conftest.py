@@ -42,16 +42,29 @@ def free_ports(count: int) -> list[int]:
     """Distinct ports free right now, below 32768 (Dynamo's limit for worker system ports, and
     below the kernel's ephemeral range, so no outgoing connection takes one meanwhile)."""
     ports: list[int] = []
-    candidate = random.randrange(10_000, 30_000)
     while len(ports) < count:
-        candidate += 1
-        with socket.socket() as probe:
-            try:
-                probe.bind(("0.0.0.0", candidate))
-            except OSError:
-                continue
-        ports.append(candidate)
+        port = free_port_run(1)
+        if port not in ports:
+            ports.append(port)
     return ports
+
+
+def free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports free right now (a pool's workers take system_port + i)."""
+    candidate = random.randrange(10_000, 30_000)
+    while True:
+        candidate += 1
+        if all(_bindable(port) for port in range(candidate, candidate + count)):
+            return candidate
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+    return True
 
 
 def run_dynamo(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
@@ -181,14 +194,32 @@ def write_graph(folder: Path, **sections: object) -> Path:
     return path
 
 
+# The sla mode on prompts long enough that prefill queues, the mocker 10x slower than modelled: at
+# SLA_LOW requests/s the model predicts one worker of each pool keeps TTFT p90 <= 1.5 s and ITL <=
+# 40 ms (in the slowed time), at SLA_HIGH it takes two of each (tests/test_planner_sizing.py).
+SLA_PROMPT_WORDS, SLA_TOKENS, SLA_LOW, SLA_HIGH, SLA_SLOW = 3000, 100, 0.2, 2.5, 10.0
+
+
+def write_sla_graph(folder: Path) -> Path:
+    """write_graph's graph with both pools autoscaled 1-2 by the sla planner, on free ports."""
+    path = write_graph(folder)
+    graph = yaml.safe_load(path.read_text())
+    prometheus, launcher, metrics = free_ports(3)
+    graph["hardware"]["gpus"] = 4
+    graph["pools"] = {role: {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": free_port_run(2)}
+                      for role in ("prefill", "decode")}  # fmt: skip
+    graph["planner"] = {"ttft_ms": 1500, "itl_ms": 40, "interval_s": 2, "metrics_port": metrics}  # mode sla: the default
+    graph["observability"] = observed(prometheus, launcher)
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
 def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
     """A copy of graphs/NAME in `folder` with every port it would listen on moved to a free one,
     so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone."""
     source = REPO / "graphs" / name
     graph = yaml.safe_load(source.read_text())
-    etcd_client, etcd_peer, nats, monitoring, frontend, dynamo, prometheus, launcher, *system = free_ports(
-        8 + len(graph["pools"])
-    )
+    etcd_client, etcd_peer, nats, monitoring, frontend, dynamo, prometheus, launcher, planner = free_ports(9)
     graph["infrastructure"] = {
         "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
         "nats": {"mode": "embedded", "port": nats, "monitoring_port": monitoring},
@@ -197,12 +228,26 @@ def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
         graph["observability"] = {"prometheus": {"mode": "embedded", "port": prometheus, "scrape_interval_s": 1},
                                   "launcher_port": launcher}  # fmt: skip
     graph["frontend"].update(port=frontend, dynamo_port=dynamo)
-    for pool, port in zip(graph["pools"].values(), system, strict=True):
-        pool["system_port"] = port  # workers i of a pool take port + i: the pools here hold at most 2
+    if "planner" in graph:
+        graph["planner"]["metrics_port"] = planner
+    for pool in graph["pools"].values():
+        pool["system_port"] = free_port_run(pool.get("workers") or pool["autoscale"]["max"])  # worker i: port + i
         pool["engine_args"] = str((source.parent / pool["engine_args"]).resolve())
     path = folder / name
     path.write_text(yaml.safe_dump(graph))
     return path
+
+
+@pytest.fixture
+def dynamo_planner_config(monkeypatch: pytest.MonkeyPatch) -> type:
+    """Dynamo's PlannerConfig, imported as its process imports it: with aisimulate_core's stand-in
+    on the path where the real one is missing (dynamo_oss/planner/__main__.py)."""
+    from dynamo_oss.planner.__main__ import STANDINS
+
+    monkeypatch.syspath_prepend(str(STANDINS))
+    from dynamo.planner.config.planner_config import PlannerConfig
+
+    return PlannerConfig
 
 
 @pytest.fixture

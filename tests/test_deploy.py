@@ -87,7 +87,7 @@ def test_the_validators_refuse_what_kubernetes_would_prune_or_reject() -> None:
 
 
 def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files() -> None:
-    manifests = render(REPO / "graphs" / "disagg.yaml", model_cache="gpt-oss-cache")
+    manifests = render(REPO / "graphs" / "disagg-1p1d.yaml", model_cache="gpt-oss-cache")
     config_map, graph = manifests[0], by_kind(manifests, "DynamoGraphDeployment")[0]
     components = {component["name"]: component for component in graph["spec"]["components"]}
     assert [c["type"] for c in components.values()] == ["frontend", "prefill", "decode"]
@@ -116,6 +116,10 @@ def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names
     name = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
     assert monitor["spec"]["selector"]["matchLabels"] == {"nvidia.com/dynamo-graph-deployment-name": name}
     assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {"http", "system", "metrics"}
+    # The frontend's traffic carries the namespace Dynamo's planner looks for: the operator's DYN_NAMESPACE.
+    http = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "http")
+    assert http["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
+                                    "replacement": f"$1-{name}"}]  # fmt: skip
 
 
 def test_the_dashboards_ride_along_as_a_grafana_config_map() -> None:
@@ -135,7 +139,10 @@ def test_worker_command_lines_parse_with_dynamos_own_parser_against_the_mounted_
     manifests = render(REPO / "graphs" / "disagg.yaml")
     for name, text in manifests[0]["data"].items():
         (tmp_path / name).write_text(text)
-    for component in by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"][1:]:
+    components = by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"]
+    workers = [component for component in components if component["type"] in ("prefill", "decode")]
+    assert len(workers) == 2
+    for component in workers:
         argv = component["podTemplate"]["spec"]["containers"][0]["args"]
         assert argv[:2] == ["-m", "dynamo.trtllm"]
         mounted = [arg.replace(str(CONFIG_MOUNT), str(tmp_path)) for arg in argv[2:]]
@@ -146,28 +153,29 @@ def test_worker_command_lines_parse_with_dynamos_own_parser_against_the_mounted_
         assert Path(config.extra_engine_args).read_text() == manifests[0]["data"][f"{component['type']}.yaml"]
 
 
-def test_an_autoscaled_pool_brings_the_planner_with_its_kubernetes_connector(graph_folder: Path) -> None:
-    source = yaml.safe_load((REPO / "graphs" / "disagg.yaml").read_text())
-    source["pools"]["decode"].pop("workers")
-    source["pools"]["decode"]["autoscale"] = {"min": 1, "max": 3}
-    source["planner"] = {"ttft_ms": 3000, "itl_ms": 50}
-    for pool in source["pools"].values():
-        pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
-    graph = graph_folder / "autoscaled.yaml"
-    graph.write_text(yaml.safe_dump(source))
+def test_the_readmes_graph_brings_the_sla_planner_with_its_kubernetes_connector(
+    graph_folder: Path, dynamo_planner_config: type
+) -> None:
+    graph = REPO / "graphs" / "disagg.yaml"
     manifests = render(graph)
     components = by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"]
     planner = components[-1]
     assert planner["type"] == "planner" and planner["replicas"] == 1
     args = planner["podTemplate"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["-m", "dynamo_oss.planner"]  # the image carries the project, plugin included
     config = json.loads(args[args.index("--config") + 1])
-    assert config["environment"] == "kubernetes" and config["mode"] == "decode"
+    assert config["environment"] == "kubernetes" and config["mode"] == "disagg"
+    plugins = {p["class"]: p for p in config["plugin_registration"]["in_process_plugins"]}
+    assert plugins["SlaPropose"]["kwargs"]["ranges"] == {"prefill": {"min": 1, "max": 4}, "decode": {"min": 1, "max": 6}}
+    assert plugins["LoadForecast"]["plugin_type"] == "predict"
+    # Dynamo's own configuration model accepts it, plugins and all.
+    assert dynamo_planner_config.model_validate(config).plugin_registration.in_process_plugins[1].kwargs["itl_ms"] == 20
     # Everything but the connector matches what the planner runs with on one host.
     _, host = plan_graph(graph, graph_folder / "run")
     host_config = json.loads(next(f for f in host.files if f.path.name == "planner.json").content)
     assert {k: v for k, v in config.items() if k != "environment"}.items() <= host_config.items()
-    decode = next(component for component in components if component["name"] == "decode")
-    assert decode["replicas"] == 1  # the autoscale minimum
+    assert {c["name"]: c["replicas"] for c in components if c["type"] != "planner"} == {
+        "frontend": 1, "prefill": 1, "decode": 1}  # fmt: skip - the autoscale minimums
     assert manifest_errors(by_kind(manifests, "DynamoGraphDeployment")[0]) == []
 
 

@@ -15,7 +15,7 @@ from conftest import run_dynamo, write_graph
 
 from dynamo_oss.cli import main
 
-SHIPPED = ["disagg.yaml", "agg.yaml", "disagg-h200.yaml", "agg-h200.yaml"]
+SHIPPED = ["disagg.yaml", "disagg-1p1d.yaml", "agg.yaml", "disagg-h200.yaml", "agg-h200.yaml"]
 
 
 def dynamo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -37,9 +37,12 @@ def test_check_prints_placement_and_command_lines(capsys: pytest.CaptureFixture[
     assert code == 0, out + err
     plan = json.loads(out)
     by_name = {p["name"]: p for p in plan["processes"]}
-    assert set(by_name) == {"etcd", "nats", "prometheus", "frontend", "gateway", "prefill-0", "decode-0"}
-    assert by_name["prefill-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
-    assert by_name["decode-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    assert set(by_name) == {"etcd", "nats", "prometheus", "frontend", "gateway", "prefill-0", "decode-0", "planner",
+                            "actuator"}  # fmt: skip
+    assert by_name["prefill-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "0"  # each pool starts at its minimum
+    assert by_name["decode-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "1"
+    assert [p["name"] for p in plan["spare_workers"]] == [*(f"prefill-{i}" for i in (1, 2, 3)),
+                                                          *(f"decode-{i}" for i in (1, 2, 3, 4, 5))]  # fmt: skip
     prefill_argv = by_name["prefill-0"]["argv"]
     assert prefill_argv[prefill_argv.index("--disaggregation-mode") + 1] == "prefill"
     assert "dynamo.trtllm" in prefill_argv
@@ -48,7 +51,7 @@ def test_check_prints_placement_and_command_lines(capsys: pytest.CaptureFixture[
 
 
 def test_check_with_mocker_swaps_engines_only(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker", "--json")
+    code, out, err = dynamo(capsys, "check", "graphs/disagg-1p1d.yaml", "--engine", "mocker", "--json")
     assert code == 0, out + err
     plan = json.loads(out)
     workers = [p for p in plan["processes"] if p["kind"] == "worker"]
@@ -67,11 +70,12 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
     profiles = {run_dir / "profiles" / "prefill.npz", run_dir / "profiles" / "decode.npz"}
-    assert planned == profiles | {run_dir / name for name in ("conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json")}
+    written = ("conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json", "planner.json")
+    assert planned == profiles | {run_dir / name for name in written}
     assert not run_dir.exists()  # check wrote nothing into the run folder
     paths = [Path(arg.split("=", 1)[-1]) for p in plan["processes"] for arg in p["argv"] if "/" in arg.split("=", 1)[-1][:1]]
-    data_dirs = {run_dir / "etcd", run_dir / "nats", run_dir / "prometheus"}  # stores the services make themselves
-    missing = [path for path in paths if not path.exists() and path not in planned | data_dirs]
+    made_by_serve = {run_dir, run_dir / "etcd", run_dir / "nats", run_dir / "prometheus", run_dir / "planner-look.json"}
+    missing = [path for path in paths if not path.exists() and path not in planned | made_by_serve]
     assert paths and not missing
     code, out, _ = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker")
     assert "files written when the graph is served:" in out
@@ -245,13 +249,13 @@ def test_autoscaled_pool_starts_at_its_minimum(capsys: pytest.CaptureFixture[str
     graph["hardware"]["gpus"] = 4
     graph["pools"]["decode"].pop("workers")
     graph["pools"]["decode"]["autoscale"] = {"min": 2, "max": 3}
-    graph["planner"] = {"ttft_ms": 1000, "itl_ms": 25}
+    graph["planner"] = {"mode": "load", "ttft_ms": 1000, "itl_ms": 25}
     path.write_text(yaml.safe_dump(graph))
     code, out, err = dynamo(capsys, "check", str(path))
     assert code == 0, out + err
     assert "decode-1  " in out and "decode-2  " not in out
     assert "worker slots a pool grows into, on free GPUs: decode-2 (port " in out
-    assert "pool decode autoscales between 2 and 3 workers: it starts at 2" in out
+    assert "pool decode autoscales between 2 and 3 workers: it starts at 2, then Dynamo's planner sizes it on load thresholds (load)" in out
     assert "planner " in out and "actuator " in out
 
 

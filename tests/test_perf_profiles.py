@@ -91,7 +91,7 @@ def test_mocker_args_carry_the_pool_layout(tmp_path):
 
 
 def test_shipped_graph_reads_into_its_layout():
-    layout = layout_from_file("graphs/disagg.yaml")
+    layout = layout_from_file("graphs/disagg-1p1d.yaml")
     assert layout.pools["prefill"] == PoolLayout(tp=4, max_batch=32, max_num_tokens=20000)
     assert layout.pools["decode"] == PoolLayout(tp=4, attention_dp=True, max_batch=128, max_num_tokens=16384)
     assert layout.precision.kv_cache == "fp8" and layout.hardware == "b200"

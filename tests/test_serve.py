@@ -272,7 +272,8 @@ def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
                                  "--json").stdout)  # fmt: skip
     planned = {Path(file["path"]) for file in plan["files"]}
     assert {path.name for path in planned} == {
-        "prefill.npz", "decode.npz", "conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json"
+        "prefill.npz", "decode.npz", "conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json",
+        "planner.json",
     }
     assert all(path.is_file() for path in planned)
 

@@ -54,7 +54,7 @@ SLOW_PREFILL = 0.45  # compute efficiency for the sensitivity case: prefill abou
 # attention DP, 16k-token steps) and Dynamo's gpt-oss guide (1 prefill TP4/EP4, 20k-token steps +
 # 1 decode TP4/EP4 with attention DP), with the B200 and the H200 engine settings.
 GRAPHS = HERE.parent.parent / "graphs"
-RECIPES = {"b200": ("agg.yaml", "disagg.yaml"), "h200": ("agg-h200.yaml", "disagg-h200.yaml")}
+RECIPES = {"b200": ("agg.yaml", "disagg-1p1d.yaml"), "h200": ("agg-h200.yaml", "disagg-h200.yaml")}
 
 # Two ways to read "interactivity": aiperf's tok/s/user (DEFINITIONS["tok_s_user"]), and the
 # stutter users notice (tokens per second at the p99 of every inter-token gap, DEFINITIONS["gap_p99_ms"]).

@@ -70,7 +70,7 @@ def plan_graph(
     """Load, validate, build and place a graph with its planner, as `check` prints it and `serve`
     runs it; GraphError lists whatever stops it from running here."""
     deployment = build_deployment(load_graph(graph), engine_override=engine_override)
-    planner = planner_config(deployment)
+    planner = planner_config(deployment, mocker_time_scale)
     plan = prepare(
         deployment,
         run_dir=run_dir,
@@ -139,7 +139,9 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         if pool.autoscale:
             lines.append(
                 f"  note: pool {pool.role} autoscales between {pool.autoscale.min} and {pool.autoscale.max} "
-                f"workers: it starts at {pool.workers}, then Dynamo's planner sizes it on load"
+                f"workers: it starts at {pool.workers}, then Dynamo's planner sizes it "
+                + ("for the TTFT and ITL targets (sla)" if deployment.planner and deployment.planner.mode == "sla"
+                   else "on load thresholds (load)")
             )
     for engine_name in sorted(deployment.engines):
         reason = engine_for(engine_name).unavailable_reason(plan.gpus_needed(engine_name))

@@ -9,6 +9,7 @@ from dynamo_oss.cli.arguments import add_run_dir_argument
 from dynamo_oss.launch.control_client import ControlClient
 from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
+from dynamo_oss.planner.look import Look
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -49,6 +50,11 @@ def status(args: argparse.Namespace) -> int:
         took = f" in {decision.seconds:.1f} s" if decision.seconds is not None else ""
         lines.append(f"  last planner decision: #{decision.decision_id} at {decision.at:%H:%M:%S} UTC: {sizes}: "
                      f"{decision.outcome}{took}")  # fmt: skip
+        if decision.why:
+            lines.append(f"    why: {decision.why}")
+    look = Look.read(run_dir)
+    if look is not None:
+        lines.append(f"  planner's latest look (sla), at {look.at:%H:%M:%S} UTC: {look.reason}")
     lines.append("  processes:")
     for p in state.processes:
         pid = str(p.pid) if p.pid else "-"

@@ -123,8 +123,8 @@ def plan_host(
     frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
     workers, spare, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
+    processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
     launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, files, run_dir, problems)
-    processes += _planner_processes(deployment, planner, shared_env, run_dir, prometheus_url, files)
     spare_ports = [use for process in spare for use in process.ports]
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
@@ -169,17 +169,36 @@ def _observe(
     launcher = PortUse(field="observability.launcher_port", host=LOOPBACK, port=section.launcher_port)
     prometheus = section.prometheus  # where an embedded one listens
     if not (deployment.observability.prometheus_embedded and isinstance(prometheus, EmbeddedPrometheus)):
-        return launcher, deployment.observability.prometheus_url, None
+        return launcher, _prometheus_url(deployment), None
     targets = PlannedFile(
         path=run_dir / "prometheus-workers.json",
         purpose="Prometheus's worker targets, rewritten as pools are resized",
         content=worker_targets([p for p in processes if p.kind == "worker"], deployment.namespace).encode(),
     )
-    scrape = scrape_config(processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path)
+    scrape = scrape_config(
+        processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path, _planner_namespace(deployment)
+    )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
     processes.append(_prometheus_process(prometheus, config.path, run_dir, problems))
-    return launcher, f"http://{LOOPBACK}:{prometheus.port}", targets.path
+    return launcher, _prometheus_url(deployment), targets.path
+
+
+def _planner_namespace(deployment: Deployment) -> str:
+    """Where Dynamo's planner counts the workers and reads their load, as their engine registers them;
+    the frontend's metrics carry it too, as the planner's traffic queries look for it."""
+    pools = [pool for pool in deployment.pools if pool.autoscale] or deployment.pools
+    return engine_for(pools[0].engine).planner_namespace(deployment.namespace)
+
+
+def _prometheus_url(deployment: Deployment) -> str | None:
+    """The graph's Prometheus: the embedded one on loopback, an external one's URL, or none."""
+    section = deployment.spec.observability
+    if deployment.observability is None or section is None:
+        return None
+    if isinstance(section.prometheus, EmbeddedPrometheus):
+        return f"http://{LOOPBACK}:{section.prometheus.port}"
+    return deployment.observability.prometheus_url
 
 
 def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], model_folder: Path) -> list[ProcessPlan]:
@@ -303,7 +322,6 @@ def _planner_processes(
     planner = deployment.planner
     if settings is None or planner is None:
         return []
-    engine = engine_for(settings["backend"])
     config = {
         "environment": "virtual",
         **settings,
@@ -319,15 +337,17 @@ def _planner_processes(
     )
     files.append(config_file)
     # It counts workers and reads their load where the engine registers them.
-    env = {**shared_env, "DYN_NAMESPACE": engine.planner_namespace(deployment.namespace)}
+    env = {**shared_env, "DYN_NAMESPACE": _planner_namespace(deployment)}
     planner_env = {
         **env,
         "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
         **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
     }
+    metrics = PortUse(field="planner.metrics_port", host=LOOPBACK, port=deployment.spec.planner.metrics_port)  # type: ignore[union-attr]
+    argv = [sys.executable, "-m", "dynamo_oss.planner", "--config", str(config_file.path),
+            "--metrics", f"{metrics.host}:{metrics.port}", "--look", str(run_dir / "planner-look.json")]  # fmt: skip
     return [
-        ProcessPlan(name="planner", kind="planner", argv=[sys.executable, "-m", "dynamo_oss.planner", "--config",
-                                                          str(config_file.path)], env=planner_env),  # fmt: skip
+        ProcessPlan(name="planner", kind="planner", argv=argv, env=planner_env, ports=[metrics]),
         ProcessPlan(
             name="actuator",
             kind="planner",

@@ -226,12 +226,16 @@ def _planner_component(deployment: Deployment, settings: dict[str, Any], target:
 
 def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
     """Scrape every pod of the graph on the ports the operator names: the frontend's `http`, the
-    workers' `system` and the planner's `metrics`; a pod without the port gives no target."""
+    workers' `system` and the planner's `metrics`; a pod without the port gives no target. The
+    frontend's series get the `dynamo_namespace` Dynamo's planner selects its traffic by, which
+    Dynamo's frontend does not set itself: the operator's DYN_NAMESPACE, KUBERNETES-NAMESPACE-NAME."""
     section = deployment.spec.observability
     prometheus = section.prometheus if section else None
     interval = f"{getattr(prometheus, 'scrape_interval_s', 5.0):g}s"
     endpoints = [{"port": port, "path": "/metrics", "interval": interval, "honorLabels": True}
                  for port in ("http", "system", "metrics")]  # fmt: skip
+    endpoints[0]["relabelings"] = [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
+                                    "replacement": f"$1-{deployment.name}"}]  # fmt: skip
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

@@ -9,6 +9,7 @@ starts from a graph that can run.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -87,8 +88,9 @@ class Pool(Frozen):
 
 
 class Planner(Frozen):
-    """Dynamo's planner, scaling the autoscaled pools on load (its `load` optimization target)."""
+    """Dynamo's planner, sizing the autoscaled pools for the targets (`sla`) or on load thresholds (`load`)."""
 
+    mode: Literal["sla", "load"] = Field(description="what it sizes the pools on")
     ttft_ms: float = Field(description="the TTFT target the pools are measured against")
     itl_ms: float = Field(description="the ITL target")
     max_gpus: int
@@ -98,7 +100,7 @@ class Planner(Frozen):
     pools: list[PoolRole] = Field(description="the pools it sizes")
 
     @property
-    def mode(self) -> str:
+    def dynamo_mode(self) -> str:
         """Dynamo's name for what it sizes: both disaggregated pools, one of them, or the aggregated one."""
         if "agg" in self.pools:
             return "agg"
@@ -173,6 +175,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
     planner = None
     if spec.planner is not None:
         planner = Planner(
+            mode=spec.planner.mode,
             ttft_ms=spec.planner.ttft_ms,
             itl_ms=spec.planner.itl_ms,
             max_gpus=spec.planner.max_gpus or spec.hardware.gpus,
@@ -231,14 +234,23 @@ def _observability(spec: GraphSpec) -> Observability | None:
 
 
 def _gpu_budget(spec: GraphSpec) -> list[Problem]:
-    """The pools' starting workers must fit the host's GPUs."""
-    needed = sum(pool.initial_workers * pool.gpus_per_worker for _, pool in spec.pools.items())
-    if needed <= spec.hardware.gpus:
-        return []
-    demand = ", ".join(f"{role} {pool.initial_workers} x {pool.gpus_per_worker}" for role, pool in spec.pools.items())
+    """The pools' starting workers must fit the host's GPUs, and each autoscaled pool's largest size
+    beside the others' starting sizes."""
+    pools = spec.pools.items()
+    needed = sum(pool.initial_workers * pool.gpus_per_worker for _, pool in pools)
+    if needed > spec.hardware.gpus:
+        demand = ", ".join(f"{role} {pool.initial_workers} x {pool.gpus_per_worker}" for role, pool in pools)
+        return [Problem(path="hardware.gpus", message=f"the pools need {needed} GPUs ({demand}) but the host has "
+                        f"{spec.hardware.gpus}")]  # fmt: skip
     return [
         Problem(
-            path="hardware.gpus",
-            message=f"the pools need {needed} GPUs ({demand}) but the host has {spec.hardware.gpus}",
+            path=f"pools.{role}.autoscale.max",
+            message=f"{pool.most_workers} workers of {pool.gpus_per_worker} GPUs beside the other pools' "
+            f"{needed - pool.initial_workers * pool.gpus_per_worker} need "
+            f"{needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker} GPUs, but the host has "
+            f"{spec.hardware.gpus}; lower max to at most "
+            f"{pool.initial_workers + (spec.hardware.gpus - needed) // pool.gpus_per_worker}",
         )
+        for role, pool in pools
+        if needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker > spec.hardware.gpus
     ]

@@ -19,20 +19,30 @@ from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 
 
 def scrape_config(
-    processes: list[ProcessPlan], launcher: PortUse, namespace: str, interval_s: float, worker_targets: Path
+    processes: list[ProcessPlan],
+    launcher: PortUse,
+    namespace: str,
+    interval_s: float,
+    worker_targets: Path,
+    planner_namespace: str,
 ) -> str:
-    """prometheus.yml for `processes` and the launcher's metrics port; workers are read from `worker_targets`."""
+    """prometheus.yml for `processes` and the launcher's metrics port; workers are read from `worker_targets`.
+    The frontend's series are labelled `dynamo_namespace` with `planner_namespace`, as Dynamo's planner
+    selects the traffic it plans for (Dynamo's frontend does not label them itself)."""
 
     def static(name: str, entries: list[tuple[PortUse, dict[str, str]]]) -> dict[str, Any]:
         return {"job_name": name, "static_configs": _targets(entries, namespace)}
 
     def of_kind(kind: str) -> list[tuple[PortUse, dict[str, str]]]:
-        return [(p.ports[0], {"process": p.name}) for p in processes if p.kind == kind]
+        return [(p.ports[0], {"process": p.name}) for p in processes if p.kind == kind and p.ports]
+
+    frontend = [(use, {**labels, "dynamo_namespace": planner_namespace}) for use, labels in of_kind("frontend")]
 
     jobs = [
-        static("dynamo-frontend", of_kind("frontend")),
+        static("dynamo-frontend", frontend),
         {"job_name": "dynamo-workers", "file_sd_configs": [{"files": [str(worker_targets)]}]},
         *([static("etcd", of_kind("etcd"))] if of_kind("etcd") else []),  # an external etcd is not ours to scrape
+        *([static("dynamo-planner", of_kind("planner"))] if of_kind("planner") else []),
         static("dynamo-oss-launcher", [(launcher, {"process": "launcher"})]),
     ]
     config = {

@@ -251,25 +251,36 @@ class ObservabilitySection(Strict):
 
 
 class PlannerSection(Strict):
-    """Dynamo's planner sizes the autoscaled pools on load: a prefill pool grows when prompt tokens
-    queue up, a decode pool when its KV cache fills. (Dynamo 1.6's SLA mode, which sizes pools for
-    TTFT and ITL targets directly, needs the AISimulate performance model, which cannot be installed
-    here; see README.)"""
+    """How Dynamo's planner sizes the autoscaled pools. `sla` (the default) sizes each one for the
+    TTFT and ITL targets from the project's calibrated performance model; `load` grows and shrinks
+    it on thresholds: prompt tokens queued at prefill, the share of the KV cache in use at decode."""
 
-    ttft_ms: float = Field(gt=0, description="Time-to-first-token target (SLO), ms: what dashboards and benchmarks "
-                           "measure the pools against.")  # fmt: skip
-    itl_ms: float = Field(gt=0, description="Inter-token latency target (SLO), ms, likewise.")
+    mode: Literal["sla", "load"] = Field(
+        default="sla",
+        description="sla: the fewest workers whose predicted TTFT p90 and ITL keep the targets under the observed "
+        "and predicted load (needs observability.prometheus, where the planner reads the load); load: Dynamo's "
+        "thresholds, prefill_queue_tokens and decode_kv_percent.",
+    )
+    ttft_ms: float = Field(gt=0, description="Time-to-first-token target (SLO), ms: the p90 the sla mode sizes "
+                           "prefill for, and what dashboards and benchmarks measure the pools against.")  # fmt: skip
+    itl_ms: float = Field(gt=0, description="Inter-token latency target (SLO), ms: the mean the sla mode sizes decode "
+                          "for, likewise.")  # fmt: skip
     max_gpus: int | None = Field(
         default=None, ge=1, le=72, description="Most GPUs all pools may use together (default: hardware.gpus)."
     )
     interval_s: int = Field(default=5, ge=1, le=600, description="Seconds between the planner's looks at the load.")
     prefill_queue_tokens: tuple[int, int] = Field(
         default=(16384, 1024),
-        description="[grow above, shrink below]: prompt tokens waiting in a prefill worker's queue.",
+        description="load mode: [grow above, shrink below]: prompt tokens waiting in a prefill worker's queue.",
     )
     decode_kv_percent: tuple[float, float] = Field(
         default=(80.0, 30.0),
-        description="[grow above, shrink below]: share of a decode (or aggregated) worker's KV cache in use, %.",
+        description="load mode: [grow above, shrink below]: share of a decode (or aggregated) worker's KV cache in "
+        "use, %.",
+    )
+    metrics_port: Port = Field(
+        default=9092, description="Port of the planner's /metrics on one host (loopback), scraped by the graph's "
+        "Prometheus."
     )
 
     @field_validator("prefill_queue_tokens", "decode_kv_percent", mode="before")

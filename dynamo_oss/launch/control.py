@@ -39,6 +39,7 @@ class DecisionRequest(BaseModel):
 
     decision_id: int
     workers: dict[PoolRole, int] = Field(description="new size of each pool the decision sets")
+    why: str | None = Field(default=None, description="the planner's reason, where it gives one (sla mode)")
 
 
 def write_token(run_dir: Path) -> str:
@@ -100,7 +101,11 @@ def control_app(
     @app.post("/v1/decisions", response_model=None)
     async def decision(body: DecisionRequest) -> ScaleOutcome | JSONResponse:
         reason = f"planner decision {body.decision_id}"
-        record = DecisionRecord(decision_id=body.decision_id, workers=body.workers, at=datetime.now(timezone.utc))
+        if body.why:
+            scaler.say(f"{reason}: {body.why}")
+        record = DecisionRecord(
+            decision_id=body.decision_id, workers=body.workers, at=datetime.now(timezone.utc), why=body.why
+        )
         try:
             outcome = await scaler.resize(body.workers, reason)
         except ScaleRefused as refused:

@@ -38,8 +38,8 @@ class ControlClient:
     def scale(self, role: PoolRole | str, workers: int) -> ScaleOutcome:
         return ScaleOutcome.model_validate(self._call("POST", f"/v1/pools/{role}/scale", {"workers": workers}))
 
-    def decide(self, decision_id: int, workers: dict[PoolRole, int]) -> ScaleOutcome:
-        body = {"decision_id": decision_id, "workers": workers}
+    def decide(self, decision_id: int, workers: dict[PoolRole, int], why: str | None = None) -> ScaleOutcome:
+        body = {"decision_id": decision_id, "workers": workers, "why": why}
         return ScaleOutcome.model_validate(self._call("POST", "/v1/decisions", body))
 
     def _call(self, method: str, path: str, body: dict | None = None) -> dict:

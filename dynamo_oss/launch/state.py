@@ -57,6 +57,7 @@ class DecisionRecord(BaseModel):
     at: datetime = Field(description="when it reached the launcher")
     outcome: str = Field(default="in progress", description="carried out, or refused and why")
     seconds: float | None = Field(default=None, description="how long carrying it out took")
+    why: str | None = Field(default=None, description="the planner's reason, where it gives one (sla mode)")
 
 
 class RunState(BaseModel):

@@ -24,11 +24,12 @@ WORKERS = f'job="dynamo-workers", {GRAPH}'
 PUBLIC = 'dynamo_endpoint="generate", dynamo_namespace!~"mocker_core_.*"'
 
 
+def _quantile(q: float, metric: str, labels: str) -> str:
+    return f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{labels}}}[{RATE}])))"
+
+
 def _quantiles(metric: str, labels: str) -> list[tuple[str, str]]:
-    return [
-        (f"histogram_quantile({q}, sum by (le) (rate({metric}_bucket{{{labels}}}[{RATE}])))", f"p{round(q * 100)}")
-        for q in (0.5, 0.99)
-    ]
+    return [(_quantile(q, metric, labels), f"p{round(q * 100)}") for q in (0.5, 0.99)]
 
 
 def _share_within(metric: str, bound: str) -> str:
@@ -153,7 +154,7 @@ def disaggregation() -> dashboard.Dashboard:
 
 def planner() -> dashboard.Dashboard:
     return (
-        _board("dynamo-oss-planner", "dynamo-oss: planner", "Pool sizes against their targets, scaling, latency.")
+        _board("dynamo-oss-planner", "dynamo-oss: planner", "Pool sizes, the planner's decisions and the load it planned for, latency against the targets.")
         .with_panel(panel(
             "Workers per pool", "Each pool's target and live workers, from the launcher.", "none",
             [(f'sum by (pool, state) (dynamo_oss_pool_workers{{state=~"target|live|draining", {GRAPH}}})',
@@ -165,12 +166,36 @@ def planner() -> dashboard.Dashboard:
               "{{pool}} {{direction}}")],
         ))
         .with_panel(panel(
-            "TTFT p50 against its target", "Median time to first token; the red line is 2 s.", "s",
-            _quantiles("dynamo_frontend_time_to_first_token_seconds", MODEL)[:1], warn_at=2,
+            "TTFT p90 against the target",
+            "Measured p90 time to first token, the graph's target (planner.ttft_ms), and what the performance "
+            "model predicted at the sizes the sla planner proposed.", "s",
+            [(_quantile(0.9, "dynamo_frontend_time_to_first_token_seconds", MODEL), "measured p90"),
+             (f'max(dynamo_oss_planner_target_latency_ms{{metric="ttft", {GRAPH}}}) / 1e3', "target"),
+             (f'max(dynamo_oss_planner_predicted_latency_ms{{metric="ttft", {GRAPH}}}) / 1e3', "predicted p90")],
         ))
         .with_panel(panel(
-            "ITL p50 against its target", "Median inter-token gap; the red line is 50 ms.", "s",
-            _quantiles("dynamo_frontend_inter_token_latency_seconds", MODEL)[:1], warn_at=0.05,
+            "ITL against the target",
+            "Measured mean inter-token latency, the graph's target (planner.itl_ms), and what the performance "
+            "model predicted at the sizes the sla planner proposed.", "s",
+            [(f"sum(rate(dynamo_frontend_inter_token_latency_seconds_sum{{{MODEL}}}[{RATE}])) / "
+              f"sum(rate(dynamo_frontend_inter_token_latency_seconds_count{{{MODEL}}}[{RATE}]))", "measured mean"),
+             (f'max(dynamo_oss_planner_target_latency_ms{{metric="itl", {GRAPH}}}) / 1e3', "target"),
+             (f'max(dynamo_oss_planner_predicted_latency_ms{{metric="itl", {GRAPH}}}) / 1e3', "predicted")],
+        ))
+        .with_panel(panel(
+            "Load: predicted against what came",
+            "Requests per second the planner observed over each look, and what Dynamo's load predictor "
+            "forecast for the next one (sla mode).", "reqps",
+            [(f'max by (source) (dynamo_oss_planner_load{{quantity="requests_per_s", {GRAPH}}})', "{{source}}")],
+        ))
+        .with_panel(panel(
+            "Planner decisions",
+            "Workers the sla planner proposed per pool against those it found, and its looks by what it "
+            "proposed (grow, shrink, hold) over the dashboard's range.", "none",
+            [(f"max by (pool) (dynamo_oss_planner_wanted_workers{{{GRAPH}}})", "{{pool}} wanted"),
+             (f"max by (pool) (dynamo_oss_planner_current_workers{{{GRAPH}}})", "{{pool}} found"),
+             (f"sum by (proposal) (increase(dynamo_oss_planner_looks_total{{{GRAPH}}}[$__range]))",
+              "looks: {{proposal}}")],
         ))
         .with_panel(panel(
             "Share within the targets",

@@ -24,6 +24,7 @@ from dynamo._core import DistributedRuntime, VirtualConnectorClient
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.launch.control_client import ControlClient
+from dynamo_oss.planner.look import Look
 
 log = logging.getLogger("dynamo_oss.planner.actuator")
 
@@ -52,7 +53,9 @@ async def relay(run_dir: Path, roles: list[PoolRole]) -> None:
         sizes = decided_sizes(decision.num_prefill_workers, decision.num_decode_workers, roles)
         if sizes:
             try:
-                await asyncio.to_thread(control.decide, decision.decision_id, sizes)
+                look = Look.read(run_dir)  # the sla mode's reason for it, when it gives one
+                why = look.reason if look and all(look.wanted.get(role) == n for role, n in sizes.items()) else None
+                await asyncio.to_thread(control.decide, decision.decision_id, sizes, why)
             except UserError as error:  # refused or failed: the launcher has logged why
                 log.warning("decision %s not carried out: %s", decision.decision_id, error)
         await decisions.complete(decision)

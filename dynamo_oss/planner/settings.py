@@ -8,21 +8,29 @@ same in both places: this module. Each renderer adds only its `environment` and 
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
+from dynamo_oss.perf.graphs import layout_from_deployment
+from dynamo_oss.planner.sizing import Load, Range, Sizer, SizingSpec
 
 PlannerConfig = dict[str, Any]  # Dynamo's PlannerConfig fields, as its `--config` reads them
+PREDICTOR = "kalman"  # Dynamo's load predictor the sla mode forecasts with: it follows a rising trend
+PLUGIN_MODULE = "dynamo_oss.planner.plugin"
+SETTLE_S = 30.0  # how long the sla mode must want a pool smaller before it shrinks it: longer than a lull between bursts
 
 
-def planner_config(deployment: Deployment) -> PlannerConfig | None:
+def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> PlannerConfig | None:
     """The planner's `--config` fields that follow from the graph, or None when no pool autoscales;
-    GraphError when the planner cannot size the graph's pools.
+    GraphError when the planner cannot size the graph's pools. `mocker_time_scale` is how much
+    slower than modelled mocker pools run (`--mocker-time-scale`), which the sla mode sizes for.
 
-    It decides on load (its `load` target): the `sla` target needs AISimulate's performance
-    model, which cannot be installed here.
+    Both modes run Dynamo's `load` optimization target, its only one that needs no AISimulate
+    model; in `sla` mode the project's predict and propose stages, loaded in-process, set every
+    autoscaled pool's size on every look, so the load thresholds never decide.
     """
     planner = deployment.planner
     if planner is None:
@@ -36,9 +44,9 @@ def planner_config(deployment: Deployment) -> PlannerConfig | None:
     most_gpus = sum(pool.autoscale.max * pool.gpus_per_worker for pool in scaled if pool.autoscale)
     gpus = {pool.role: pool.gpus_per_worker for pool in deployment.pools}
     mins = {pool.role: pool.autoscale.min for pool in scaled if pool.autoscale}
-    return {
+    config: PlannerConfig = {
         "backend": engine_for(scaled[0].engine).name,
-        "mode": planner.mode,
+        "mode": planner.dynamo_mode,
         "optimization_target": "load",
         "enable_throughput_scaling": False,
         "model_name": deployment.model.served_name,
@@ -54,3 +62,62 @@ def planner_config(deployment: Deployment) -> PlannerConfig | None:
         **({"prefill_min_endpoint": mins["prefill"]} if "prefill" in mins else {}),
         **({"decode_min_endpoint": mins["decode"]} if "decode" in mins else {}),
     }
+    if planner.mode == "sla":
+        config["throughput_adjustment_interval_seconds"] = planner.interval_s  # the window it reads traffic over
+        config["plugin_registration"] = {"in_process_plugins": sla_plugins(deployment, mocker_time_scale)}
+    return config
+
+
+def sla_plugins(deployment: Deployment, mocker_time_scale: float) -> list[dict[str, Any]]:
+    """The sla mode's predict and propose stages, as Dynamo's in-process plugin entries."""
+    assert deployment.planner is not None
+    scaled = {pool.engine for pool in deployment.pools if pool.autoscale}
+    spec = sizing_spec(deployment, mocker_time_scale if scaled == {"mocker"} else 1.0)
+    interval = deployment.planner.interval_s
+    stage = {"module": PLUGIN_MODULE, "priority": 0, "execution_interval_seconds": interval,
+             "observation_window_seconds": interval}  # fmt: skip
+    return [
+        {**stage, "class": "LoadForecast", "plugin_id": "dynamo_oss_load_forecast", "plugin_type": "predict",
+         "needs": ["observations.traffic"], "kwargs": {"predictor": PREDICTOR, "interval_s": interval}},
+        {**stage, "class": "SlaPropose", "plugin_id": "dynamo_oss_sla", "plugin_type": "propose",
+         "needs": ["observations.traffic", "observations.workers", "predictions"],
+         "kwargs": {**spec.model_dump(mode="json"), "settle_looks": math.ceil(SETTLE_S / interval)}},
+    ]  # fmt: skip
+
+
+def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
+    """What the sla mode sizes with; GraphError when the model cannot time the graph or no size can
+    meet its targets."""
+    planner = deployment.planner
+    assert planner is not None
+    source = str(deployment.source)
+    if deployment.observability is None:
+        raise GraphError(source, [Problem(path="planner.mode", message="sla reads the request rate and lengths from "
+                         "Prometheus: give the graph `observability: {prometheus: embedded}`, or use mode load")])  # fmt: skip
+    try:
+        layout = layout_from_deployment(deployment)
+    except GraphError as error:
+        problems = [p.model_copy(update={"message": f"{p.message} (mode sla sizes pools with it; mode load does not "
+                                         "need it)"}) for p in error.problems]  # fmt: skip
+        raise GraphError(source, problems) from None
+    spec = SizingSpec(
+        layout=layout,
+        ranges={pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max)
+                for pool in deployment.pools if pool.autoscale},  # fmt: skip
+        ttft_ms=planner.ttft_ms,
+        itl_ms=planner.itl_ms,
+        time_scale=time_scale,
+    )
+    ttft, itl = Sizer(spec).fastest_ms(Load(requests_per_s=0, isl=1, osl=1))
+    problems = []
+    if itl > planner.itl_ms:
+        problems.append(Problem(path="planner.itl_ms", message=f"{planner.itl_ms:g} ms is below the fastest decode "
+                                f"step the performance model predicts for this layout ({layout.describe()} on "
+                                f"{layout.hardware}): {itl:.2f} ms at batch 1; no number of workers meets it"))  # fmt: skip
+    if ttft > planner.ttft_ms:
+        problems.append(Problem(path="planner.ttft_ms", message=f"{planner.ttft_ms:g} ms is below the fastest first "
+                                f"token the performance model predicts for this layout ({layout.describe()} on "
+                                f"{layout.hardware}): {ttft:.2f} ms for a one-token prompt alone"))  # fmt: skip
+    if problems:
+        raise GraphError(source, problems)
+    return spec

@@ -1,0 +1,143 @@
+"""The SLA mode's two stages inside Dynamo's planner, loaded in-process from its configuration.
+
+- `LoadForecast` (predict): Dynamo's own load predictor (`BuiltinLoadPredict`, the one its
+  throughput mode uses) over the traffic the planner observes: request count, ISL and OSL per look.
+- `SlaPropose` (propose): the fewest workers per autoscaled pool that keep the graph's TTFT and ITL
+  targets under the larger of the observed and the predicted load, from the calibrated model
+  (`sizing`). It sets every pool it sizes on every look, holding the size when it has no traffic to
+  go on, so Dynamo's load thresholds never decide beside it; Dynamo's reconcile and constrain
+  stages (minimums, the GPU budget) then apply as to its own proposals. A pool grows at once and
+  shrinks only after `settle_looks` looks in a row want it smaller, so a lull between bursts does
+  not drain workers the next burst needs.
+
+Each look is published as gauges (`metrics`) and, on one host, written to the run folder for the
+actuator and `dynamo status` (`look`).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from dynamo.planner.config.planner_config import PlannerConfig
+from dynamo.planner.core.types import WorkerCapabilities
+from dynamo.planner.plugins.builtins.local_planner import BuiltinLoadPredict
+from dynamo.planner.plugins.types import (
+    AcceptResult,
+    ComponentTarget,
+    OverrideResult,
+    OverrideType,
+    PredictStageRequest,
+    PredictStageResponse,
+    ProposeStageRequest,
+    ProposeStageResponse,
+    TrafficMetrics,
+)
+
+from dynamo_oss.perf.layout import Role
+from dynamo_oss.planner import metrics
+from dynamo_oss.planner.look import LOOK_FILE_ENV, Look
+from dynamo_oss.planner.sizing import Load, Sizer, SizingSpec
+
+log = logging.getLogger("dynamo_oss.planner")
+
+SUB_COMPONENT: dict[Role, str] = {"prefill": "prefill", "decode": "decode", "agg": "decode"}  # Dynamo's names
+
+
+class LoadForecast:
+    """Dynamo's load predictor as a predict stage of its own, for the SLA proposal to read."""
+
+    def __init__(self, predictor: str, interval_s: float) -> None:
+        config = PlannerConfig.model_construct(
+            load_predictor=predictor,
+            optimization_target="sla",
+            enable_throughput_scaling=True,  # BuiltinLoadPredict predicts only for a planner that plans on throughput
+            throughput_adjustment_interval_seconds=int(interval_s),
+        )
+        self._builtin = BuiltinLoadPredict(config, WorkerCapabilities())
+
+    async def Predict(self, request: PredictStageRequest) -> PredictStageResponse:  # noqa: N802 - Dynamo's method name
+        return await self._builtin.Predict(request)
+
+
+class SlaPropose:
+    """Sizes the autoscaled pools for the targets on every look (see the module docstring)."""
+
+    def __init__(self, settle_looks: int = 3, **spec: Any) -> None:
+        self.spec = SizingSpec.model_validate(spec)
+        self.sizer = Sizer(self.spec)
+        self.settle_looks = settle_looks
+        self.shape: tuple[float, float] | None = None  # the last ISL and OSL seen, for idle looks
+        self.smaller_wanted: dict[Role, int] = {}
+        self.look_file = Path(os.environ[LOOK_FILE_ENV]) if os.environ.get(LOOK_FILE_ENV) else None
+        metrics.set_targets(self.spec.ttft_ms, self.spec.itl_ms)
+
+    async def Propose(self, request: ProposeStageRequest) -> ProposeStageResponse:  # noqa: N802 - Dynamo's method name
+        context = request.context
+        observations = context.observations if context else None
+        workers = observations.workers if observations else None
+        if workers is None:
+            return ProposeStageResponse(accept=AcceptResult())
+        current = self._current(workers.expected_prefill, workers.expected_decode)
+        load = self._load(observations.traffic if observations else None, context.predictions if context else None)
+        if load is None:
+            return self._answer(current, current, "no traffic observed yet: holding the pools as they are", None)
+        sizing = self.sizer.size(load)
+        wanted = {role: self._settled(role, current.get(role, count), count) for role, count in sizing.workers.items()}
+        return self._answer(current, wanted, sizing.reason, (sizing.ttft_ms, sizing.itl_ms))
+
+    def _current(self, prefill: int | None, decode: int | None) -> dict[Role, int]:
+        counts = {"prefill": prefill, "decode": decode, "agg": decode}
+        return {role: counts[role] or self.spec.ranges[role].min for role in self.spec.ranges}  # type: ignore[misc]
+
+    def _load(self, traffic: TrafficMetrics | None, predictions: Any) -> Load | None:
+        """The load to size for: the larger of the last look's and the predicted next one."""
+        if traffic is None or traffic.duration_s <= 0:
+            return None
+        observed = traffic.num_req / traffic.duration_s
+        predicted = None
+        if predictions is not None and predictions.predicted_num_req is not None:
+            predicted = max(predictions.predicted_num_req, 0.0) / traffic.duration_s
+        isl, osl = traffic.isl, traffic.osl
+        if traffic.num_req > 0 and math.isfinite(isl) and math.isfinite(osl) and isl >= 1 and osl >= 1:
+            self.shape = (isl, osl)
+        metrics.set_load(observed, predicted, traffic.isl, traffic.osl)
+        if self.shape is None:
+            return None if observed == 0 and not predicted else Load(requests_per_s=0, isl=1, osl=1)
+        hit = traffic.kv_hit_rate if traffic.kv_hit_rate is not None and math.isfinite(traffic.kv_hit_rate) else 0.0
+        return Load(
+            requests_per_s=max(observed, predicted or 0.0),
+            isl=self.shape[0],
+            osl=self.shape[1],
+            kv_hit_rate=min(max(hit, 0.0), 1.0),
+        )
+
+    def _settled(self, role: Role, current: int, wanted: int) -> int:
+        """Grow at once; shrink by one once `settle_looks` looks in a row have wanted fewer."""
+        if wanted >= current:
+            self.smaller_wanted.pop(role, None)
+            return wanted
+        looks = self.smaller_wanted.get(role, 0) + 1
+        if looks < self.settle_looks:
+            self.smaller_wanted[role] = looks
+            return current
+        self.smaller_wanted.pop(role, None)
+        return current - 1
+
+    def _answer(
+        self, current: dict[Role, int], wanted: dict[Role, int], reason: str, predicted: tuple[float, float] | None
+    ) -> ProposeStageResponse:
+        metrics.set_look(current, wanted, predicted)
+        if wanted != current:
+            changes = ", ".join(f"{role} {current[role]} -> {count}" for role, count in wanted.items()
+                                if count != current[role])  # fmt: skip
+            log.info("proposing %s: %s", changes, reason)
+        if self.look_file is not None:
+            Look(at=datetime.now(timezone.utc), current=current, wanted=wanted, reason=reason).write(self.look_file)
+        targets = [ComponentTarget(sub_component_type=SUB_COMPONENT[role], replicas=count, type=OverrideType.SET)
+                   for role, count in wanted.items()]  # fmt: skip
+        return ProposeStageResponse(override=OverrideResult(targets=targets, reason="dynamo_oss_sla"))
