@@ -286,6 +286,19 @@ def test_status_reads_the_running_graph(disagg: ServedGraph) -> None:
     assert [(p["role"], p["target"], p["live"]) for p in state["pools"]] == [("prefill", 1, 1), ("decode", 1, 1)]
     text = run_dynamo("status", str(disagg.run_dir)).stdout
     assert f"graph {NAMESPACE}: ready" in text and "decode-0" in text
+    assert "(autoscaled 1-4)" in text and "(autoscaled 1-6)" in text
+
+
+def test_the_readmes_graph_runs_the_planner_in_sla_mode(disagg: ServedGraph) -> None:
+    terminal = disagg.output.read_text()
+    assert "[dynamo-oss] planner: sla mode: sizes prefill 1-4 and decode 1-6 for TTFT p90 <= 2000 ms and ITL <= 20 ms" in terminal
+    assert {p["name"] for p in disagg.state()["processes"]} >= {"planner", "actuator"}
+
+    def looked() -> str | None:
+        text = run_dynamo("status", str(disagg.run_dir)).stdout
+        return text if "planner's latest look (sla), at " in text else None
+
+    wait_for(looked, 60, "the planner's first look in dynamo status")
 
 
 def test_status_of_a_folder_that_ran_nothing(tmp_path: Path) -> None:

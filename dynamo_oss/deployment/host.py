@@ -59,6 +59,7 @@ class HostPlan(BaseModel):
     worker_targets: Path | None = None  # Prometheus's file of worker targets, which the launcher keeps current
     ready_timeout_s: float  # the slowest engine's time to register
     prometheus_url: str | None = None  # where the graph's metrics can be queried
+    planner: str | None = None  # what the planner sizes, and on what, for the operator
     launcher_metrics: PortUse | None = None  # where the launcher serves its own /metrics
     nats_monitoring: str | None = None  # an embedded nats-server's monitoring URL, which the launcher exports
 
@@ -149,6 +150,7 @@ def plan_host(
         worker_targets=worker_targets,
         ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
         prometheus_url=prometheus_url,
+        planner=_planner_summary(deployment) if planner else None,
         launcher_metrics=launcher_metrics,
         nats_monitoring=f"http://{LOOPBACK}:{nats.monitoring_port}" if isinstance(nats, EmbeddedNats) else None,
     )
@@ -182,6 +184,15 @@ def _observe(
     files += [config, targets]
     processes.append(_prometheus_process(prometheus, config.path, run_dir, problems))
     return launcher, _prometheus_url(deployment), targets.path
+
+
+def _planner_summary(deployment: Deployment) -> str:
+    planner = deployment.planner
+    assert planner is not None
+    pools = " and ".join(f"{p.role} {p.autoscale.min}-{p.autoscale.max}" for p in deployment.pools if p.autoscale)
+    on = {"sla": f"for TTFT p90 <= {planner.ttft_ms:g} ms and ITL <= {planner.itl_ms:g} ms",
+          "load": "on load thresholds"}[planner.mode]  # fmt: skip
+    return f"{planner.mode} mode: sizes {pools} {on}"
 
 
 def _planner_namespace(deployment: Deployment) -> str:

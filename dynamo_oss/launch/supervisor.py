@@ -97,6 +97,8 @@ class Supervisor:
             )
             if self.plan.prometheus_url:
                 self.say(f"metrics: Prometheus at {self.plan.prometheus_url}")
+            if self.plan.planner:
+                self.say(f"planner: {self.plan.planner}")
             await self.stopping.wait()
             return 0
         except StartupFailed as err:
