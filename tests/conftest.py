@@ -67,6 +67,15 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def dynamo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """Run the `dynamo` command in this process: (exit status, stdout, stderr)."""
+    from dynamo_oss.cli import main
+
+    code = main(list(args))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def run_dynamo(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run([*DYNAMO, *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
 

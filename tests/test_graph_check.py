@@ -11,18 +11,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import run_dynamo, write_graph
+from conftest import dynamo, run_dynamo, write_graph
 
-from dynamo_oss.cli import main
 
 SHIPPED = ["disagg.yaml", "disagg-1p1d.yaml", "agg.yaml", "disagg-h200.yaml", "agg-h200.yaml"]
-
-
-def dynamo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the `dynamo` command in this process: (exit status, stdout, stderr)."""
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
 
 
 @pytest.mark.parametrize("name", SHIPPED)

@@ -11,7 +11,17 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, SLA_HIGH, SLA_LOW, SLA_PROMPT_WORDS, SLA_SLOW, SLA_TOKENS, run_dynamo, write_sla_graph
+from conftest import (
+    REPO,
+    SLA_HIGH,
+    SLA_LOW,
+    SLA_PROMPT_WORDS,
+    SLA_SLOW,
+    SLA_TOKENS,
+    free_port_run,
+    dynamo,
+    write_sla_graph,
+)
 
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
@@ -82,20 +92,30 @@ def test_the_live_ramp_is_sized_one_then_two_of_each(tmp_path: Path) -> None:
     assert max(sizer.predict({"prefill": 2, "decode": 2}, high)) < math.inf
 
 
-def check_refused(tmp_path: Path, change: dict) -> str:
+def check_refused(capsys: pytest.CaptureFixture[str], path: Path) -> str:
+    code, out, err = dynamo(capsys, "check", str(path))
+    assert code == 2 and "nothing was started" in err, out + err
+    return err
+
+
+def changed_sla_graph(tmp_path: Path, change: dict) -> Path:
+    """write_sla_graph's graph with sections merged from `change`; a None value removes the key."""
     path = write_sla_graph(tmp_path)
     graph = yaml.safe_load(path.read_text())
     for section, fields in change.items():
-        graph[section] = fields if fields is None else {**graph.get(section, {}), **fields}
-    graph = {key: value for key, value in graph.items() if value is not None}
+        if fields is None:
+            del graph[section]
+            continue
+        graph[section] = {**graph[section], **fields}
+        graph[section] = {key: value for key, value in graph[section].items() if value is not None}
     path.write_text(yaml.safe_dump(graph))
-    result = run_dynamo("check", str(path))
-    assert result.returncode == 2 and "nothing was started" in result.stderr, result.stdout + result.stderr
-    return result.stderr
+    return path
 
 
-def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(tmp_path: Path) -> None:
-    err = check_refused(tmp_path, {"planner": {"itl_ms": 0.5, "ttft_ms": 1}})
+def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    err = check_refused(capsys, changed_sla_graph(tmp_path, {"planner": {"itl_ms": 0.5, "ttft_ms": 1}}))
     assert "planner.itl_ms: 0.5 ms is below the fastest decode step the performance model predicts for this " \
            "layout (disagg P 1xTP1 + D 1xTP1 on h200): " in err and " ms at batch 1; no number of workers meets it" in err
     assert "planner.ttft_ms: 1 ms is below the fastest first token" in err
@@ -114,16 +134,10 @@ def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(t
     ],
     ids=["unknown mode", "no prometheus", "range past the gpus", "min above max", "no itl target"],
 )
-def test_bad_planner_sections_are_named(tmp_path: Path, change: dict, named: str) -> None:
-    if change.get("planner", {}).get("itl_ms", 0) is None:
-        path = write_sla_graph(tmp_path)
-        graph = yaml.safe_load(path.read_text())
-        del graph["planner"]["itl_ms"]
-        path.write_text(yaml.safe_dump(graph))
-        result = run_dynamo("check", str(path))
-        assert result.returncode == 2 and named in result.stderr
-        return
-    assert named in check_refused(tmp_path, change)
+def test_bad_planner_sections_are_named(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: dict, named: str
+) -> None:
+    assert named in check_refused(capsys, changed_sla_graph(tmp_path, change))
 
 
 def test_the_planner_runs_the_plugins_at_the_mocker_speed_it_sizes_for(tmp_path: Path) -> None:
@@ -172,3 +186,24 @@ def test_the_propose_stage_grows_at_once_and_shrinks_after_it_settles(propose) -
     wanted = [propose(SLA_LOW, (2, 2)) for _ in range(15)]  # settle_looks: 30 s of 2 s looks
     assert wanted[:-1] == [{"prefill": 2, "decode": 2}] * 14 and wanted[-1] == {"prefill": 1, "decode": 1}
     assert propose(0, (2, 2)) == {"prefill": 2, "decode": 2}  # a new run of looks starts over
+
+
+def test_an_aggregated_pool_is_sized_for_both_targets(tmp_path: Path) -> None:
+    path = write_sla_graph(tmp_path)
+    graph = yaml.safe_load(path.read_text())
+    graph["pools"] = {"agg": {"autoscale": {"min": 1, "max": 4}, "engine": "mocker", "system_port": free_port_run(4)}}
+    path.write_text(yaml.safe_dump(graph))
+    sizer = sizer_of(path, SLA_SLOW)
+    grown = set()
+    for rate in (0.1, 0.5, 1, 2, 4):
+        load = Load(requests_per_s=rate, isl=2048, osl=SLA_TOKENS)
+        workers = sizer.size(load).workers["agg"]
+        grown.add(workers)
+        ttft, itl = sizer.predict({"agg": workers}, load)
+        assert (ttft <= 1500 and itl <= 40) or workers == 4
+        if workers > 1:
+            fewer = sizer.predict({"agg": workers - 1}, load)
+            assert fewer[0] > 1500 or fewer[1] > 40
+    assert len(grown) > 1
+    config = planner_config(build_deployment(load_graph(path)), SLA_SLOW)
+    assert config["mode"] == "agg" and config["min_endpoint"] == 1
