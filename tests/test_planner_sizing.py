@@ -148,6 +148,9 @@ def test_the_planner_runs_the_plugins_at_the_mocker_speed_it_sizes_for(tmp_path:
     assert plugins["SlaPropose"]["kwargs"]["time_scale"] == SLA_SLOW
     assert plugins["SlaPropose"]["priority"] < 10  # ahead of Dynamo's load proposal, whose sizes it replaces
     assert plugins["LoadForecast"]["kwargs"]["predictor"] == "kalman"
+    # It looks every 2 s at the traffic of the last 4 s: four of the graph's 1 s scrapes.
+    assert plugins["SlaPropose"]["execution_interval_seconds"] == 2 and plugins["SlaPropose"]["observation_window_seconds"] == 4
+    assert config["throughput_adjustment_interval_seconds"] == 4
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ PlannerConfig = dict[str, Any]  # Dynamo's PlannerConfig fields, as its `--confi
 PREDICTOR = "kalman"  # Dynamo's load predictor the sla mode forecasts with: it follows a rising trend
 PLUGIN_MODULE = "dynamo_oss.planner.plugin"
 SETTLE_S = 30.0  # how long the sla mode must want a pool smaller before it shrinks it: longer than a lull between bursts
+SCRAPES_PER_WINDOW = 4  # a rate over fewer scrapes than this is mostly extrapolation (or nothing, below two)
+EXTERNAL_SCRAPE_S = 15.0  # the scrape interval assumed of a Prometheus the graph does not start
 
 
 def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> PlannerConfig | None:
@@ -63,19 +65,31 @@ def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> Pl
         **({"decode_min_endpoint": mins["decode"]} if "decode" in mins else {}),
     }
     if planner.mode == "sla":
-        config["throughput_adjustment_interval_seconds"] = planner.interval_s  # the window it reads traffic over
-        config["plugin_registration"] = {"in_process_plugins": sla_plugins(deployment, mocker_time_scale)}
+        window = traffic_window_s(deployment)
+        config["throughput_adjustment_interval_seconds"] = window  # Dynamo reads the traffic over this window
+        config["plugin_registration"] = {"in_process_plugins": sla_plugins(deployment, window, mocker_time_scale)}
     return config
 
 
-def sla_plugins(deployment: Deployment, mocker_time_scale: float) -> list[dict[str, Any]]:
-    """The sla mode's predict and propose stages, as Dynamo's in-process plugin entries."""
+def traffic_window_s(deployment: Deployment) -> int:
+    """The window the sla mode reads the request rate and lengths over: whole looks, spanning at least
+    SCRAPES_PER_WINDOW scrapes of the graph's Prometheus, so the rate is measured, not extrapolated."""
+    assert deployment.planner is not None
+    section = deployment.spec.observability
+    scrape = getattr(section.prometheus, "scrape_interval_s", EXTERNAL_SCRAPE_S) if section else EXTERNAL_SCRAPE_S
+    interval = deployment.planner.interval_s
+    return interval * math.ceil(SCRAPES_PER_WINDOW * scrape / interval)
+
+
+def sla_plugins(deployment: Deployment, window_s: int, mocker_time_scale: float) -> list[dict[str, Any]]:
+    """The sla mode's predict and propose stages, as Dynamo's in-process plugin entries, looking every
+    `interval_s` at the traffic of the last `window_s`."""
     assert deployment.planner is not None
     scaled = {pool.engine for pool in deployment.pools if pool.autoscale}
     spec = sizing_spec(deployment, mocker_time_scale if scaled == {"mocker"} else 1.0)
     interval = deployment.planner.interval_s
     stage = {"module": PLUGIN_MODULE, "priority": 0, "execution_interval_seconds": interval,
-             "observation_window_seconds": interval}  # fmt: skip
+             "observation_window_seconds": window_s}  # fmt: skip
     return [
         {**stage, "class": "LoadForecast", "plugin_id": "dynamo_oss_load_forecast", "plugin_type": "predict",
          "needs": ["observations.traffic"], "kwargs": {"predictor": PREDICTOR, "interval_s": interval}},
