@@ -67,7 +67,8 @@ def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> Pl
     if planner.mode == "sla":
         window = traffic_window_s(deployment)
         config["throughput_adjustment_interval_seconds"] = window  # Dynamo reads the traffic over this window
-        config["plugin_registration"] = {"in_process_plugins": sla_plugins(deployment, window, mocker_time_scale)}
+        time_scale = mocker_time_scale if engines == {"mocker"} else 1.0
+        config["plugin_registration"] = {"in_process_plugins": sla_plugins(deployment, window, time_scale)}
     return config
 
 
@@ -81,12 +82,11 @@ def traffic_window_s(deployment: Deployment) -> int:
     return interval * math.ceil(SCRAPES_PER_WINDOW * scrape / interval)
 
 
-def sla_plugins(deployment: Deployment, window_s: int, mocker_time_scale: float) -> list[dict[str, Any]]:
+def sla_plugins(deployment: Deployment, window_s: int, time_scale: float) -> list[dict[str, Any]]:
     """The sla mode's predict and propose stages, as Dynamo's in-process plugin entries, looking every
-    `interval_s` at the traffic of the last `window_s`."""
+    `interval_s` at the traffic of the last `window_s`, sized for pools `time_scale` times slower than modelled."""
     assert deployment.planner is not None
-    scaled = {pool.engine for pool in deployment.pools if pool.autoscale}
-    spec = sizing_spec(deployment, mocker_time_scale if scaled == {"mocker"} else 1.0)
+    spec = sizing_spec(deployment, time_scale)
     interval = deployment.planner.interval_s
     stage = {"module": PLUGIN_MODULE, "priority": 0, "execution_interval_seconds": interval,
              "observation_window_seconds": window_s}  # fmt: skip
@@ -127,11 +127,13 @@ def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
     if itl > planner.itl_ms:
         problems.append(Problem(path="planner.itl_ms", message=f"{planner.itl_ms:g} ms is below the fastest decode "
                                 f"step the performance model predicts for this layout ({layout.describe()} on "
-                                f"{layout.hardware}): {itl:.2f} ms at batch 1; no number of workers meets it"))  # fmt: skip
+                                f"{layout.hardware}): {itl:.2f} ms at batch 1; no number of workers meets it. Raise itl_ms, or give "
+                                "the decode pool a faster layout (`dynamo plan` compares them)"))  # fmt: skip
     if ttft > planner.ttft_ms:
         problems.append(Problem(path="planner.ttft_ms", message=f"{planner.ttft_ms:g} ms is below the fastest first "
                                 f"token the performance model predicts for this layout ({layout.describe()} on "
-                                f"{layout.hardware}): {ttft:.2f} ms for a one-token prompt alone"))  # fmt: skip
+                                f"{layout.hardware}): {ttft:.2f} ms for a one-token prompt alone. Raise ttft_ms, or give the pools "
+                                "a faster layout (`dynamo plan` compares them)"))  # fmt: skip
     if problems:
         raise GraphError(source, problems)
     return spec

@@ -24,16 +24,14 @@ import math
 from collections.abc import Callable
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
+
+from dynamo_oss.deployment.model import Frozen
 
 from dynamo_oss.perf.costs import CostModel, attention_spans, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Role
 
 BISECTION_STEPS = 60
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class Load(Frozen):
