@@ -217,7 +217,8 @@ def write_sla_graph(folder: Path) -> Path:
     graph["hardware"]["gpus"] = 4
     graph["pools"] = {role: {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": free_port_run(2)}
                       for role in ("prefill", "decode")}  # fmt: skip
-    graph["planner"] = {"ttft_ms": 1500, "itl_ms": 40, "interval_s": 2, "metrics_port": metrics}  # mode sla: the default
+    graph["planner"] = {"ttft_ms": 1500, "itl_ms": 40, "interval_s": 2, "scale_down_after_s": 20,
+                        "metrics_port": metrics}  # mode sla: the default, with 20% headroom  # fmt: skip
     graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
     return path

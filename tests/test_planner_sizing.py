@@ -179,16 +179,27 @@ def propose(tmp_path: Path, dynamo_planner_config: type):  # noqa: ANN201 - retu
         response = asyncio.run(stage.Propose(ProposeStageRequest(context=context)))
         return {target.sub_component_type: target.replicas for target in response.override.targets}
 
+    look.stage = stage  # type: ignore[attr-defined]
     return look
 
 
-def test_the_propose_stage_grows_at_once_and_shrinks_after_it_settles(propose) -> None:  # noqa: ANN001
+def test_the_propose_stage_grows_at_once_and_shrinks_to_the_most_its_window_wanted(propose) -> None:  # noqa: ANN001
     assert propose(None, (1, 1)) == {"prefill": 1, "decode": 1}  # no traffic yet: it holds
     assert propose(SLA_HIGH, (1, 1)) == {"prefill": 2, "decode": 2}
+    wanted = [propose(SLA_LOW, (2, 2)) for _ in range(10)]  # scale_down_after_s: 20 s of 2 s looks
+    assert wanted[:-1] == [{"prefill": 2, "decode": 2}] * 9 and wanted[-1] == {"prefill": 1, "decode": 1}
     assert propose(SLA_LOW, (1, 1), predicted=SLA_HIGH) == {"prefill": 2, "decode": 2}  # the forecast counts
-    wanted = [propose(SLA_LOW, (2, 2)) for _ in range(15)]  # settle_looks: 30 s of 2 s looks
-    assert wanted[:-1] == [{"prefill": 2, "decode": 2}] * 14 and wanted[-1] == {"prefill": 1, "decode": 1}
-    assert propose(0, (2, 2)) == {"prefill": 2, "decode": 2}  # a new run of looks starts over
+
+
+def test_the_propose_stage_sizes_with_the_graphs_headroom(propose) -> None:  # noqa: ANN001
+    """The low rate plus 20% stays at one worker each; a rate one worker keeps only without the 20% gets two."""
+    sizer = propose.stage.sizer
+    load = Load(requests_per_s=SLA_LOW, isl=3080, osl=SLA_TOKENS)
+    rate = next(r / 100 for r in range(20, 250) if sizer.size(load.model_copy(update={"requests_per_s": r / 100 * 1.2}))
+                .workers != {"prefill": 1, "decode": 1})  # fmt: skip
+    assert sizer.size(load.model_copy(update={"requests_per_s": rate})).workers == {"prefill": 1, "decode": 1}
+    assert propose(SLA_LOW, (1, 1)) == {"prefill": 1, "decode": 1}
+    assert propose(rate, (1, 1)) != {"prefill": 1, "decode": 1}
 
 
 def test_an_aggregated_pool_is_sized_for_both_targets(tmp_path: Path) -> None:

@@ -97,6 +97,8 @@ class Planner(Frozen):
     interval_s: int = Field(description="seconds between its looks at the load")
     prefill_queue_tokens: tuple[int, int] = Field(description="grow above, shrink below: queued prompt tokens")
     decode_kv_percent: tuple[float, float] = Field(description="grow above, shrink below: KV cache in use, %")
+    headroom_percent: float = Field(description="sla: how much more load than seen or forecast the pools are sized for")
+    scale_down_after_s: int = Field(description="sla: a pool shrinks to the most it was sized for over this long")
     pools: list[PoolRole] = Field(description="the pools it sizes")
 
     @property
@@ -182,6 +184,8 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
             interval_s=spec.planner.interval_s,
             prefill_queue_tokens=spec.planner.prefill_queue_tokens,
             decode_kv_percent=spec.planner.decode_kv_percent,
+            headroom_percent=spec.planner.headroom_percent,
+            scale_down_after_s=spec.planner.scale_down_after_s,
             pools=[pool.role for pool in pools if pool.autoscale],
         )
     return Deployment(

@@ -278,6 +278,15 @@ class PlannerSection(Strict):
         description="load mode: [grow above, shrink below]: share of a decode (or aggregated) worker's KV cache in "
         "use, %.",
     )
+    headroom_percent: float = Field(
+        default=20, ge=0, le=200, description="sla mode: sizes the pools for this much more load than it observed "
+        "or forecast, %: room for load that rises between looks and for the time a new worker takes to serve.",
+    )
+    scale_down_after_s: int = Field(
+        default=300, ge=0, le=3600, description="sla mode: a pool shrinks only to the most workers it was sized for "
+        "over this many seconds, so a lull does not drain workers the next burst needs (Kubernetes' "
+        "HorizontalPodAutoscaler waits 300 s by default; a TensorRT-LLM worker loading gpt-oss takes minutes).",
+    )
     metrics_port: Port = Field(
         default=9092, description="Port of the planner's /metrics on one host (loopback), scraped by the graph's "
         "Prometheus."

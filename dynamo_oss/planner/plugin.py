@@ -3,12 +3,13 @@
 - `LoadForecast` (predict): Dynamo's own load predictor (`BuiltinLoadPredict`, the one its
   throughput mode uses) over the traffic the planner observes: request count, ISL and OSL per look.
 - `SlaPropose` (propose): the fewest workers per autoscaled pool that keep the graph's TTFT and ITL
-  targets under the larger of the observed and the predicted load, from the calibrated model
-  (`sizing`). It sets every pool it sizes on every look, holding the size when it has no traffic to
-  go on, so Dynamo's load thresholds never decide beside it; Dynamo's reconcile and constrain
-  stages (minimums, the GPU budget) then apply as to its own proposals. A pool grows at once and
-  shrinks only after `settle_looks` looks in a row want it smaller, so a lull between bursts does
-  not drain workers the next burst needs.
+  targets under the larger of the observed and the predicted load plus the graph's headroom, from
+  the calibrated model (`sizing`). It sets every pool it sizes on every look, holding the size when
+  it has no traffic to go on, so Dynamo's load thresholds never decide beside it; Dynamo's
+  reconcile and constrain stages (minimums, the GPU budget) then apply as to its own proposals.
+  A pool grows at once; it shrinks, straight down, to the most workers it was sized for over the
+  last `scale_down_looks` looks (the stabilisation window of Kubernetes' HorizontalPodAutoscaler),
+  so a lull between bursts does not drain workers the next burst needs.
 
 Each look is published as gauges (`metrics`) and, on one host, written to the run folder for the
 actuator and `dynamo status` (`look`).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+from collections import deque
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -67,12 +69,12 @@ class LoadForecast:
 class SlaPropose:
     """Sizes the autoscaled pools for the targets on every look (see the module docstring)."""
 
-    def __init__(self, settle_looks: int = 3, **spec: Any) -> None:
+    def __init__(self, headroom_percent: float = 0.0, scale_down_looks: int = 1, **spec: Any) -> None:
         self.spec = SizingSpec.model_validate(spec)
         self.sizer = Sizer(self.spec)
-        self.settle_looks = settle_looks
+        self.headroom = 1 + headroom_percent / 100
+        self.sized: deque[dict[Role, int]] = deque(maxlen=max(scale_down_looks, 1))  # the latest looks' sizes
         self.shape: tuple[float, float] | None = None  # the last ISL and OSL seen, for idle looks
-        self.smaller_wanted: dict[Role, int] = {}
         self.look_file = Path(os.environ[LOOK_FILE_ENV]) if os.environ.get(LOOK_FILE_ENV) else None
         metrics.set_targets(self.spec.ttft_ms, self.spec.itl_ms)
 
@@ -86,9 +88,11 @@ class SlaPropose:
         load = self._load(observations.traffic if observations else None, context.predictions if context else None)
         if load is None:
             return self._answer(current, current, "no traffic observed yet: holding the pools as they are", None)
-        sizing = self.sizer.size(load)
-        wanted = {role: self._settled(role, current.get(role, count), count) for role, count in sizing.workers.items()}
-        return self._answer(current, wanted, sizing.reason, (sizing.ttft_ms, sizing.itl_ms))
+        sizing = self.sizer.size(load.model_copy(update={"requests_per_s": load.requests_per_s * self.headroom}))
+        reason = f"{sizing.reason}; seen or forecast: {load.requests_per_s:.2f} req/s, sized with " \
+                 f"{self.headroom - 1:.0%} headroom"  # fmt: skip
+        wanted = self._stabilised(current, sizing.workers)
+        return self._answer(current, wanted, reason, self.sizer.predict(wanted, load))  # at the load seen or forecast
 
     def _current(self, prefill: int | None, decode: int | None) -> dict[Role, int]:
         counts = {"prefill": prefill, "decode": decode, "agg": decode}
@@ -116,17 +120,13 @@ class SlaPropose:
             kv_hit_rate=min(max(hit, 0.0), 1.0),
         )
 
-    def _settled(self, role: Role, current: int, wanted: int) -> int:
-        """Grow at once; shrink by one once `settle_looks` looks in a row have wanted fewer."""
-        if wanted >= current:
-            self.smaller_wanted.pop(role, None)
-            return wanted
-        looks = self.smaller_wanted.get(role, 0) + 1
-        if looks < self.settle_looks:
-            self.smaller_wanted[role] = looks
-            return current
-        self.smaller_wanted.pop(role, None)
-        return current - 1
+    def _stabilised(self, current: dict[Role, int], sized: dict[Role, int]) -> dict[Role, int]:
+        """The most workers each pool was sized for over the window: grows at once, shrinks once the
+        window has no look that wanted more. The pools' size when the planner starts counts as a look."""
+        if not self.sized:
+            self.sized.append(current)
+        self.sized.append(sized)
+        return {role: max(look.get(role, count) for look in self.sized) for role, count in sized.items()}
 
     def _answer(
         self, current: dict[Role, int], wanted: dict[Role, int], reason: str, predicted: tuple[float, float] | None

@@ -20,7 +20,6 @@ from dynamo_oss.planner.sizing import Load, Range, Sizer, SizingSpec
 PlannerConfig = dict[str, Any]  # Dynamo's PlannerConfig fields, as its `--config` reads them
 PREDICTOR = "kalman"  # Dynamo's load predictor the sla mode forecasts with: it follows a rising trend
 PLUGIN_MODULE = "dynamo_oss.planner.plugin"
-SETTLE_S = 30.0  # how long the sla mode must want a pool smaller before it shrinks it: longer than a lull between bursts
 SCRAPES_PER_WINDOW = 4  # a rate over fewer scrapes than this is mostly extrapolation (or nothing, below two)
 EXTERNAL_SCRAPE_S = 15.0  # the scrape interval assumed of a Prometheus the graph does not start
 
@@ -95,7 +94,8 @@ def sla_plugins(deployment: Deployment, window_s: int, time_scale: float) -> lis
          "needs": ["observations.traffic"], "kwargs": {"predictor": PREDICTOR, "interval_s": interval}},
         {**stage, "class": "SlaPropose", "plugin_id": "dynamo_oss_sla", "plugin_type": "propose",
          "needs": ["observations.traffic", "observations.workers", "predictions"],
-         "kwargs": {**spec.model_dump(mode="json"), "settle_looks": math.ceil(SETTLE_S / interval)}},
+         "kwargs": {**spec.model_dump(mode="json"), "headroom_percent": deployment.planner.headroom_percent,
+                    "scale_down_looks": math.ceil(deployment.planner.scale_down_after_s / interval)}},
     ]  # fmt: skip
 
 
