@@ -1,4 +1,4 @@
-"""A deployment placed on one host: every process with its command line, environment, ports and GPUs.
+"""A node's share of a deployment: every process it runs, with its command line, environment, ports and GPUs.
 
 `dynamo check` prints this plan and `dynamo serve` runs it; both see the same problems
 (port clashes inside the graph, missing binaries) before anything starts. Rendering a plan
@@ -19,10 +19,12 @@ from pydantic import BaseModel
 
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.deployment.commands import frontend_args, gateway_args, worker_context
 from dynamo_oss.deployment.model import Deployment, Pool
+from dynamo_oss.deployment.placement import Node
 from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
-from dynamo_oss.engines import PlannedFile, SimulatedTiming, WorkerContext, engine_for
+from dynamo_oss.engines import PlannedFile, SimulatedTiming, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
 
@@ -79,6 +81,7 @@ class HostPlan(BaseModel):
 
 def plan_host(
     deployment: Deployment,
+    node: str | None = None,
     *,
     run_dir: Path,
     model_folder: Path,
@@ -87,8 +90,11 @@ def plan_host(
     mocker_responses: Path | None = None,
     planner: dict[str, Any] | None = None,
 ) -> HostPlan:
-    """Place `deployment` on this host; raise GraphError if it cannot run here. `planner` is Dynamo's
-    planner configuration for its autoscaled pools (dynamo_oss.planner.settings), None without one."""
+    """The share of `deployment` that `node` runs (default: the node holding the infrastructure, the
+    only one of a single-host graph); GraphError if it cannot run here. `planner` is Dynamo's planner
+    configuration for its autoscaled pools (dynamo_oss.planner.settings), None without one."""
+    placement = deployment.placement
+    here = placement.node(node or placement.infrastructure_node)
     spec = deployment.spec
     problems: list[Problem] = []
     infra: list[ProcessPlan] = []
@@ -122,7 +128,7 @@ def plan_host(
         "DYN_SYSTEM_HOST": LOOPBACK,
     }
     frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
-    workers, spare, files = _worker_processes(deployment, model_folder, shared_env, timings or {}, mocker_responses)
+    workers, spare, files = _worker_processes(deployment, here, model_folder, shared_env, timings or {}, mocker_responses)
     processes = [*infra, *frontend_processes, *workers]
     processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
     launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, files, run_dir, problems)
@@ -145,7 +151,7 @@ def plan_host(
         processes=processes,
         spare_workers=spare,
         pools=[_pool_plan(pool) for pool in deployment.pools],
-        gpus=deployment.gpus,
+        gpus=here.gpus,
         gpu_budget=deployment.planner.max_gpus if deployment.planner else deployment.gpus,
         worker_targets=worker_targets,
         ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
@@ -215,7 +221,7 @@ def _prometheus_url(deployment: Deployment) -> str | None:
 def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], model_folder: Path) -> list[ProcessPlan]:
     """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`: what they do
     comes from the deployment's frontend component, where they listen from the graph's frontend section."""
-    frontend, listen = deployment.frontend, deployment.spec.frontend
+    listen = deployment.spec.frontend
     dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
     if deployment.gateway:
@@ -225,32 +231,19 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
         ProcessPlan(
             name="frontend",
             kind="frontend",
-            argv=[
-                sys.executable, "-m", "dynamo.frontend",
-                "--http-host", dynamo_host,
-                "--http-port", str(dynamo_port),
-                "--router-mode", frontend.router,
-                "--migration-limit", str(frontend.migration_limit),
-                "--namespace", deployment.namespace,
-            ],  # fmt: skip
+            argv=[sys.executable, *frontend_args(deployment, (dynamo_host, dynamo_port), deployment.namespace)],
             env=shared_env,
             ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
         )
     ]
     if deployment.gateway:
+        args = gateway_args(deployment, (listen.host, listen.port), f"http://{LOOPBACK}:{dynamo_port}",
+                            ["--model-folder", str(model_folder)], reasoning_key_file(deployment))  # fmt: skip
         processes.append(
             ProcessPlan(
                 name="gateway",
                 kind="gateway",
-                argv=[
-                    sys.executable, "-m", "dynamo_oss.gateway",
-                    "--host", listen.host,
-                    "--port", str(listen.port),
-                    "--upstream", f"http://{LOOPBACK}:{dynamo_port}",
-                    "--model-folder", str(model_folder),
-                    "--max-in-flight", str(deployment.gateway.max_in_flight),
-                    "--reasoning-key-file", str(reasoning_key_file(deployment)),
-                ],  # fmt: skip
+                argv=[sys.executable, *args],
                 env={},
                 ports=[PortUse(field="frontend.port", host=listen.host, port=listen.port)],
             )
@@ -266,43 +259,39 @@ def reasoning_key_file(deployment: Deployment) -> Path:
 
 def _worker_processes(
     deployment: Deployment,
+    node: Node,
     model_folder: Path,
     shared_env: dict[str, str],
     timings: dict[PoolRole, SimulatedTiming],
     mocker_responses: Path | None,
 ) -> tuple[list[ProcessPlan], list[ProcessPlan], list[PlannedFile]]:
-    """Every pool's workers: those that start with the graph, GPUs handed out in pool order; the
+    """The node's worker slots, as placed: those that start with the graph on their GPUs, and the
     spare slots an autoscaled pool grows into, GPUs left to the launcher; the files their command
     lines name."""
     model = deployment.model
     processes, spare, files = [], [], []
-    next_gpu = 0
     for pool in deployment.pools:
+        slots = deployment.placement.slots_on(node.name, pool.role)
+        if not slots:
+            continue
         engine = engine_for(pool.engine)
         first_port = getattr(deployment.spec.pools, pool.role).system_port or DEFAULT_SYSTEM_PORT[pool.role]
-        context = WorkerContext(
-            role=pool.role,
-            served_name=model.served_name,
+        context = worker_context(
+            deployment,
+            pool,
             model_path=str(model.checkout) if model.checkout else model.served_name,
             model_folder=model_folder,
-            max_context=model.shape.max_context if model.shape else None,
             engine_args_file=pool.engine_args,
-            shape=pool.shape,
-            endpoint=f"dyn://{deployment.namespace}.{pool.component}.generate",
+            namespace=deployment.namespace,
             response_trace=mocker_responses,
             timing=timings.get(pool.role),
         )
         files += engine.worker_files(context)
-        slots = pool.autoscale.max if pool.autoscale else pool.workers
-        for index in range(slots):
-            gpus = []
-            if index < pool.workers:
-                gpus = list(range(next_gpu, next_gpu + pool.gpus_per_worker))
-                next_gpu += pool.gpus_per_worker
-            port = first_port + index
-            (processes if index < pool.workers else spare).append(
+        for slot in slots:
+            port = first_port + slot.index
+            (spare if slot.spare else processes).append(
                 ProcessPlan(
-                    name=f"{pool.role}-{index}",
+                    name=f"{pool.role}-{slot.index}",
                     kind="worker",
                     role=pool.role,
                     engine=engine.name,
@@ -311,10 +300,11 @@ def _worker_processes(
                         **shared_env,
                         **engine.worker_env(context),
                         "DYN_SYSTEM_PORT": str(port),
-                        **gpu_env(gpus),
+                        **gpu_env(slot.gpus),
                     },
-                    ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {index})", host=LOOPBACK, port=port)],
-                    gpus=gpus,
+                    ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {slot.index})", host=node.address,
+                                   port=port)],  # fmt: skip
+                    gpus=slot.gpus,
                 )
             )
     return processes, spare, files

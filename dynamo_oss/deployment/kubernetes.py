@@ -29,8 +29,10 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
+from dynamo_oss.deployment.commands import frontend_args, gateway_args, worker_context
 from dynamo_oss.deployment.model import Deployment, Pool
-from dynamo_oss.engines import WorkerContext, engine_for
+from dynamo_oss.deployment.processes import LOOPBACK
+from dynamo_oss.engines import engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 
 OPERATOR_API_VERSION = "nvidia.com/v1beta1"
@@ -145,20 +147,15 @@ def _config_name(deployment: Deployment) -> str:
 def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
     """Dynamo's frontend with the graph's router and migration settings; with the request gateway in
     front, Dynamo's frontend listens on the pod's loopback and the gateway takes the Service's port."""
-    frontend = deployment.frontend
-    listen = ["--http-host", "127.0.0.1", "--http-port", str(DYNAMO_FRONTEND_PORT)] if deployment.gateway else []
-    args = ["-m", "dynamo.frontend", *listen, "--router-mode", frontend.router,
-            "--migration-limit", str(frontend.migration_limit)]  # fmt: skip
+    listen = (LOOPBACK, DYNAMO_FRONTEND_PORT) if deployment.gateway else None
+    args = frontend_args(deployment, listen, namespace=None)  # the operator sets DYN_NAMESPACE
     containers = [{"name": "main", "image": target.image, "command": ["python3"], "args": args}]
     if deployment.gateway:
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
-        gateway_args = ["-m", "dynamo_oss.gateway", "--host", "0.0.0.0", "--port", str(FRONTEND_PORT),
-                        "--upstream", f"http://127.0.0.1:{DYNAMO_FRONTEND_PORT}",
-                        "--model", deployment.model.builtin,
-                        "--max-in-flight", str(deployment.gateway.max_in_flight),
-                        "--reasoning-key-file", str(REASONING_KEY_MOUNT / "key")]  # fmt: skip
+        gateway = gateway_args(deployment, ("0.0.0.0", FRONTEND_PORT), f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
+                               ["--model", deployment.model.builtin], REASONING_KEY_MOUNT / "key")  # fmt: skip
         mount = {"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}
-        containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway_args,
+        containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway,
                            "volumeMounts": [mount]})  # fmt: skip
         secret = {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}
         spec: dict[str, Any] = {"containers": containers, "volumes": [secret]}
@@ -174,16 +171,13 @@ def reasoning_key_secret(deployment: Deployment) -> str:
 
 def _pool_component(deployment: Deployment, pool: Pool, target: ClusterTarget) -> dict[str, Any]:
     engine = engine_for(pool.engine)
-    model = deployment.model
-    context = WorkerContext(
-        role=pool.role,
-        served_name=model.served_name,
-        model_path=model.served_name,  # the hub name: weights download into the model cache
+    context = worker_context(
+        deployment,
+        pool,
+        model_path=deployment.model.served_name,  # the hub name: weights download into the model cache
         model_folder=CONFIG_MOUNT,
-        max_context=model.shape.max_context if model.shape else None,
         engine_args_file=CONFIG_MOUNT / f"{pool.role}.yaml",
-        shape=pool.shape,
-        endpoint=f"dyn://$(DYN_NAMESPACE).{pool.component}.generate",  # the operator sets DYN_NAMESPACE
+        namespace="$(DYN_NAMESPACE)",  # the operator sets DYN_NAMESPACE
     )
     env = engine.worker_env(context)
     mounts = [{"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True}]

@@ -1,9 +1,10 @@
-"""A host-free `Deployment`: what runs, in which pools, with which engine shapes.
+"""A `Deployment`: what runs, in which pools, with which engine shapes, placed on which nodes.
 
-It holds no ports and no GPU indices: those are a host's (deployment.host) or a cluster's
-business. Building it asks each pool's engine to read its configuration once, and checks
-what only the engines know (a worker's GPUs against its parallelism), so every renderer
-starts from a graph that can run.
+Building it asks each pool's engine to read its configuration once, checks what only the engines
+know (a worker's GPUs against its parallelism) and places every worker (deployment.placement), so
+every renderer starts from a graph that can run, placed the same way. Command lines and
+environments are the renderers' business: a node's host plan (deployment.host) or a cluster's
+manifests (deployment.kubernetes).
 """
 
 from __future__ import annotations
@@ -11,19 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from dynamo_oss.catalog.hardware import HardwareName
 from dynamo_oss.catalog.models import BUILTIN_MODELS, ModelShape
 from dynamo_oss.catalog.names import EngineName, PoolRole, RouterMode, component_for
+from dynamo_oss.deployment.frozen import Frozen
+from dynamo_oss.deployment.placement import Placement, place
 from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus, GraphSpec
-
-
-class Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
 
 
 class ModelComponent(Frozen):
@@ -116,13 +115,14 @@ class Deployment(Frozen):
     source: Path = Field(description="the graph file")
     model: ModelComponent
     hardware: HardwareName
-    gpus: int = Field(description="GPUs the host or node gives the graph")
+    gpus: int = Field(description="GPUs the graph has, on all its nodes")
     infrastructure: Infrastructure
     frontend: FrontendComponent
     gateway: Gateway | None = Field(description="the request gateway, unless the graph turns it off")
     pools: list[Pool] = Field(description="in start and placement order: prefill, decode, agg")
     planner: Planner | None = None
     observability: Observability | None = None
+    placement: Placement = Field(description="which node runs what, and on which GPUs")
     spec: GraphSpec = Field(
         description="the graph as written, for placement only one renderer reads: the host's listen addresses "
         "and ports"
@@ -170,8 +170,9 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
                 autoscale=Autoscale(min=section.autoscale.min, max=section.autoscale.max) if section.autoscale else None,
             )
         )
-    problems += _gpu_budget(spec)
-    if problems:
+    placement, unplaced = place(spec)
+    problems += unplaced
+    if problems or placement is None:
         raise GraphError(str(graph.source), problems)
     model = spec.model
     planner = None
@@ -206,6 +207,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         pools=pools,
         planner=planner,
         observability=_observability(spec),
+        placement=placement,
         spec=spec,
     )
 
@@ -235,26 +237,3 @@ def _observability(spec: GraphSpec) -> Observability | None:
     prometheus = spec.observability.prometheus
     embedded = isinstance(prometheus, EmbeddedPrometheus)
     return Observability(prometheus_embedded=embedded, prometheus_url=None if embedded else prometheus.url)
-
-
-def _gpu_budget(spec: GraphSpec) -> list[Problem]:
-    """The pools' starting workers must fit the host's GPUs, and each autoscaled pool's largest size
-    beside the others' starting sizes."""
-    pools = spec.pools.items()
-    needed = sum(pool.initial_workers * pool.gpus_per_worker for _, pool in pools)
-    if needed > spec.hardware.gpus:
-        demand = ", ".join(f"{role} {pool.initial_workers} x {pool.gpus_per_worker}" for role, pool in pools)
-        return [Problem(path="hardware.gpus", message=f"the pools need {needed} GPUs ({demand}) but the host has "
-                        f"{spec.hardware.gpus}")]  # fmt: skip
-    return [
-        Problem(
-            path=f"pools.{role}.autoscale.max",
-            message=f"{pool.most_workers} workers of {pool.gpus_per_worker} GPUs beside the other pools' "
-            f"{needed - pool.initial_workers * pool.gpus_per_worker} need "
-            f"{needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker} GPUs, but the host has "
-            f"{spec.hardware.gpus}; lower max to at most "
-            f"{pool.initial_workers + (spec.hardware.gpus - needed) // pool.gpus_per_worker}",
-        )
-        for role, pool in pools
-        if needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker > spec.hardware.gpus
-    ]

@@ -26,7 +26,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from dynamo_oss.deployment.model import Frozen
+from dynamo_oss.deployment.frozen import Frozen
 
 from dynamo_oss.perf.costs import CostModel, attention_spans, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Role

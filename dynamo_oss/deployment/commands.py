@@ -1,0 +1,61 @@
+"""Each component's command line, written once for every renderer.
+
+A node's host plan (deployment.host) and a cluster's manifests (deployment.kubernetes) run the same
+programs with the same flags; what differs is given as arguments: where a process listens, where
+files are (the run folder or a mounted ConfigMap), the Python that runs it (this environment's or
+the image's `python3`) and the Dynamo namespace (the graph's, or the operator's $(DYN_NAMESPACE)).
+Each function returns the arguments after the interpreter.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dynamo_oss.deployment.model import Deployment, Pool
+from dynamo_oss.engines import SimulatedTiming, WorkerContext
+
+
+def frontend_args(deployment: Deployment, listen: tuple[str, int] | None, namespace: str | None) -> list[str]:
+    """Dynamo's OpenAI frontend with the graph's router and migration settings, on `listen` (else
+    Dynamo's default), counting the workers of `namespace` (else DYN_NAMESPACE's)."""
+    frontend = deployment.frontend
+    where = ["--http-host", listen[0], "--http-port", str(listen[1])] if listen else []
+    args = ["-m", "dynamo.frontend", *where, "--router-mode", frontend.router,
+            "--migration-limit", str(frontend.migration_limit)]  # fmt: skip
+    return args + (["--namespace", namespace] if namespace else [])
+
+
+def gateway_args(deployment: Deployment, listen: tuple[str, int], upstream: str, model: list[str], key_file: Path) -> list[str]:
+    """dynamo-oss's request gateway on `listen`, in front of Dynamo's frontend at `upstream`; `model`
+    says where its tokenizer comes from (`--model-folder DIR` or `--model NAME`)."""
+    assert deployment.gateway is not None
+    return ["-m", "dynamo_oss.gateway", "--host", listen[0], "--port", str(listen[1]), "--upstream", upstream,
+            *model, "--max-in-flight", str(deployment.gateway.max_in_flight),
+            "--reasoning-key-file", str(key_file)]  # fmt: skip
+
+
+def worker_context(
+    deployment: Deployment,
+    pool: Pool,
+    *,
+    model_path: str,
+    model_folder: Path,
+    engine_args_file: Path | None,
+    namespace: str,
+    response_trace: Path | None = None,
+    timing: SimulatedTiming | None = None,
+) -> WorkerContext:
+    """What the pool's engine needs for a worker's command line and environment."""
+    model = deployment.model
+    return WorkerContext(
+        role=pool.role,
+        served_name=model.served_name,
+        model_path=model_path,
+        model_folder=model_folder,
+        max_context=model.shape.max_context if model.shape else None,
+        engine_args_file=engine_args_file,
+        shape=pool.shape,
+        endpoint=f"dyn://{namespace}.{pool.component}.generate",
+        response_trace=response_trace,
+        timing=timing,
+    )
