@@ -52,13 +52,14 @@ from dynamo_oss.bench.host_load import CpuSampler  # noqa: E402
 from dynamo_oss.bench.served import SERVE_LOG, served_graph, sweep_fields  # noqa: E402
 from dynamo_oss.deployment.model import Deployment, build_deployment  # noqa: E402
 from dynamo_oss.engines.mocker import replay_engine_args  # noqa: E402
-from dynamo_oss.graph.errors import GraphError  # noqa: E402
 from dynamo_oss.graph.loader import load_graph  # noqa: E402
 from dynamo_oss.graph.schema import PlannerSection  # noqa: E402
 from dynamo_oss.launch.state import RunState  # noqa: E402
 from dynamo_oss.perf.costs import CostModel, fitted_factors, kv_handoff_ms  # noqa: E402
 from dynamo_oss.perf.graphs import layout_from_deployment  # noqa: E402
 from dynamo_oss.perf.profiles import simulated_timing  # noqa: E402
+from dynamo_oss.planner.settings import sizing_spec  # noqa: E402
+from dynamo_oss.planner.sizing import Load, Sizer  # noqa: E402
 
 HERE = Path(__file__).parent
 SLOW = 10.0
@@ -128,20 +129,23 @@ def graph_for(setup: str, folder: Path) -> Path:
         for pool in pools.values():
             pool["workers"] = pool.pop("autoscale")["max"]
         graph.pop("planner")
-    elif "mode" in PlannerSection.model_fields or setup != "load":
-        graph["planner"]["mode"] = setup  # before the schema had the field, a planner was load mode
+    else:
+        graph["planner"]["mode"] = setup
     path = folder / "graph.yaml"
     path.write_text(yaml.safe_dump(graph, sort_keys=False))
     return path
 
 
-def sla_mode_refused(folder: Path) -> str | None:
-    """Why the schema refuses `planner.mode: sla`; None once it takes it."""
-    try:
-        load_graph(graph_for("sla", folder))
-    except GraphError as err:
-        return str(err)
-    return None
+def foresight_gpu_hours(phases: list[tuple[float, float]], folder: Path) -> float:
+    """GPU-hours of the sizes the performance model gives each phase's rate (the sla mode's sizing,
+    without its headroom), known in advance and held exactly for the phase: a planner with perfect
+    foresight, no reaction time and instant start-up."""
+    sizer = Sizer(sizing_spec(build_deployment(load_graph(graph_for("sla", folder))), SLOW))
+    held = 0.0
+    for seconds, share in phases:
+        sizes = sizer.size(Load(requests_per_s=CAPACITY_RPS * share, isl=ISL, osl=OSL)).workers
+        held += seconds * sum(sizes.values())  # one GPU a worker
+    return held / 3600
 
 
 # ---- the trace -----------------------------------------------------------------------------------
@@ -464,7 +468,7 @@ def best_probe(probes: list[dict]) -> str:
     return f"{max(kept):.0%} ({max(kept) * CAPACITY_RPS:.2f}/s)" if kept else "none of them"
 
 
-def verdicts(results: list[dict]) -> list[str]:
+def verdicts(results: list[dict], foresight: float) -> list[str]:
     by = {r["setup"]: r for r in results}
     fixed, load, sla = by.get("fixed (peak)"), by.get("load"), by.get("sla")
     if sla is None:
@@ -474,7 +478,10 @@ def verdicts(results: list[dict]) -> list[str]:
     if fixed:
         ratio = sla["gpu_hours"] / fixed["gpu_hours"]
         lines.append(f"- sla uses <= 65% of the fixed pools' worker-GPU-hours: **{'met' if ratio <= 0.65 else 'missed'}** "
-                     f"({ratio:.0%}: {sla['gpu_hours']:.3f} against {fixed['gpu_hours']:.3f}).")  # fmt: skip
+                     f"({ratio:.0%}: {sla['gpu_hours']:.3f} against {fixed['gpu_hours']:.3f}). For scale: the sizes the "
+                     "performance model gives each phase's rate (the sla mode's sizing without its headroom), known in "
+                     "advance and held exactly for the phase, with no reaction time and no start-up, would hold "
+                     f"{foresight:.3f} ({foresight / fixed['gpu_hours']:.0%}).")  # fmt: skip
     if load:
         better = sla["goodput_per_gpu_hour"] > load["goodput_per_gpu_hour"]
         lines.append(f"- sla beats load on goodput per GPU-hour: **{'met' if better else 'missed'}** "
@@ -486,7 +493,7 @@ def verdicts(results: list[dict]) -> list[str]:
 
 
 def write_results(
-    results: list[dict], phases: list, arrivals: list[float], modelled: float, out: Path, command: str
+    results: list[dict], phases: list, arrivals: list[float], modelled: float, foresight: float, out: Path, command: str
 ) -> None:
     ttft_target, itl_target = targets()
     spike_index = next(i for i, (_, p) in enumerate(phases) if p > 1)
@@ -496,7 +503,8 @@ def write_results(
         r["recovery_s"] = recovery_s(r, spike)
         r["by_phase"] = by_phase(r, phases)
         r["gpu_hours_vs_fixed"] = r["gpu_hours"] / fixed["gpu_hours"] if fixed else None
-    summary = {"capacity_rps": CAPACITY_RPS, "model_capacity_rps": modelled, "phases": phases, "results": results}
+    summary = {"capacity_rps": CAPACITY_RPS, "model_capacity_rps": modelled, "foresight_gpu_hours": foresight,
+               "command": command, "phases": phases, "results": results}  # fmt: skip
     # one line per list of numbers (a request's record, a pool's live and draining workers)
     numbers = r"\[([-+.,\s\deEtruefalsn]*)\]"
     text = re.sub(numbers, lambda m: "[" + " ".join(m.group(1).split()) + "]", json.dumps(summary, indent=1))
@@ -560,7 +568,7 @@ def write_results(
         + f"; the spike is the {phases[spike_index][0]:g} s at {phases[spike_index][1]:.0%} from {spike:g} s. aiperf "
         "0.13 replays it open-loop (`--fixed-schedule`) after eight short warm-up requests.", "",
         *table, "",
-        *verdicts(results), "",
+        *verdicts(results, foresight), "",
         "Columns:", "",
         "- *within both targets*: requests with TTFT and ITL both within target, among all requests sent (a "
         "failed request counts as missing). TTFT and ITL are aiperf's per-request figures from its "
@@ -624,20 +632,34 @@ def plot(results: list[dict], arrivals: list[float], out: Path) -> None:
     figure.savefig(out / "timeline.png", dpi=100)
 
 
+def report_again(out: Path, work: Path) -> None:
+    """results.md and the plot from a run's results.json, with the same trace (it is seeded)."""
+    summary = json.loads((out / "results.json").read_text())
+    phases = [tuple(phase) for phase in summary["phases"]]
+    command = summary.get("command", "uv run python benchmarks/autoscale/run.py")
+    write_results(summary["results"], phases, arrivals_for(phases), summary["model_capacity_rps"],
+                  foresight_gpu_hours(phases, work), out, command)  # fmt: skip
+    print(f"wrote {out / 'results.md'} again from {out / 'results.json'}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setups", default=",".join(SETUPS.values()), help="fixed,load,sla (default: all)")
     parser.add_argument("--minutes", type=float, help="squeeze the trace into this many (slowed) minutes")
     parser.add_argument("--probe-seconds", type=float, default=60.0, help="each capacity probe; 0 skips them")
     parser.add_argument("--out", type=Path, default=HERE, help="where results.md, results.json and the plot go")
+    parser.add_argument("--report", action="store_true", help="serve nothing: write results.md and the plot again "
+                        "from OUT/results.json (after a change to how they are written)")  # fmt: skip
     args = parser.parse_args()
     chosen = args.setups.split(",")
     work = Path(tempfile.mkdtemp(prefix="autoscale-bench-"))
+    if args.report:
+        report_again(args.out, work)
+        return
     print(f"logs and aiperf exports in {work}", flush=True)
-    if "sla" in chosen and (why := sla_mode_refused(work)):
-        sys.exit(f"this checkout does not take planner.mode sla yet:\n{why}")
     modelled = model_capacity(graph_for("fixed", work))
     phases = phases_for(args.minutes)
+    foresight = foresight_gpu_hours(phases, work)
     arrivals = arrivals_for(phases)
     print(f"capacity {CAPACITY_RPS:g} requests/s ({modelled:.1f} in the performance model); trace of "
           f"{len(arrivals)} requests, {sum(s for s, _ in phases):.0f} s", flush=True)  # fmt: skip
@@ -650,7 +672,7 @@ def main() -> None:
              ("--minutes", args.minutes), ("--probe-seconds", args.probe_seconds if args.probe_seconds != 60 else None)]  # fmt: skip
     command = "uv run python benchmarks/autoscale/run.py" + "".join(f" {f} {v:g}" if isinstance(v, float) else f" {f} {v}"
                                                                     for f, v in flags if v is not None)  # fmt: skip
-    write_results(results, phases, arrivals, modelled, args.out, command)
+    write_results(results, phases, arrivals, modelled, foresight, args.out, command)
     minutes = (time.monotonic() - started) / 60
     print(f"wrote {args.out / 'results.md'} after {minutes:.1f} minutes of serving", flush=True)
 
