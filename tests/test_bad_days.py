@@ -168,7 +168,7 @@ class Streams:
 def streams_on(served: ServedGraph, worker: str) -> float:
     """Requests in flight on a worker, from its own /metrics."""
     port = next(p["ports"][0] for p in served.state()["processes"] if p["name"] == worker)
-    found = asyncio.run(worker_streams(port, served.state()["graph"]))
+    found = asyncio.run(worker_streams("127.0.0.1", port, served.state()["graph"]))
     return sum((found or {}).values())
 
 

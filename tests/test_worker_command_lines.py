@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from dynamo_oss.cli.check import plan_graph
 
@@ -17,10 +18,28 @@ REPO = Path(__file__).resolve().parent.parent
 SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
 
 
+def as_bare_metal(graph: Path, folder: Path) -> Path:
+    """A cluster's graph (`nodes: N`) with an address for each node, so every node's share can be planned
+    on its own; other graphs as they are."""
+    spec = yaml.safe_load(graph.read_text())
+    hardware = spec["hardware"]
+    if not isinstance(hardware.get("nodes"), int):
+        return graph
+    gpus = hardware.pop("gpus_per_node")
+    hardware["nodes"] = [{"name": f"node-{i}", "address": f"10.0.0.{i + 1}", "gpus": gpus} for i in range(hardware["nodes"])]
+    for pool in spec["pools"].values():
+        pool["engine_args"] = str((graph.parent / pool["engine_args"]).resolve())
+    path = folder / graph.name
+    path.write_text(yaml.safe_dump(spec))
+    return path
+
+
 @pytest.mark.parametrize("graph", SHIPPED, ids=lambda path: path.name)
 def test_dynamo_trtllm_parses_every_worker_command_line(graph: Path, trtllm_parse_args, tmp_path: Path) -> None:  # noqa: ANN001
-    deployment, plan = plan_graph(graph, tmp_path)
-    workers = plan.workers()
+    graph = as_bare_metal(graph, tmp_path)
+    deployment, _ = plan_graph(graph, tmp_path)
+    workers = [worker for node in deployment.placement.nodes
+               for worker in plan_graph(graph, tmp_path, node=node.name)[1].workers()]  # fmt: skip
     assert workers and all(worker.engine == "trtllm" for worker in workers)
     for worker in workers:
         assert worker.argv[1:3] == ["-m", "dynamo.trtllm"]

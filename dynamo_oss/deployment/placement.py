@@ -1,30 +1,43 @@
-"""Which node runs what: every worker slot on its node and GPUs, and each node's address.
+"""Which node runs what: every worker slot on its node(s) and GPUs, and each node's address.
 
 Placement is one step of the deployment model, so every renderer uses the same one: the host plan
-of a node (deployment.host) starts that node's share, and `dynamo check` prints it. A graph today
-describes one host: one node, `local`, on loopback, running the infrastructure and every worker.
-The pools' starting workers take its GPUs in pool order; the spare slots an autoscaled pool grows
-into wait for the launcher to hand them free GPUs when it starts them. What cannot be placed is
-refused, field by field, with what would fit.
+of a node (deployment.host) starts that node's share, `dynamo deploy` renders workers wider than a
+node as multinode components, and `dynamo check` prints it.
+
+- One host (`hardware.gpus`) is one node, `local`, on loopback. Several nodes are the graph's
+  `hardware.nodes`: a count (node-0, node-1, ...; a cluster picks the hosts) or named hosts with
+  addresses. One of them (`infrastructure.node`, default the first) runs etcd, NATS, Prometheus,
+  the frontend and the planner.
+- The pools' starting workers take GPUs in pool order, each on the first node it may use
+  (`pools.ROLE.nodes`) with room. A worker wider than a node takes whole free nodes of one NVLink
+  domain (GB200 NVL72: 18 trays of 4 GPUs), never more than the domain holds.
+- The spare slots an autoscaled pool grows into are placed, on the GPUs the starting workers
+  leave, as if that pool alone grew to its maximum (the planner's GPU budget keeps the pools from
+  growing at once past what is there). The launcher hands a spare slot its node's free GPUs when
+  it starts it.
+What cannot be placed is refused, field by field, with what would fit.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
+from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.graph.errors import Problem
 from dynamo_oss.graph.schema import GraphSpec
 
-LOCAL_NODE = "local"  # the one node of a single-host graph
+Free = dict[str, list[int]]  # each node's free GPUs
 
 
 class Node(Frozen):
     name: str
-    address: str = Field(description="what its processes bind and the other nodes reach")
+    address: str | None = Field(description="what its processes bind and the other nodes reach; None on a "
+                                "cluster, where Kubernetes picks the host")  # fmt: skip
     gpus: int = Field(description="GPUs the node gives the graph")
+    nvlink_domain: int = Field(description="which NVLink domain it belongs to: nodes of one domain share NVLink")
 
 
 class WorkerSlot(Frozen):
@@ -50,6 +63,11 @@ class Placement(Frozen):
     infrastructure_node: str = Field(description="runs etcd, NATS, Prometheus, the frontend and the planner")
     slots: list[WorkerSlot] = Field(description="in pool order, then index order")
 
+    @property
+    def on_cluster(self) -> bool:
+        """Nodes without addresses: Kubernetes picks the hosts, and only `dynamo deploy` renders them."""
+        return any(node.address is None for node in self.nodes)
+
     def node(self, name: str) -> Node:
         return next(node for node in self.nodes if node.name == name)
 
@@ -71,7 +89,7 @@ class Placement(Frozen):
                 else:
                     held.append(f"{slot.name} GPU {','.join(map(str, slot.gpus))}{across}")
             role = " (infrastructure, frontend)" if node.name == self.infrastructure_node else ""
-            text = f"{node.name} {node.address}, {node.gpus} GPUs{role}: "
+            text = f"{node.name}{f' {node.address}' if node.address else ''}, {node.gpus} GPUs{role}: "
             text += "; ".join(held) or "no workers"
             lines.append(text + (f"; spare slots {', '.join(spare)}" if spare else ""))
         return lines
@@ -79,38 +97,112 @@ class Placement(Frozen):
 
 def place(spec: GraphSpec) -> tuple[Placement | None, list[Problem]]:
     """The graph's placement, or None and every reason it cannot be placed."""
-    problems = _gpu_budget(spec)
+    problems = _gpu_budget(spec) + _too_wide(spec)
     if problems:
         return None, problems
-    node = Node(name=LOCAL_NODE, address=LOOPBACK, gpus=spec.hardware.gpus)
-    slots, next_gpu = [], 0
+    nodes = _nodes(spec)
+    free: Free = {node.name: list(range(node.gpus)) for node in nodes}
+    slots: list[WorkerSlot] = []
     for role, pool in spec.pools.items():
-        for index in range(pool.most_workers):
-            spare = index >= pool.initial_workers
-            gpus = [] if spare else list(range(next_gpu, next_gpu + pool.gpus_per_worker))
-            next_gpu += len(gpus)
-            slots.append(WorkerSlot(role=role, index=index, nodes=[node.name], gpus=gpus, spare=spare))
-    return Placement(nodes=[node], infrastructure_node=node.name, slots=slots), []
+        allowed = [node for node in nodes if not pool.nodes or node.name in pool.nodes]
+        for index in range(pool.initial_workers):
+            taken = _take(pool.gpus_per_worker, allowed, free)
+            if taken is None:
+                problems.append(Problem(path=f"pools.{role}", message=f"worker {index} needs {pool.gpus_per_worker} "
+                                        f"GPUs {_where(pool.gpus_per_worker, allowed)}; {_free_text(allowed, free)}"))  # fmt: skip
+                break
+            slots.append(WorkerSlot(role=role, index=index, nodes=taken[0], gpus=taken[1], spare=False))
+    for role, pool in spec.pools.items():
+        allowed = [node for node in nodes if not pool.nodes or node.name in pool.nodes]
+        room = {name: list(gpus) for name, gpus in free.items()}  # this pool growing alone
+        for index in range(pool.initial_workers, pool.most_workers):
+            taken = _take(pool.gpus_per_worker, allowed, room)
+            if taken is None:
+                problems.append(Problem(path=f"pools.{role}.autoscale.max", message=f"worker {index} would need "
+                                        f"{pool.gpus_per_worker} GPUs {_where(pool.gpus_per_worker, allowed)} beside "
+                                        f"the other pools' starting workers; {_free_text(allowed, room)}; lower max "
+                                        f"to at most {index}"))  # fmt: skip
+                break
+            slots.append(WorkerSlot(role=role, index=index, nodes=taken[0], gpus=[], spare=True))
+    if problems:
+        return None, problems
+    order = [role for role, _ in spec.pools.items()]
+    slots.sort(key=lambda slot: (order.index(slot.role), slot.index))
+    return Placement(nodes=nodes, infrastructure_node=spec.infrastructure_node, slots=slots), []
+
+
+def _nodes(spec: GraphSpec) -> list[Node]:
+    """The graph's nodes, each with its NVLink domain: consecutive nodes fill a domain of the GPU's size."""
+    hardware = spec.hardware
+    addresses = {node.name: node.address for node in hardware.nodes} if isinstance(hardware.nodes, list) else {}
+    domain_gpus = HARDWARE[hardware.gpu].nvlink_domain
+    nodes, before = [], 0
+    for name, gpus in hardware.node_gpus.items():
+        address = LOOPBACK if not hardware.multinode else addresses.get(name)
+        nodes.append(Node(name=name, address=address, gpus=gpus, nvlink_domain=before // domain_gpus))
+        before += gpus
+    return nodes
+
+
+def _take(width: int, allowed: list[Node], free: Free) -> tuple[list[str], list[int]] | None:
+    """GPUs for one worker, taken out of `free`: on the first allowed node with room, else across
+    whole free nodes of one NVLink domain; None when neither fits."""
+    for node in allowed:
+        if len(free[node.name]) >= width:
+            gpus, free[node.name] = free[node.name][:width], free[node.name][width:]
+            return [node.name], gpus
+    widths = {node.gpus for node in allowed if node.gpus}
+    if len(widths) != 1 or width % (node_width := widths.pop()):
+        return None
+    for domain in sorted({node.nvlink_domain for node in allowed}):
+        whole = [node.name for node in allowed if node.nvlink_domain == domain and len(free[node.name]) == node_width]
+        if len(whole) >= width // node_width:
+            spanned = whole[: width // node_width]
+            for name in spanned:
+                free[name] = []
+            return spanned, list(range(node_width))
+    return None
+
+
+def _where(width: int, allowed: list[Node]) -> str:
+    names = ", ".join(node.name for node in allowed)
+    return f"on one of {names}" if all(width <= node.gpus for node in allowed) else f"on {names}"
+
+
+def _free_text(allowed: list[Node], free: Free) -> str:
+    return "free: " + ", ".join(f"{node.name} {len(free[node.name])}" for node in allowed)
+
+
+def _too_wide(spec: GraphSpec) -> list[Problem]:
+    """A worker's GPUs must share NVLink: one node, or whole nodes of one NVLink domain."""
+    hardware = HARDWARE[spec.hardware.gpu]
+    return [
+        Problem(path=f"pools.{role}.gpus_per_worker", message=f"is {pool.gpus_per_worker}, wider than an NVLink domain "
+                f"of {hardware.label} ({hardware.nvlink_domain} GPUs); a worker's GPUs must share NVLink")  # fmt: skip
+        for role, pool in spec.pools.items()
+        if pool.gpus_per_worker > hardware.nvlink_domain
+    ]
 
 
 def _gpu_budget(spec: GraphSpec) -> list[Problem]:
-    """The pools' starting workers must fit the host's GPUs, and each autoscaled pool's largest size
+    """The pools' starting workers must fit the graph's GPUs, and each autoscaled pool's largest size
     beside the others' starting sizes."""
     pools = spec.pools.items()
+    total = spec.hardware.total_gpus
+    has = "the host has" if not spec.hardware.multinode else "the nodes have"
     needed = sum(pool.initial_workers * pool.gpus_per_worker for _, pool in pools)
-    if needed > spec.hardware.gpus:
+    if needed > total:
         demand = ", ".join(f"{role} {pool.initial_workers} x {pool.gpus_per_worker}" for role, pool in pools)
-        return [Problem(path="hardware.gpus", message=f"the pools need {needed} GPUs ({demand}) but the host has "
-                        f"{spec.hardware.gpus}")]  # fmt: skip
+        field = "hardware.gpus" if not spec.hardware.multinode else "hardware.nodes"
+        return [Problem(path=field, message=f"the pools need {needed} GPUs ({demand}) but {has} {total}")]
     return [
         Problem(
             path=f"pools.{role}.autoscale.max",
             message=f"{pool.most_workers} workers of {pool.gpus_per_worker} GPUs beside the other pools' "
             f"{needed - pool.initial_workers * pool.gpus_per_worker} need "
-            f"{needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker} GPUs, but the host has "
-            f"{spec.hardware.gpus}; lower max to at most "
-            f"{pool.initial_workers + (spec.hardware.gpus - needed) // pool.gpus_per_worker}",
+            f"{needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker} GPUs, but {has} "
+            f"{total}; lower max to at most {pool.initial_workers + (total - needed) // pool.gpus_per_worker}",
         )
         for role, pool in pools
-        if needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker > spec.hardware.gpus
+        if needed + (pool.most_workers - pool.initial_workers) * pool.gpus_per_worker > total
     ]

@@ -61,9 +61,72 @@ class ModelSection(Strict):
         return shape.served_name if shape else self.name
 
 
+NodeName = Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,62}$")]
+
+
+class NodeSection(Strict):
+    """One host of a bare-metal graph."""
+
+    name: NodeName = Field(description="The node's name: `dynamo serve GRAPH --node NAME` starts its share there.")
+    address: str = Field(min_length=1, description="IP address or host name its processes listen on and the "
+                         "other nodes reach it at.")  # fmt: skip
+    gpus: int = Field(ge=0, le=72, description="GPUs on the node available to the graph (0: infrastructure and "
+                      "frontend only).")  # fmt: skip
+
+
 class HardwareSection(Strict):
-    gpu: HardwareName = Field(description="GPU model of the host; sizes engine configs and the performance model.")
-    gpus: int = Field(ge=1, le=72, description="GPUs on this host available to the graph.")
+    """Where the graph runs: one host (`gpus`), or several nodes (`nodes`)."""
+
+    gpu: HardwareName = Field(description="GPU model of the nodes; sizes engine configs and the performance model.")
+    gpus: int | None = Field(default=None, ge=1, le=72, description="One host: GPUs on it available to the graph.")
+    nodes: int | list[NodeSection] | None = Field(
+        default=None,
+        description="Several nodes: a count with gpus_per_node (a cluster, where `dynamo deploy` renders it and "
+        "Kubernetes picks the hosts; the nodes are named node-0, node-1, ...), or a list of named hosts with "
+        "addresses (bare metal, where `dynamo serve GRAPH --node NAME` runs on each).",
+    )
+    gpus_per_node: int | None = Field(default=None, ge=1, le=72, description="With `nodes: N`: GPUs on each node.")
+
+    @field_validator("nodes", mode="before")
+    @classmethod
+    def _node_count(cls, value: object) -> object:
+        if isinstance(value, int) and not isinstance(value, bool) and not 1 <= value <= 1024:
+            raise ValueError(f"Got nodes {value}. A count of nodes is 1 to 1024.")
+        return value
+
+    @model_validator(mode="after")
+    def _one_way(self) -> HardwareSection:
+        if (self.gpus is None) == (self.nodes is None):
+            raise ValueError("Give `gpus: N` (one host) or `nodes` (a count with gpus_per_node, or a list of hosts), "
+                             f"not {'both' if self.gpus else 'neither'}.")  # fmt: skip
+        if isinstance(self.nodes, int) and self.gpus_per_node is None:
+            raise ValueError(f"Got nodes {self.nodes} without gpus_per_node. Say how many GPUs each node has.")
+        if not isinstance(self.nodes, int) and self.gpus_per_node is not None:
+            raise ValueError("gpus_per_node goes with `nodes: N`; a list of nodes gives each node's `gpus`.")
+        if isinstance(self.nodes, list):
+            for what in ("name", "address"):
+                values = [getattr(node, what) for node in self.nodes]
+                twice = sorted({value for value in values if values.count(value) > 1})
+                if twice:
+                    raise ValueError(f"Two nodes have the {what} {', '.join(twice)}. Each node needs its own.")
+        return self
+
+    @property
+    def node_gpus(self) -> dict[str, int]:
+        """Each node's GPUs by name, in the graph's order; one host is one node, `local`."""
+        if isinstance(self.nodes, list):
+            return {node.name: node.gpus for node in self.nodes}
+        if isinstance(self.nodes, int):
+            return {f"node-{index}": self.gpus_per_node or 0 for index in range(self.nodes)}
+        return {"local": self.gpus or 0}
+
+    @property
+    def total_gpus(self) -> int:
+        return sum(self.node_gpus.values())
+
+    @property
+    def multinode(self) -> bool:
+        return self.nodes is not None
 
 
 class EmbeddedEtcd(Strict):
@@ -99,6 +162,11 @@ class InfrastructureSection(Strict):
     nats: Annotated[EmbeddedNats | ExternalNats, Field(discriminator="mode")] = Field(
         default_factory=EmbeddedNats,
         description="Event plane (KV events, metrics): `embedded` starts nats-server with JetStream.",
+    )
+
+    node: NodeName | None = Field(
+        default=None, description="With several nodes: the one that runs embedded etcd, NATS and Prometheus, the "
+        "frontend and the planner (default: the first)."
     )
 
     _shorthand = field_validator("etcd", "nats", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
@@ -157,13 +225,17 @@ class PoolSection(Strict):
         description="Let the planner size the pool between min and max workers against the `planner` targets. "
         "Give this or `workers`.",
     )
-    gpus_per_worker: int = Field(default=1, ge=1, le=72, description="GPUs each worker owns (its TP x PP group).")
+    gpus_per_worker: int = Field(default=1, ge=1, le=72, description="GPUs each worker owns (its TP x PP group); "
+                                 "wider than a node, it spans whole nodes of one NVLink domain.")
     engine: EngineName = Field(
         default="trtllm", description="trtllm (TensorRT-LLM on GPUs) or mocker (Dynamo's simulated engine)."
     )
     engine_args: FilePath | None = Field(
         default=None,
         description="Engine configuration YAML (TensorRT-LLM extra engine args), relative to the graph file.",
+    )
+    nodes: list[NodeName] | None = Field(
+        default=None, min_length=1, description="With several nodes: the ones its workers may run on (default: any)."
     )
     system_port: Annotated[int, Field(ge=1, le=MAX_SYSTEM_PORT)] | None = Field(
         default=None,
@@ -266,7 +338,7 @@ class PlannerSection(Strict):
     itl_ms: float = Field(gt=0, description="Inter-token latency target (SLO), ms: the mean the sla mode sizes decode "
                           "for, likewise.")  # fmt: skip
     max_gpus: int | None = Field(
-        default=None, ge=1, le=72, description="Most GPUs all pools may use together (default: hardware.gpus)."
+        default=None, ge=1, le=1024, description="Most GPUs all pools may use together (default: all the graph's)."
     )
     interval_s: int = Field(default=5, ge=1, le=600, description="Seconds between the planner's looks at the load.")
     prefill_queue_tokens: tuple[int, int] = Field(
@@ -338,11 +410,24 @@ class GraphSpec(Strict):
             )
         if self.planner is not None and not scaled:
             raise ValueError("Got a planner section but no pool autoscales. Give a pool `autoscale: {min, max}`.")
-        if self.planner and self.planner.max_gpus and self.planner.max_gpus > self.hardware.gpus:
-            raise ValueError(
-                f"planner.max_gpus is {self.planner.max_gpus} but the host gives the graph {self.hardware.gpus} GPUs"
-            )
+        if self.planner and self.planner.max_gpus and self.planner.max_gpus > self.hardware.total_gpus:
+            raise ValueError(f"planner.max_gpus is {self.planner.max_gpus} but the graph has "
+                             f"{self.hardware.total_gpus} GPUs")  # fmt: skip
+        nodes = list(self.hardware.node_gpus)
+        named = [("infrastructure.node", [self.infrastructure.node] if self.infrastructure.node else [])]
+        named += [(f"pools.{role}.nodes", pool.nodes or []) for role, pool in self.pools.items()]
+        for field, names in named:
+            if names and not self.hardware.multinode:
+                raise ValueError(f"{field} names nodes, but the graph runs on one host: list them in hardware.nodes")
+            unknown = [name for name in names if name not in nodes]
+            if unknown:
+                raise ValueError(f"{field} names {', '.join(unknown)}, which hardware.nodes does not have "
+                                 f"(it has {', '.join(nodes)})")  # fmt: skip
         return self
+
+    @property
+    def infrastructure_node(self) -> str:
+        return self.infrastructure.node or next(iter(self.hardware.node_gpus))
 
     @field_validator("model", mode="before")
     @classmethod

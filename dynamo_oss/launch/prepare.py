@@ -24,14 +24,16 @@ SUITE_RESPONSES = "conformance-responses.jsonl"
 
 def prepare(
     deployment: Deployment,
+    node: str | None = None,
     *,
     run_dir: Path,
     planner: dict[str, Any] | None = None,
     mocker_responses: Path | None = None,
     mocker_time_scale: float = 1.0,
 ) -> HostPlan:
-    """Time and place a deployment, with `planner` (dynamo_oss.planner.settings) for its autoscaled
-    pools; GraphError lists whatever stops it from running here."""
+    """Time a deployment and plan `node`'s share of it (default: the node running the infrastructure),
+    with `planner` (dynamo_oss.planner.settings) for its autoscaled pools; GraphError lists whatever
+    stops it from running there."""
     if mocker_responses is not None:
         mocker_responses = _replay_trace(mocker_responses, deployment)
     timings = simulated_timings(deployment, run_dir / PROFILES_FOLDER, mocker_time_scale)
@@ -51,6 +53,7 @@ def prepare(
         )
     plan = plan_host(
         deployment,
+        node,
         run_dir=run_dir,
         model_folder=folder,
         encodings_dir=tiktoken_encodings_dir(),

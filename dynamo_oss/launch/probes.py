@@ -47,18 +47,25 @@ async def tcp_open(host: str, port: int) -> bool:
     return True
 
 
-async def etcd_keys(endpoint: str, prefix: str) -> list[str]:
-    """Keys under a prefix, through etcd's JSON gateway (works for embedded and external etcd)."""
+async def etcd_entries(endpoint: str, prefix: str) -> dict[str, str] | None:
+    """Keys and values under a prefix, through etcd's JSON gateway (works for embedded and external
+    etcd); None when etcd does not answer."""
     range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
-    body = {"key": _b64(prefix), "range_end": _b64(range_end), "keys_only": True}
+    body = {"key": _b64(prefix), "range_end": _b64(range_end)}
     try:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
             response = await client.post(f"{endpoint}/v3/kv/range", json=body)
         response.raise_for_status()
         kvs = response.json().get("kvs", [])
     except (httpx.HTTPError, ValueError):
-        return []
-    return [base64.b64decode(kv["key"]).decode() for kv in kvs]
+        return None
+    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
+            for kv in kvs}  # fmt: skip
+
+
+async def etcd_keys(endpoint: str, prefix: str) -> list[str]:
+    """Keys under a prefix (empty while etcd does not answer)."""
+    return list(await etcd_entries(endpoint, prefix) or {})
 
 
 async def etcd_delete(endpoint: str, key: str) -> bool:
@@ -69,13 +76,13 @@ async def etcd_delete(endpoint: str, key: str) -> bool:
     return int(response.json().get("deleted", 0)) > 0
 
 
-async def worker_streams(port: int, namespace: str) -> dict[str, float] | None:
+async def worker_streams(host: str, port: int, namespace: str) -> dict[str, float] | None:
     """A worker's requests in flight on its public endpoint, by instance id (hex), read from its own
     /metrics; None when it does not answer."""
     label = f'dynamo_namespace="{namespace.replace("-", "_")}"'
     try:
         async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
-            response = await client.get(f"http://127.0.0.1:{port}/metrics")
+            response = await client.get(f"http://{host}:{port}/metrics")
         response.raise_for_status()
     except httpx.HTTPError:
         return None

@@ -153,11 +153,11 @@ class Scaler:
 
     async def _registered(self, process: ManagedProcess, pool: PoolPlan) -> None:
         """Until the worker's instance is in discovery, where the frontend routes to it."""
-        port, etcd = process.plan.ports[0].port, self.plan.etcd_endpoints[0]
+        system, etcd = process.plan.ports[0], self.plan.etcd_endpoints[0]
         prefix = probes.instances_prefix(self.plan.namespace, pool.component)
 
         async def registered() -> bool:
-            own = await probes.worker_streams(port, self.plan.namespace)
+            own = await probes.worker_streams(system.host, system.port, self.plan.namespace)
             if not own:
                 return False
             keys = set(await probes.etcd_keys(etcd, prefix))
@@ -184,8 +184,8 @@ class Scaler:
     async def _drain(self, process: ManagedProcess, pool: PoolPlan) -> None:
         """Out of discovery, streams finished, then stopped."""
         started = time.monotonic()
-        port, namespace = process.plan.ports[0].port, self.plan.namespace
-        own = await probes.worker_streams(port, namespace) or {}
+        system, namespace = process.plan.ports[0], self.plan.namespace
+        own = await probes.worker_streams(system.host, system.port, namespace) or {}
         prefix = probes.instances_prefix(namespace, pool.component)
         for worker_id in own:
             await probes.etcd_delete(self.plan.etcd_endpoints[0], prefix + worker_id)
@@ -196,7 +196,7 @@ class Scaler:
                 process.say(f"still streaming {DRAIN_TIMEOUT_S:.0f} s into its drain; stopping it anyway")
                 break
             await asyncio.sleep(DRAIN_POLL_S)  # the poll interval of a condition wait
-            streams = await probes.worker_streams(port, namespace)
+            streams = await probes.worker_streams(system.host, system.port, namespace)
             idle = idle + 1 if streams is not None and sum(streams.values()) == 0 else 0
         await self.host.retire_worker(process)
         process.say(f"stopped after a {time.monotonic() - started:.1f} s drain")

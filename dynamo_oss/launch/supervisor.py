@@ -23,6 +23,7 @@ from dynamo_oss.deployment.processes import LOOPBACK, ProcessPlan
 from dynamo_oss.deployment.scrape import worker_targets
 from dynamo_oss.launch import probes
 from dynamo_oss.launch.control import TOKEN_FILE, ControlServer, control_app, write_token
+from dynamo_oss.launch.joining import reach_infrastructure
 from dynamo_oss.launch.metrics import LauncherMetrics
 from dynamo_oss.launch.process import ManagedProcess
 from dynamo_oss.launch.scaling import Scaler
@@ -77,6 +78,10 @@ class Supervisor:
                 if self.plan.nats_monitoring is not None:
                     self.metrics.watch_nats(self.plan.nats_monitoring)
                 self.metrics.serve(self.plan.launcher_metrics)
+            if self.plan.infrastructure_node:
+                await self._unless_interrupted(reach_infrastructure(self.plan, self.say))
+                if self.stopping.is_set():
+                    return 0
             await self._start_infrastructure()
             for process in self.processes:
                 if process.plan.kind not in INFRASTRUCTURE:
@@ -90,11 +95,15 @@ class Supervisor:
             self.ready = True
             self._write_state()
             pools = Counter(p.role for p in self.plan.workers())
-            sizes = ", ".join(f"{role} x{count}" for role, count in pools.items())
-            self.say(
-                f"ready in {time.monotonic() - started:.1f} s: {self.plan.endpoint} serves "
-                f"{self.plan.served_name} ({sizes}). Ctrl-C stops."
-            )
+            sizes = ", ".join(f"{role} x{count}" for role, count in pools.items()) or "workers on other nodes"
+            if self.plan.infrastructure_node:
+                self.say(f"node {self.plan.node} ready in {time.monotonic() - started:.1f} s: {sizes} registered; "
+                         f"{self.plan.endpoint} (node {self.plan.infrastructure_node}) serves them. Ctrl-C stops.")  # fmt: skip
+            else:
+                self.say(
+                    f"ready in {time.monotonic() - started:.1f} s: {self.plan.endpoint} serves "
+                    f"{self.plan.served_name} ({sizes}). Ctrl-C stops."
+                )
             if self.plan.prometheus_url:
                 self.say(f"metrics: Prometheus at {self.plan.prometheus_url}")
             if self.plan.planner:
@@ -161,6 +170,10 @@ class Supervisor:
         async def served() -> bool:
             return self.plan.served_name in await probes.served_models(self.plan.endpoint)
 
+        if self.plan.infrastructure_node:  # the frontend runs there
+            self.say(f"waiting for {sum(expected.values())} worker(s) to register")
+            await self._unless_interrupted(probes.wait_until(registered, timeout_s, "every worker registered"))
+            return
         self.say(f"waiting for {sum(expected.values())} worker(s) to register and the model to be served")
         await self._unless_interrupted(probes.wait_until(registered, timeout_s, "every worker registered"))
         await self._unless_interrupted(probes.wait_until(served, timeout_s, "the model listed"))
@@ -221,7 +234,8 @@ class Supervisor:
         self._write_state()
         if self.plan.worker_targets is not None:
             running = [p.plan for p in self.processes if p.plan.kind == "worker" and p.running]
-            write_atomically(self.plan.worker_targets, worker_targets(running, self.plan.namespace))
+            targets = worker_targets(running + self.plan.workers_elsewhere, self.plan.namespace)
+            write_atomically(self.plan.worker_targets, targets)
 
     def _supervise(self, process: ManagedProcess) -> None:
         self.watchers[process.name] = asyncio.create_task(self._keep_running(process))
@@ -345,5 +359,9 @@ class Supervisor:
             ],
             control_url=self.control_url,
             control_token_file=self.plan.run_dir / TOKEN_FILE,
+            node=self.plan.node,
+            namespace=self.plan.namespace,
+            etcd=self.plan.etcd_endpoints[0] if self.plan.etcd_endpoints else None,
+            nodes=self.plan.nodes,
             last_decision=self.last_decision,
         )
