@@ -1,0 +1,89 @@
+"""A graph over several nodes served on one machine: `dynamo serve GRAPH --node NAME` in each
+node's network namespace (bench.netns), as the multi-node test and the node-loss benchmark run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from dynamo_oss.bench.netns import Nodes
+
+STOP_TIMEOUT_S = 60.0
+PORT_FIELDS = ("etcd", "etcd_peer", "nats", "nats_monitoring", "frontend", "dynamo", "prefill", "decode")
+
+
+def node_graph(name: str, nodes: Nodes, center: str, pools: dict[str, list[str]], ports: dict[str, int]) -> dict:
+    """A gpt-oss-20b mocker graph over `nodes`: the infrastructure and frontend on `center`, and for
+    each pool one one-GPU worker on each node it lists; `ports` by PORT_FIELDS."""
+    workers = {node: sum(node in on for on in pools.values()) for node in nodes.names}
+    return {
+        "name": name,
+        "model": "gpt-oss-20b",
+        "hardware": {"gpu": "h200", "nodes": [{"name": node, "address": nodes.addresses[node], "gpus": workers[node]}
+                                              for node in nodes.names]},
+        "infrastructure": {"node": center,
+                           "etcd": {"mode": "embedded", "client_port": ports["etcd"], "peer_port": ports["etcd_peer"]},
+                           "nats": {"mode": "embedded", "port": ports["nats"],
+                                    "monitoring_port": ports["nats_monitoring"]}},
+        "frontend": {"host": nodes.addresses[center], "port": ports["frontend"], "dynamo_port": ports["dynamo"]},
+        "pools": {role: {"workers": len(on), "engine": "mocker", "nodes": on, "system_port": ports[role]}
+                  for role, on in pools.items()},
+    }  # fmt: skip
+
+
+class ServedNodes:
+    """Each node's launcher, its output and run folder under `folder`."""
+
+    def __init__(self, nodes: Nodes, graph: Path, folder: Path, center: str) -> None:
+        self.nodes, self.graph, self.folder, self.center = nodes, graph, folder, center
+        self.launchers: dict[str, subprocess.Popen] = {}
+
+    def start(self, node: str) -> None:
+        argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(self.graph), "--node", node,
+                "--engine", "mocker", "--run-dir", str(self.run_dir(node))]  # fmt: skip
+        self.launchers[node] = self.nodes.start(node, argv, self.folder / f"{node}.out")
+
+    def run_dir(self, node: str) -> Path:
+        return self.folder / f"run-{node}"
+
+    def output(self, node: str) -> str:
+        path = self.folder / f"{node}.out"
+        return path.read_text() if path.exists() else ""
+
+    def ready(self, node: str) -> bool:
+        return ("ready in" if node == self.center else f"node {node} ready in") in self.output(node)
+
+    def python(self, node: str, code: str) -> str:
+        """A Python snippet run inside the node's namespace; its stdout."""
+        argv = self.nodes.command(node, [sys.executable, "-c", code])
+        return subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout
+
+    def status(self, node: str) -> str:
+        """`dynamo status` of the node's run, run on that node: the whole graph from discovery."""
+        argv = self.nodes.command(node, [sys.executable, "-m", "dynamo_oss.cli", "status", str(self.run_dir(node))])
+        return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
+
+    def instances(self, etcd: str, namespace: str, component: str) -> int:
+        """Workers registered under a component, read from etcd on the infrastructure node."""
+        code = ("import asyncio; from dynamo_oss.launch import probes; print(len(asyncio.run(probes.etcd_keys("
+                f"{etcd!r}, probes.instances_prefix({namespace!r}, {component!r})))))")  # fmt: skip
+        out = self.python(self.center, code).strip()
+        return int(out) if out.isdigit() else -1
+
+    def restarts(self, node: str) -> dict[str, int]:
+        state = json.loads((self.run_dir(node) / "state.json").read_text())
+        return {process["name"]: process["restarts"] for process in state["processes"]}
+
+    def stop(self) -> None:
+        """Stop every launcher (in order: each drains its own processes); kill one that hangs."""
+        for launcher in self.launchers.values():
+            if launcher.poll() is None:
+                launcher.terminate()
+        for launcher in self.launchers.values():
+            try:
+                launcher.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()

@@ -1,0 +1,59 @@
+"""A graph over several nodes as discovery sees it: which node's workers are registered in etcd.
+
+Every worker registers under `v1/instances/NAMESPACE/COMPONENT/...` with the address its request
+plane advertises (DYN_TCP_RPC_HOST: its node's address in the graph), so the registrations map
+back to nodes. Any node's launcher knows the whole placement and where etcd is, so `dynamo status`
+on any node shows every node: what it should run, what is registered, and what is missing.
+"""
+
+from __future__ import annotations
+
+import re
+
+from pydantic import BaseModel, Field
+
+from dynamo_oss.deployment.host import NodeShare
+from dynamo_oss.launch import probes
+
+ADDRESS = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}):\d+")  # a worker's advertised IPv4 address and port
+
+
+class NodeSeen(BaseModel):
+    name: str
+    address: str
+    expected: dict[str, int] = Field(description="workers by Dynamo component the placement puts there")
+    registered: dict[str, int] = Field(description="workers by component registered from its address")
+
+    @property
+    def missing(self) -> dict[str, int]:
+        return {component: count - self.registered.get(component, 0) for component, count in self.expected.items()
+                if count > self.registered.get(component, 0)}  # fmt: skip
+
+
+async def nodes_seen(etcd: str, namespace: str, nodes: list[NodeShare]) -> list[NodeSeen] | None:
+    """Each node's workers as registered in etcd; None when etcd does not answer."""
+    entries = await probes.etcd_entries(etcd, f"v1/instances/{namespace}/")
+    if entries is None:
+        return None
+    by_address: dict[str, dict[str, int]] = {}
+    for key, value in entries.items():
+        parts = key.split("/")  # v1, instances, namespace, component, endpoint, instance id
+        found = ADDRESS.search(value)
+        if found and len(parts) >= 6 and parts[4] == "generate":
+            counts = by_address.setdefault(found.group(1), {})
+            counts[parts[3]] = counts.get(parts[3], 0) + 1
+    return [NodeSeen(name=node.name, address=node.address, expected=node.workers,
+                     registered=by_address.get(node.address, {})) for node in nodes]  # fmt: skip
+
+
+def describe(seen: list[NodeSeen] | None, etcd: str) -> list[str]:
+    """`dynamo status` lines: a node each, with what is registered and what is missing."""
+    if seen is None:
+        return [f"  nodes: etcd at {etcd} does not answer, so discovery cannot be read"]
+    lines = [f"  nodes, from discovery ({etcd}):"]
+    for node in seen:
+        registered = ", ".join(f"{component} {count}" for component, count in node.registered.items()) or "none"
+        missing = ", ".join(f"{component} {count}" for component, count in node.missing.items())
+        lines.append(f"    {node.name:<10} {node.address:<15} registered: {registered}"
+                     + (f"; MISSING: {missing}" if missing else ""))  # fmt: skip
+    return lines

@@ -1,0 +1,104 @@
+"""One graph over three nodes, each a network namespace of this machine running `dynamo serve
+GRAPH --node NAME` on the mocker: the infrastructure and frontend on `head`, prefill on `prefill`,
+decode on `decode`. Traffic goes only to the namespaces' own addresses."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import free_ports, wait_for
+from dynamo_oss.bench.multinode import PORT_FIELDS, ServedNodes, node_graph
+from dynamo_oss.bench.netns import Nodes
+from dynamo_oss.bench.streams import Outcome, read_outcomes
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+
+NODES = ["head", "prefill", "decode"]
+LEASE_S = 30  # the etcd lease Dynamo 1.6 grants a worker (etcdctl lease timetolive): a worker cut off leaves discovery within it
+MODEL = "openai/gpt-oss-20b"
+
+
+def three_node_graph(folder: Path, nodes: Nodes) -> Path:
+    ports = dict(zip(PORT_FIELDS, free_ports(len(PORT_FIELDS))))  # as every test's graph, though the nodes are private
+    graph = node_graph("three-nodes", nodes, "head", {"prefill": ["prefill"], "decode": ["decode"]}, ports)
+    path = folder / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServedNodes]:
+    with Nodes(NODES) as nodes:
+        served = ServedNodes(nodes, three_node_graph(tmp_path, nodes), tmp_path, center="head")
+        try:
+            yield served
+        finally:
+            served.stop()
+    assert nodes.left_behind() == []
+
+
+def decode_registered(served: ServedNodes) -> bool:
+    spec = yaml.safe_load(served.graph.read_text())
+    etcd = f"http://{served.nodes.addresses['head']}:{spec['infrastructure']['etcd']['client_port']}"
+    return served.instances(etcd, "three-nodes", "backend") == 1
+
+
+def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(served: ServedNodes) -> None:
+    # A node started before the infrastructure node waits for it, and says so.
+    served.start("decode")
+    wait_for(lambda: "waiting for the infrastructure on node head" in served.output("decode"), 60,
+             "the decode node to wait for the head node")  # fmt: skip
+    served.start("head")
+    served.start("prefill")
+    for node in NODES:
+        wait_for(lambda node=node: served.ready(node), 180, f"node {node} ready")
+    # Every listener binds the node's address or loopback, never 0.0.0.0.
+    for node in NODES:
+        listening = subprocess.run(served.nodes.command(node, ["ss", "-Hltn"]), capture_output=True, text=True).stdout
+        local = {line.split()[3].rsplit(":", 1)[0] for line in listening.splitlines()}
+        assert local <= {served.nodes.addresses[node], "127.0.0.1"}, (node, listening)
+
+    spec = yaml.safe_load(served.graph.read_text())
+    endpoint = f"http://{served.nodes.addresses['head']}:{spec['frontend']['port']}/v1"
+    outcomes = served.folder / "outcomes.jsonl"
+    until = served.folder / "stop-load"
+    load_argv = [sys.executable, "-m", "dynamo_oss.bench.streams", endpoint, MODEL, "--out", str(outcomes),
+                 "--until", str(until), "--users", "3", "--tokens", "32", "--timeout-s", "30"]  # fmt: skip
+    load = served.nodes.start("head", load_argv, served.folder / "load.out")
+    try:
+        wait_for(lambda: sum(o.error is None for o in read_outcomes(outcomes)) >= 6, 60, "requests served")
+        cut = time.time()
+        served.nodes.cut("decode")
+        wait_for(lambda: not decode_registered(served), LEASE_S + 15, "the cut decode worker to leave discovery")
+        left = time.time() - cut
+        # `dynamo status` on any node that still reaches etcd shows the whole graph, and what is missing.
+        status = served.status("prefill")
+        assert re.search(r"decode +10\.77\.0\.3 +registered: none; MISSING: backend 1", status), status
+        assert re.search(r"prefill +10\.77\.0\.2 +registered: prefill 1\n", status), status
+        served.nodes.reconnect("decode")
+        back = time.time()
+        wait_for(lambda: decode_registered(served), 120, "the decode worker to register again")
+        wait_for(lambda: any(o.error is None and o.started > back for o in read_outcomes(outcomes)), 120,
+                 "a request served after the decode node came back")  # fmt: skip
+        assert "MISSING" not in served.status("decode")
+    finally:
+        until.touch()
+        load.wait(60)
+    results: list[Outcome] = read_outcomes(outcomes)
+    before = [o for o in results if o.ended < cut]
+    assert before and all(o.error is None and o.tokens == 32 for o in before)
+    failed = [o for o in results if o.error]
+    assert all(o.ended >= cut for o in failed), failed  # only the cut failed requests
+    assert left <= LEASE_S + 15
+    # The other nodes carried on: nothing of theirs restarted.
+    assert all(count == 0 for count in served.restarts("head").values()), served.restarts("head")
+    assert all(count == 0 for count in served.restarts("prefill").values()), served.restarts("prefill")
