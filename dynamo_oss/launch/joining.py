@@ -1,12 +1,15 @@
-"""A node joining a graph whose infrastructure runs on another node: wait until it is reachable.
+"""A node of a graph whose infrastructure runs on another node: joining it, and noticing its loss.
 
 The node holding etcd and NATS may start after this one, or be rebooting; rather than let every
 worker crash-loop against an address that does not answer yet, the launcher waits, says what it is
-waiting for at intervals, and gives up at a deadline naming what it could not reach.
+waiting for at intervals, and gives up at a deadline naming what it could not reach. Once serving,
+it watches etcd and says when the infrastructure node stops answering (the workers here then lose
+their leases, exit and are restarted until it is back) and when it answers again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable
 from urllib.parse import urlsplit
@@ -16,6 +19,7 @@ from dynamo_oss.launch import probes
 
 JOIN_TIMEOUT_S = 300.0
 PROGRESS_EVERY_S = 10.0
+WATCH_EVERY_S = 2.0
 
 
 async def reach_infrastructure(plan: HostPlan, say: Callable[[str], None], timeout_s: float = JOIN_TIMEOUT_S) -> None:
@@ -43,3 +47,20 @@ async def reach_infrastructure(plan: HostPlan, say: Callable[[str], None], timeo
         raise probes.NotReady(f"could not reach {', '.join(missing)} on node {plan.infrastructure_node} within "
                               f"{timeout_s:.0f} s; is `dynamo serve --node {plan.infrastructure_node}` running "
                               "there, and is its address reachable from this node?") from None  # fmt: skip
+
+
+async def watch_infrastructure(plan: HostPlan, say: Callable[[str], None]) -> None:
+    """Say when the graph's etcd stops answering and when it answers again; runs until cancelled."""
+    etcd, reachable, since = plan.etcd_endpoints[0], True, time.monotonic()
+    while True:
+        await asyncio.sleep(WATCH_EVERY_S)
+        if await probes.etcd_healthy(etcd) == reachable:
+            continue
+        reachable, lost_for = not reachable, time.monotonic() - since
+        since = time.monotonic()
+        if reachable:
+            say(f"node {plan.node}: the infrastructure on node {plan.infrastructure_node} answers again after "
+                f"{lost_for:.0f} s; workers that lost their leases register again as they restart")  # fmt: skip
+        else:
+            say(f"node {plan.node}: lost the infrastructure on node {plan.infrastructure_node} (etcd {etcd} does not "
+                "answer); this node's workers exit when their leases expire and are restarted until it is back")  # fmt: skip

@@ -23,7 +23,7 @@ from dynamo_oss.deployment.processes import LOOPBACK, ProcessPlan
 from dynamo_oss.deployment.scrape import worker_targets
 from dynamo_oss.launch import probes
 from dynamo_oss.launch.control import TOKEN_FILE, ControlServer, control_app, write_token
-from dynamo_oss.launch.joining import reach_infrastructure
+from dynamo_oss.launch.joining import reach_infrastructure, watch_infrastructure
 from dynamo_oss.launch.metrics import LauncherMetrics
 from dynamo_oss.launch.process import ManagedProcess
 from dynamo_oss.launch.scaling import Scaler
@@ -51,7 +51,8 @@ class Supervisor:
         self.name_width = max(len(p.name) for p in plan.processes + plan.spare_workers)
         self.processes = [ManagedProcess(p, log_dir, self.name_width, verbose) for p in plan.processes]
         self.recoveries: set[asyncio.Task] = set()  # "serves again" watches of restarted processes
-        self.watchers: dict[str, asyncio.Task] = {}  # each process's restart loop, by name
+        # each process's restart loop, by name, and the watch on another node's infrastructure
+        self.watchers: dict[str, asyncio.Task] = {}
         self.metrics = LauncherMetrics(plan.namespace)
         for process in self.processes:
             self.metrics.watch(process.name, process.plan.kind)
@@ -108,6 +109,8 @@ class Supervisor:
                 self.say(f"metrics: Prometheus at {self.plan.prometheus_url}")
             if self.plan.planner:
                 self.say(f"planner: {self.plan.planner}")
+            if self.plan.infrastructure_node:
+                self.watchers["infrastructure"] = asyncio.create_task(watch_infrastructure(self.plan, self.say))
             await self.stopping.wait()
             return 0
         except StartupFailed as err:
