@@ -53,3 +53,29 @@ def test_dynamo_trtllm_parses_every_worker_command_line(graph: Path, trtllm_pars
         assert Path(config.extra_engine_args) == pool.engine_args
         assert config.served_model_name == deployment.model.served_name
         assert config.dyn_reasoning_parser == "gpt_oss" and config.dyn_tool_call_parser == "harmony"
+
+
+def test_a_worker_over_two_trays_is_one_mpi_world_started_from_the_first(trtllm_parse_args, tmp_path: Path) -> None:  # noqa: ANN001
+    """As Dynamo documents a multi-node TensorRT-LLM worker: mpirun over both nodes' GPUs, each rank
+    under trtllm-llmapi-launch; the second node starts nothing of its own for it."""
+    (tmp_path / "tp8.yaml").write_text("tensor_parallel_size: 8\nmoe_expert_parallel_size: 8\nmax_batch_size: 64\n")
+    graph = {"name": "two-trays", "model": "gpt-oss-120b",
+             "hardware": {"gpu": "gb200", "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4}
+                                                    for i in range(2)]},
+             "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}}}  # fmt: skip
+    path = tmp_path / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    _, first = plan_graph(path, tmp_path, node="tray-0")
+    _, second = plan_graph(path, tmp_path, node="tray-1")
+    (worker,) = first.workers()
+    assert second.workers() == []
+    launch = worker.argv.index("trtllm-llmapi-launch")
+    assert worker.argv[:launch][:7] == ["mpirun", "--allow-run-as-root", "-np", "8", "-H", "10.9.0.1:4,10.9.0.2:4",
+                                        "--mca"]  # fmt: skip
+    forwarded = {worker.argv[i + 1] for i in range(launch) if worker.argv[i] == "-x"}
+    assert {"ETCD_ENDPOINTS", "NATS_SERVER", "CUDA_VISIBLE_DEVICES", "DYN_NAMESPACE"} <= forwarded == set(worker.env)
+    assert worker.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the same GPUs on each tray
+    inner = worker.argv[launch + 1:]
+    assert inner[1:3] == ["-m", "dynamo.trtllm"]
+    config = trtllm_parse_args(inner[3:])
+    assert config.namespace == "two-trays" and config.disaggregation_mode.value == "prefill_and_decode"

@@ -142,7 +142,8 @@ def plan_host(
         "DYN_TCP_RESPONSE_STREAM_HOST": here.address,
         "DYN_SYSTEM_HOST": here.address,
     }
-    workers, spare, files = _worker_processes(deployment, here, model_folder, shared_env, timings or {}, mocker_responses)
+    workers, spare, files = _worker_processes(deployment, here, model_folder, shared_env, timings or {},
+                                              mocker_responses, problems)  # fmt: skip
     if not on_center:  # its workers only; the infrastructure node scrapes them
         processes, elsewhere = [*workers], []
         launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
@@ -150,7 +151,7 @@ def plan_host(
         processes = [*infra, *_frontend_processes(deployment, shared_env, model_folder), *workers]
         processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
         elsewhere = [process for other in deployment.placement.nodes if other.name != here.name
-                     for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None)[0]]  # fmt: skip
+                     for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]]  # fmt: skip
         launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, elsewhere, files, run_dir,
                                                                     problems)  # fmt: skip
     spare_ports = [use for process in spare for use in process.ports]
@@ -217,12 +218,6 @@ def _nodes(deployment: Deployment, name: str | None) -> tuple[Node, Node]:
     problems = []
     for pool in deployment.pools:
         slots = [slot for slot in placement.slots if slot.role == pool.role]
-        spanning = next((slot for slot in slots if len(slot.nodes) > 1), None)
-        if spanning:
-            problems.append(Problem(path=f"pools.{pool.role}.gpus_per_worker", message=f"worker {spanning.name} "
-                                    f"spans nodes {', '.join(spanning.nodes)}: on bare metal that takes an MPI launch "
-                                    "across them, which `dynamo serve` does not do yet; `dynamo deploy` renders it "
-                                    "for Dynamo's operator"))  # fmt: skip
         elsewhere = next((slot for slot in slots if slot.node != center.name), None)
         if pool.autoscale and elsewhere:
             problems.append(Problem(path=f"pools.{pool.role}.autoscale", message=f"slot {elsewhere.name} is on node "
@@ -345,10 +340,11 @@ def _worker_processes(
     shared_env: dict[str, str],
     timings: dict[PoolRole, SimulatedTiming],
     mocker_responses: Path | None,
+    problems: list[Problem],
 ) -> tuple[list[ProcessPlan], list[ProcessPlan], list[PlannedFile]]:
-    """The node's worker slots, as placed: those that start with the graph on their GPUs, and the
-    spare slots an autoscaled pool grows into, GPUs left to the launcher; the files their command
-    lines name."""
+    """The worker slots the node leads, as placed: those that start with the graph on their GPUs (a
+    worker over several nodes launched as its engine spans them), and the spare slots an autoscaled
+    pool grows into, GPUs left to the launcher; the files their command lines name."""
     model = deployment.model
     processes, spare, files = [], [], []
     for pool in deployment.pools:
@@ -370,19 +366,25 @@ def _worker_processes(
         files += engine.worker_files(context)
         for slot in slots:
             port = first_port + slot.index
+            env = {**shared_env, **engine.worker_env(context), "DYN_SYSTEM_PORT": str(port), **gpu_env(slot.gpus)}
+            argv = [sys.executable, *engine.worker_argv(context)]
+            if len(slot.nodes) > 1:
+                hosts = [(deployment.placement.node(name).address or "", len(slot.gpus)) for name in slot.nodes]
+                across = engine.across_nodes(argv, hosts, sorted(env))
+                if across is None:
+                    problems.append(Problem(path=f"pools.{pool.role}.gpus_per_worker", message=f"worker {slot.name} "
+                                            f"spans nodes {', '.join(slot.nodes)}, which engine {engine.name} cannot "
+                                            "do: give it at most one node's GPUs"))  # fmt: skip
+                    continue
+                argv = across
             (spare if slot.spare else processes).append(
                 ProcessPlan(
                     name=f"{pool.role}-{slot.index}",
                     kind="worker",
                     role=pool.role,
                     engine=engine.name,
-                    argv=[sys.executable, *engine.worker_argv(context)],
-                    env={
-                        **shared_env,
-                        **engine.worker_env(context),
-                        "DYN_SYSTEM_PORT": str(port),
-                        **gpu_env(slot.gpus),
-                    },
+                    argv=argv,
+                    env=env,
                     ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {slot.index})", host=node.address,
                                    port=port)],  # fmt: skip
                     gpus=slot.gpus,

@@ -133,6 +133,11 @@ class Engine(Protocol):
     def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         """Files the command line names that `dynamo serve` must write first."""
 
+    def across_nodes(self, command: list[str], hosts: list[tuple[str, int]], env: list[str]) -> list[str] | None:
+        """A worker's `command` (interpreter first) launched as one worker over several nodes, `hosts`
+        being each node's address and GPUs, with the variables `env` passed to every rank; None when
+        the engine cannot span nodes."""
+
 
 def engine_for(name: EngineName) -> Engine:
     """The engine named in the catalog: module dynamo_oss.engines.NAME, whose ENGINE implements it."""

@@ -63,6 +63,9 @@ class MockerEngine:
     def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         return [ctx.timing.profile] if ctx.timing else []
 
+    def across_nodes(self, command: list[str], hosts: list[tuple[str, int]], env: list[str]) -> list[str] | None:
+        return None  # one process simulates a whole worker; there are no ranks to spread
+
 
 ENGINE = MockerEngine()
 

@@ -150,5 +150,18 @@ class TrtllmEngine:
     def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         return []
 
+    def across_nodes(self, command: list[str], hosts: list[tuple[str, int]], env: list[str]) -> list[str] | None:
+        # As Dynamo documents a multi-node TensorRT-LLM worker: every rank in one MPI world, each
+        # wrapped by trtllm-llmapi-launch; rank 0, on the first node, is the one that registers.
+        # Open MPI starts the other nodes' ranks over SSH, with the same GPU indices on each node.
+        slots = ",".join(f"{address}:{gpus}" for address, gpus in hosts)
+        return [
+            "mpirun", "--allow-run-as-root",
+            "-np", str(sum(gpus for _, gpus in hosts)), "-H", slots,
+            "--mca", "pml", "ob1",  # the operator's choice for multi-node TensorRT-LLM workers
+            *[flag for name in env for flag in ("-x", name)],
+            "trtllm-llmapi-launch", *command,
+        ]  # fmt: skip
+
 
 ENGINE = TrtllmEngine()
