@@ -49,7 +49,7 @@ def test_killed_supervisor_takes_every_process_with_it(tmp_path: Path) -> None:
 
 
 def test_missing_etcd_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("dynamo_oss.deployment.host.find_binary", lambda name: None)
+    monkeypatch.setattr("dynamo_oss.deployment.embedded.find_binary", lambda name: None)
     with pytest.raises(GraphError) as error:
         plan_graph(write_graph(tmp_path), tmp_path / "run")
     message = str(error.value)

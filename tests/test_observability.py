@@ -58,7 +58,7 @@ def test_a_missing_prometheus_says_how_to_install_it(tmp_path: Path, monkeypatch
     from dynamo_oss.graph.errors import GraphError
     from dynamo_oss.cli.check import plan_graph
 
-    monkeypatch.setattr("dynamo_oss.deployment.host.find_binary", lambda name: None if name == "prometheus" else name)
+    monkeypatch.setattr("dynamo_oss.deployment.embedded.find_binary", lambda name: None if name == "prometheus" else name)
     with pytest.raises(GraphError) as error:
         plan_graph(shipped_graph_on_free_ports("disagg.yaml", tmp_path), tmp_path / "run", "mocker")
     assert "observability.prometheus: prometheus is not installed: install Debian's package" in str(error.value)

