@@ -109,7 +109,9 @@ def place(spec: GraphSpec) -> tuple[Placement | None, list[Problem]]:
             taken = _take(pool.gpus_per_worker, allowed, free)
             if taken is None:
                 problems.append(Problem(path=f"pools.{role}", message=f"worker {index} needs {pool.gpus_per_worker} "
-                                        f"GPUs {_where(pool.gpus_per_worker, allowed)}; {_free_text(allowed, free)}"))  # fmt: skip
+                                        f"GPUs {_where(pool.gpus_per_worker, allowed)}; {_free_text(allowed, free)}. "
+                                        "Let the pool use more nodes (nodes), start fewer workers, or give the nodes "
+                                        "more GPUs"))  # fmt: skip
                 break
             slots.append(WorkerSlot(role=role, index=index, nodes=taken[0], gpus=taken[1], spare=False))
     for role, pool in spec.pools.items():
@@ -178,7 +180,8 @@ def _too_wide(spec: GraphSpec) -> list[Problem]:
     hardware = HARDWARE[spec.hardware.gpu]
     return [
         Problem(path=f"pools.{role}.gpus_per_worker", message=f"is {pool.gpus_per_worker}, wider than an NVLink domain "
-                f"of {hardware.label} ({hardware.nvlink_domain} GPUs); a worker's GPUs must share NVLink")  # fmt: skip
+                f"of {hardware.label} ({hardware.nvlink_domain} GPUs); a worker's GPUs must share NVLink: give it at "
+                f"most {hardware.nvlink_domain} (and its engine config the parallelism to match)")  # fmt: skip
         for role, pool in spec.pools.items()
         if pool.gpus_per_worker > hardware.nvlink_domain
     ]

@@ -8,14 +8,10 @@ on any node shows every node: what it should run, what is registered, and what i
 
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, Field
 
 from dynamo_oss.deployment.host import NodeShare
 from dynamo_oss.launch import probes
-
-ADDRESS = re.compile(r"(\d{1,3}(?:\.\d{1,3}){3}):\d+")  # a worker's advertised IPv4 address and port
 
 
 class NodeSeen(BaseModel):
@@ -35,21 +31,23 @@ async def nodes_seen(etcd: str, namespace: str, nodes: list[NodeShare]) -> list[
     entries = await probes.etcd_entries(etcd, f"v1/instances/{namespace}/")
     if entries is None:
         return None
-    by_address: dict[str, dict[str, int]] = {}
+    seen = [NodeSeen(name=node.name, address=node.address, expected=node.workers, registered={}) for node in nodes]
     for key, value in entries.items():
         parts = key.split("/")  # v1, instances, namespace, component, endpoint, instance id
-        found = ADDRESS.search(value)
-        if found and len(parts) >= 6 and parts[4] == "generate":
-            counts = by_address.setdefault(found.group(1), {})
-            counts[parts[3]] = counts.get(parts[3], 0) + 1
-    return [NodeSeen(name=node.name, address=node.address, expected=node.workers,
-                     registered=by_address.get(node.address, {})) for node in nodes]  # fmt: skip
+        if len(parts) < 6 or parts[4] != "generate":
+            continue
+        # the request plane's address, HOST:PORT, with HOST as the graph names the node (IP or host name)
+        node = next((node for node in seen if f"{node.address}:" in value), None)
+        if node is not None:
+            node.registered[parts[3]] = node.registered.get(parts[3], 0) + 1
+    return seen
 
 
 def describe(seen: list[NodeSeen] | None, etcd: str) -> list[str]:
     """`dynamo status` lines: a node each, with what is registered and what is missing."""
     if seen is None:
-        return [f"  nodes: etcd at {etcd} does not answer, so discovery cannot be read"]
+        return [f"  nodes: etcd at {etcd} does not answer, so discovery cannot be read; is the infrastructure "
+                "node's `dynamo serve` running, and its address reachable from this node?"]  # fmt: skip
     lines = [f"  nodes, from discovery ({etcd}):"]
     for node in seen:
         registered = ", ".join(f"{component} {count}" for component, count in node.registered.items()) or "none"
