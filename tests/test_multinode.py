@@ -1,9 +1,11 @@
 """One graph over three nodes, each a network namespace of this machine running `dynamo serve
 GRAPH --node NAME` on the mocker: the infrastructure and frontend on `head`, prefill on `prefill`,
-decode on `decode`. Traffic goes only to the namespaces' own addresses."""
+decode on `decode`, etcd, NATS and Dynamo's request plane under mutual TLS. Traffic goes only to
+the namespaces' own addresses."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -16,6 +18,7 @@ import pytest
 import yaml
 
 from conftest import free_ports, wait_for
+from dynamo_oss.bench.certificates import write_certificates
 from dynamo_oss.bench.multinode import PORT_FIELDS, ServedNodes, node_graph
 from dynamo_oss.bench.netns import Nodes
 from dynamo_oss.bench.streams import Outcome, read_outcomes
@@ -29,7 +32,8 @@ MODEL = "openai/gpt-oss-20b"
 
 def three_node_graph(folder: Path, nodes: Nodes) -> Path:
     ports = dict(zip(PORT_FIELDS, free_ports(len(PORT_FIELDS))))  # as every test's graph, though the nodes are private
-    graph = node_graph("three-nodes", nodes, "head", {"prefill": ["prefill"], "decode": ["decode"]}, ports)
+    tls = write_certificates(folder / "certs", nodes.addresses)
+    graph = node_graph("three-nodes", nodes, "head", {"prefill": ["prefill"], "decode": ["decode"]}, ports, tls)
     path = folder / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     return path
@@ -47,9 +51,43 @@ def served(tmp_path: Path) -> Iterator[ServedNodes]:
 
 
 def decode_registered(served: ServedNodes) -> bool:
+    return served.instances("three-nodes", "backend") == 1
+
+
+# From the prefill node, with the graph's authority trusted but no certificate shown: what each of
+# etcd, NATS and the decode worker's request plane says (they must all refuse).
+WITHOUT_A_CERTIFICATE = """
+import asyncio, json, ssl, sys
+ca, targets = sys.argv[1], json.loads(sys.argv[2])
+async def attempt(host, port, greeting):
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        if greeting:
+            await reader.readline()  # NATS's INFO, sent before TLS starts
+        await writer.start_tls(ssl.create_default_context(cafile=ca), server_hostname=host)
+        writer.write(b"PING\\r\\n")
+        await writer.drain()
+        return "answered" if await asyncio.wait_for(reader.read(100), 5) else "closed"
+    except (ssl.SSLError, ConnectionError) as error:
+        return type(error).__name__
+    finally:
+        writer.close()
+print(json.dumps({name: asyncio.run(attempt(*target)) for name, target in targets.items()}))
+"""
+
+
+def refused_without_a_certificate(served: ServedNodes) -> dict[str, str]:
     spec = yaml.safe_load(served.graph.read_text())
-    etcd = f"http://{served.nodes.addresses['head']}:{spec['infrastructure']['etcd']['client_port']}"
-    return served.instances(etcd, "three-nodes", "backend") == 1
+    head = served.nodes.addresses["head"]
+    registration = " ".join((served.registered("three-nodes", "backend") or {}).values())
+    decode = re.search(r'"tcp":"([\d.]+):(\d+)/', registration)
+    assert decode, registration
+    targets = {"etcd": [head, spec["infrastructure"]["etcd"]["client_port"], False],
+               "nats": [head, spec["infrastructure"]["nats"]["port"], True],
+               "decode request plane": [decode[1], int(decode[2]), False]}  # fmt: skip
+    argv = [sys.executable, "-c", WITHOUT_A_CERTIFICATE, spec["infrastructure"]["tls"]["ca"], json.dumps(targets)]
+    result = subprocess.run(served.nodes.command("prefill", argv), capture_output=True, text=True, timeout=60)
+    return json.loads(result.stdout or "{}") if result.returncode == 0 else {"error": result.stderr}
 
 
 def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(served: ServedNodes) -> None:
@@ -66,6 +104,10 @@ def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(ser
         listening = subprocess.run(served.nodes.command(node, ["ss", "-Hltn"]), capture_output=True, text=True).stdout
         local = {line.split()[3].rsplit(":", 1)[0] for line in listening.splitlines()}
         assert local <= {served.nodes.addresses[node], "127.0.0.1"}, (node, listening)
+    # Nothing answers a client the graph's authority did not certify, and no key is in a state file.
+    refused = refused_without_a_certificate(served)
+    assert set(refused) == {"etcd", "nats", "decode request plane"} and "answered" not in refused.values(), refused
+    assert "PRIVATE KEY" not in (served.run_dir("head") / "state.json").read_text()
 
     spec = yaml.safe_load(served.graph.read_text())
     endpoint = f"http://{served.nodes.addresses['head']}:{spec['frontend']['port']}/v1"

@@ -64,6 +64,7 @@ def two_nodes(**pools: dict) -> dict:
         "model": "gpt-oss-20b",
         "hardware": {"gpu": "h200", "nodes": [{"name": "head", "address": "10.9.0.1", "gpus": 0},
                                               {"name": "gpu-a", "address": "10.9.0.2", "gpus": 2}]},
+        "infrastructure": {"tls": "none"},  # tests/test_infrastructure_tls.py covers the secured graphs
         "pools": pools or {"agg": {"workers": 2, "engine": "mocker"}},
     }  # fmt: skip
 
@@ -107,7 +108,7 @@ def test_a_worker_wider_than_a_tray_spans_whole_trays_of_one_nvlink_domain(tmp_p
          "pools.agg.gpus_per_worker: is 16, wider than an NVLink domain of H200 (8 GPUs)"),
         (lambda g: g["pools"]["agg"].update(workers=1, gpus_per_worker=2, nodes=["head"]),
          "pools.agg: worker 0 needs 2 GPUs on head; free: head 0"),
-        (lambda g: g.update(infrastructure={"node": "gpu-b"}), "infrastructure.node names gpu-b"),
+        (lambda g: g["infrastructure"].update(node="gpu-b"), "infrastructure.node names gpu-b"),
         (lambda g: g["hardware"].update(gpus=8), "Give `gpus: N` (one host) or `nodes`"),
     ],
     ids=["unknown node", "one address twice", "too few gpus", "wider than nvlink", "no room on the pinned node",
@@ -160,6 +161,7 @@ def test_bare_metal_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str
     rack = {"name": "trays", "model": "gpt-oss-20b",
             "hardware": {"gpu": "gb200", "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4}
                                                    for i in range(2)]},
+            "infrastructure": {"tls": "none"},
             "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine": "mocker"}}}  # fmt: skip
     code, out, err = dynamo(capsys, "check", str(write(tmp_path, rack)))
     assert code == 2 and "pools.agg.gpus_per_worker: worker agg-0 spans nodes tray-0, tray-1, which engine mocker " \

@@ -27,6 +27,7 @@ def as_bare_metal(graph: Path, folder: Path) -> Path:
         return graph
     gpus = hardware.pop("gpus_per_node")
     hardware["nodes"] = [{"name": f"node-{i}", "address": f"10.0.0.{i + 1}", "gpus": gpus} for i in range(hardware["nodes"])]
+    spec.setdefault("infrastructure", {})["tls"] = "none"  # command lines are what this checks
     for pool in spec["pools"].values():
         pool["engine_args"] = str((graph.parent / pool["engine_args"]).resolve())
     path = folder / graph.name
@@ -62,6 +63,7 @@ def test_a_worker_over_two_trays_is_one_mpi_world_started_from_the_first(trtllm_
     graph = {"name": "two-trays", "model": "gpt-oss-120b",
              "hardware": {"gpu": "gb200", "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4}
                                                     for i in range(2)]},
+             "infrastructure": {"tls": "none"},
              "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}}}  # fmt: skip
     path = tmp_path / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import yaml
 
+from dynamo_oss.bench.certificates import write_certificates
 from dynamo_oss.bench.multinode import PORT_FIELDS, ServedNodes, node_graph
 from dynamo_oss.bench.netns import Nodes
 from dynamo_oss.bench.streams import read_outcomes
@@ -58,10 +59,10 @@ def scenario(name: str, names: list[str], loss: str, folder: Path) -> dict:
     folder.mkdir(parents=True)
     with Nodes(names) as nodes:
         decode_nodes = [node for node in names if node.startswith("decode")]
-        graph = node_graph("node-loss", nodes, "head", {"prefill": ["prefill"], "decode": decode_nodes}, PORTS)
+        tls = write_certificates(folder / "certs", nodes.addresses)
+        graph = node_graph("node-loss", nodes, "head", {"prefill": ["prefill"], "decode": decode_nodes}, PORTS, tls)
         (folder / "graph.yaml").write_text(yaml.safe_dump(graph))
         served = ServedNodes(nodes, folder / "graph.yaml", folder, center="head")
-        etcd = f"http://{nodes.addresses['head']}:{PORTS['etcd']}"
         try:
             for node in names:
                 served.start(node)
@@ -80,14 +81,14 @@ def scenario(name: str, names: list[str], loss: str, folder: Path) -> dict:
                 else:
                     for pid in nodes.pids("decode"):
                         os.kill(pid, signal.SIGKILL)
-                leave_s = wait(lambda: served.instances(etcd, "node-loss", "backend") == decoding - 1, 90,
+                leave_s = wait(lambda: served.instances("node-loss", "backend") == decoding - 1, 90,
                                "the lost worker to leave discovery")  # fmt: skip
                 recovery = time.time()
                 if loss == "cut":
                     nodes.reconnect("decode")
                 else:
                     served.start("decode")
-                rejoin_s = wait(lambda: served.instances(etcd, "node-loss", "backend") == decoding, 180,
+                rejoin_s = wait(lambda: served.instances("node-loss", "backend") == decoding, 180,
                                 "the worker to register again")  # fmt: skip
                 wait(lambda: sum(o.error is None and o.started > recovery + rejoin_s for o in read_outcomes(outcomes)) >= 8,
                      120, "requests served after the rejoin")  # fmt: skip

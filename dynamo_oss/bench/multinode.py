@@ -8,15 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from dynamo_oss.bench.netns import Nodes
+from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 
 STOP_TIMEOUT_S = 60.0
 PORT_FIELDS = ("etcd", "etcd_peer", "nats", "nats_monitoring", "frontend", "dynamo", "prefill", "decode")
 
 
-def node_graph(name: str, nodes: Nodes, center: str, pools: dict[str, list[str]], ports: dict[str, int]) -> dict:
+def node_graph(
+    name: str, nodes: Nodes, center: str, pools: dict[str, list[str]], ports: dict[str, int], tls: dict[str, str]
+) -> dict:
     """A gpt-oss-20b mocker graph over `nodes`: the infrastructure and frontend on `center`, and for
-    each pool one one-GPU worker on each node it lists; `ports` by PORT_FIELDS."""
+    each pool one one-GPU worker on each node it lists; `ports` by PORT_FIELDS; etcd and NATS speak
+    mutual TLS with the files `tls` names (bench.certificates)."""
     workers = {node: sum(node in on for on in pools.values()) for node in nodes.names}
     return {
         "name": name,
@@ -26,7 +32,8 @@ def node_graph(name: str, nodes: Nodes, center: str, pools: dict[str, list[str]]
         "infrastructure": {"node": center,
                            "etcd": {"mode": "embedded", "client_port": ports["etcd"], "peer_port": ports["etcd_peer"]},
                            "nats": {"mode": "embedded", "port": ports["nats"],
-                                    "monitoring_port": ports["nats_monitoring"]}},
+                                    "monitoring_port": ports["nats_monitoring"]},
+                           "tls": tls},
         "frontend": {"host": nodes.addresses[center], "port": ports["frontend"], "dynamo_port": ports["dynamo"]},
         "pools": {role: {"workers": len(on), "engine": "mocker", "nodes": on, "system_port": ports[role]}
                   for role, on in pools.items()},
@@ -44,6 +51,13 @@ class ServedNodes:
         argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(self.graph), "--node", node,
                 "--engine", "mocker", "--run-dir", str(self.run_dir(node))]  # fmt: skip
         self.launchers[node] = self.nodes.start(node, argv, self.folder / f"{node}.out")
+
+    def etcd(self) -> EtcdAccess:
+        """The graph's etcd as the infrastructure node reaches it, with that node's certificate."""
+        infrastructure = yaml.safe_load(self.graph.read_text())["infrastructure"]
+        endpoint = f"https://{self.nodes.addresses[self.center]}:{infrastructure['etcd']['client_port']}"
+        tls = {name: Path(path.replace("{node}", self.center)) for name, path in infrastructure["tls"].items()}
+        return EtcdAccess(endpoint=endpoint, tls=InfrastructureTls(**tls))
 
     def run_dir(self, node: str) -> Path:
         return self.folder / f"run-{node}"
@@ -65,12 +79,20 @@ class ServedNodes:
         argv = self.nodes.command(node, [sys.executable, "-m", "dynamo_oss.cli", "status", str(self.run_dir(node))])
         return subprocess.run(argv, capture_output=True, text=True, timeout=60).stdout
 
-    def instances(self, etcd: str, namespace: str, component: str) -> int:
-        """Workers registered under a component, read from etcd on the infrastructure node."""
-        code = ("import asyncio; from dynamo_oss.launch import probes; print(len(asyncio.run(probes.etcd_keys("
-                f"{etcd!r}, probes.instances_prefix({namespace!r}, {component!r})))))")  # fmt: skip
+    def registered(self, namespace: str, component: str) -> dict[str, str] | None:
+        """The registrations of a component's workers in discovery, read on the infrastructure node
+        with its certificate; None when etcd does not answer."""
+        code = ("import asyncio, json; from dynamo_oss.deployment.access import EtcdAccess; from dynamo_oss.launch "
+                f"import probes; etcd = EtcdAccess.model_validate_json({self.etcd().model_dump_json()!r}); "
+                "print(json.dumps(asyncio.run(probes.etcd_entries(etcd, "
+                f"probes.instances_prefix({namespace!r}, {component!r})))))")  # fmt: skip
         out = self.python(self.center, code).strip()
-        return int(out) if out.isdigit() else -1
+        return json.loads(out) if out else None
+
+    def instances(self, namespace: str, component: str) -> int:
+        """Workers registered under a component (-1 when etcd does not answer)."""
+        registered = self.registered(namespace, component)
+        return -1 if registered is None else len(registered)
 
     def restarts(self, node: str) -> dict[str, int]:
         state = json.loads((self.run_dir(node) / "state.json").read_text())

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 from dynamo_oss.cli.arguments import positive_float
+from dynamo_oss.catalog.addresses import is_loopback
 from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment, build_deployment
-from dynamo_oss.deployment.processes import is_loopback
 from dynamo_oss.engines import engine_for
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.launch.prepare import prepare
@@ -109,6 +109,9 @@ def check(args: argparse.Namespace) -> int:
     print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
     for warning in exposure_warnings(plan):
         print(warning, file=sys.stderr)
+    for problem in plan.tls.problems() if plan.tls else []:
+        print(f"warning: {problem}; `dynamo serve` on node {plan.node} refuses to start until it can read them",
+              file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -119,10 +122,15 @@ def describe_cluster(deployment: Deployment) -> str:
     return "\n".join(lines + [f"    {line}" for line in deployment.placement.describe()])
 
 
+# The listeners that require a certificate the graph's authority signed once `infrastructure.tls` is set.
+SECURED_BY_TLS = ("infrastructure.etcd.client_port", "infrastructure.etcd.peer_port", "infrastructure.nats.port")
+
+
 def exposure_warnings(plan: HostPlan) -> list[str]:
-    """A line for each listener the graph opens beyond loopback: the OpenAI endpoint where the graph
-    binds it so, and on a graph of several nodes the node's own listeners. Nothing in the graph
-    authenticates their clients yet."""
+    """A line for each listener the graph opens beyond loopback without authenticating its clients:
+    the OpenAI endpoint where the graph binds it so, and on a graph of several nodes the node's own
+    listeners, but for etcd's and NATS's when they require the graph's certificates."""
+    secured = SECURED_BY_TLS if plan.tls else ()
     return [
         f"warning: {use.field} listens on {use.host}:{use.port}: "
         + ("the endpoint is open to the network with no authentication in front; put an authenticating proxy or "
@@ -130,7 +138,7 @@ def exposure_warnings(plan: HostPlan) -> list[str]:
            "authentication; keep the nodes' addresses on a private network behind a firewall")
         for process in plan.processes
         for use in process.ports
-        if not is_loopback(use.host)
+        if not is_loopback(use.host) and use.field not in secured
     ]
 
 
@@ -140,6 +148,7 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         f"  endpoint   {plan.endpoint}  (model {plan.served_name}, namespace {plan.namespace})",
         f"  etcd       {', '.join(plan.etcd_endpoints)}",
         f"  nats       {plan.nats_url}",
+        *([f"  tls        mutual, trusting {plan.tls.ca}; this node shows {plan.tls.cert}"] if plan.tls else []),
         *([f"  metrics    {plan.prometheus_url} (Prometheus)"] if plan.prometheus_url else []),
         *(
             [f"  launcher   http://{plan.launcher_metrics.host}:{plan.launcher_metrics.port}/metrics"]

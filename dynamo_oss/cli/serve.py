@@ -12,6 +12,7 @@ from dynamo_oss.cli.check import add_graph_arguments, exposure_warnings, plan_gr
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
+from dynamo_oss.graph.errors import GraphError
 from dynamo_oss.launch.prepare import write_plan_files
 from dynamo_oss.launch.probes import port_in_use
 from dynamo_oss.launch.run_dirs import KEEP_RUNS, new_run_dir
@@ -64,6 +65,8 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     )
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_ports_taken(plan)
+    if plan.tls and (problems := plan.tls.problems()):
+        raise GraphError(str(args.graph), problems)
     for warning in exposure_warnings(plan):
         print(f"[dynamo-oss] {warning}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)

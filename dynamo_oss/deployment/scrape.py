@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from dynamo_oss.deployment.access import InfrastructureTls
 from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 
 
@@ -25,10 +26,12 @@ def scrape_config(
     interval_s: float,
     worker_targets: Path,
     planner_namespace: str,
+    etcd_tls: InfrastructureTls | None = None,
 ) -> str:
     """prometheus.yml for `processes` and the launcher's metrics port; workers are read from `worker_targets`.
     The frontend's series are labelled `dynamo_namespace` with `planner_namespace`, as Dynamo's planner
-    selects the traffic it plans for (Dynamo's frontend does not label them itself)."""
+    selects the traffic it plans for (Dynamo's frontend does not label them itself). An etcd that
+    speaks mutual TLS is scraped with `etcd_tls`, the node's own files."""
 
     def static(name: str, entries: list[tuple[PortUse, dict[str, str]]]) -> dict[str, Any]:
         return {"job_name": name, "static_configs": _targets(entries, namespace)}
@@ -41,7 +44,7 @@ def scrape_config(
     jobs = [
         static("dynamo-frontend", frontend),
         {"job_name": "dynamo-workers", "file_sd_configs": [{"files": [str(worker_targets)]}]},
-        *([static("etcd", of_kind("etcd"))] if of_kind("etcd") else []),  # an external etcd is not ours to scrape
+        *([{**static("etcd", of_kind("etcd")), **_tls(etcd_tls)}] if of_kind("etcd") else []),  # an external etcd is not ours
         *([static("dynamo-planner", of_kind("planner"))] if of_kind("planner") else []),
         static("dynamo-oss-launcher", [(launcher, {"process": "launcher"})]),
     ]
@@ -50,6 +53,12 @@ def scrape_config(
         "scrape_configs": jobs,
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def _tls(tls: InfrastructureTls | None) -> dict[str, Any]:
+    if tls is None:
+        return {}
+    return {"scheme": "https", "tls_config": {"ca_file": str(tls.ca), "cert_file": str(tls.cert), "key_file": str(tls.key)}}
 
 
 def worker_targets(workers: list[ProcessPlan], namespace: str) -> str:

@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from dynamo_oss.catalog.addresses import is_loopback
 from dynamo_oss.catalog.hardware import HardwareName
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.catalog.names import MAX_SYSTEM_PORT, EngineName, PoolRole, RouterMode
@@ -154,6 +155,18 @@ class ExternalNats(Strict):
     url: str = Field(description="NATS server URL, e.g. nats://nats:4222.")
 
 
+class InfrastructureTlsFiles(Strict):
+    """Mutual TLS for etcd and NATS: files, never the secrets themselves. Each path may contain `{node}`,
+    replaced by the node's name, so one graph names every node's own certificate and key."""
+
+    ca: FilePath = Field(description="PEM certificate of the authority that signed every node's certificate: etcd "
+                         "and NATS accept only clients it signed, and clients only servers it signed.")  # fmt: skip
+    cert: FilePath = Field(description="PEM certificate of the node: served by embedded etcd and NATS on the "
+                           "infrastructure node (its subjectAltName must hold that node's address) and presented by "
+                           "every client.")  # fmt: skip
+    key: FilePath = Field(description="PEM private key of `cert`.")
+
+
 class InfrastructureSection(Strict):
     etcd: Annotated[EmbeddedEtcd | ExternalEtcd, Field(discriminator="mode")] = Field(
         default_factory=EmbeddedEtcd,
@@ -168,6 +181,22 @@ class InfrastructureSection(Strict):
         default=None, description="With several nodes: the one that runs embedded etcd, NATS and Prometheus, the "
         "frontend and the planner (default: the first)."
     )
+
+    tls: InfrastructureTlsFiles | Literal["none"] | None = Field(
+        default=None,
+        description="Mutual TLS for etcd and NATS (embedded ones serve it; every client presents its node's "
+        "certificate). Required when embedded ones listen where other nodes reach them, unless this says `none`.",
+    )
+
+    @model_validator(mode="after")
+    def _tls_urls(self) -> InfrastructureSection:
+        if not isinstance(self.tls, InfrastructureTlsFiles):
+            return self
+        if isinstance(self.etcd, ExternalEtcd) and not all(url.startswith("https://") for url in self.etcd.endpoints):
+            raise ValueError("With tls, etcd is reached over TLS: give infrastructure.etcd.endpoints as https:// URLs.")
+        if isinstance(self.nats, ExternalNats) and not self.nats.url.startswith("tls://"):
+            raise ValueError("With tls, NATS is reached over TLS: give infrastructure.nats.url as a tls:// URL.")
+        return self
 
     _shorthand = field_validator("etcd", "nats", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
 
@@ -423,7 +452,23 @@ class GraphSpec(Strict):
             if unknown:
                 raise ValueError(f"{field} names {', '.join(unknown)}, which hardware.nodes does not have "
                                  f"(it has {', '.join(nodes)})")  # fmt: skip
+        self._infrastructure_reached_securely()
         return self
+
+    def _infrastructure_reached_securely(self) -> None:
+        """Embedded etcd and NATS on an address other nodes reach serve mutual TLS, or the graph says
+        `tls: none` on purpose."""
+        infra = self.infrastructure
+        embedded = isinstance(infra.etcd, EmbeddedEtcd) or isinstance(infra.nats, EmbeddedNats)
+        if infra.tls is not None or not embedded or not isinstance(self.hardware.nodes, list):
+            return
+        address = next(node.address for node in self.hardware.nodes if node.name == self.infrastructure_node)
+        if not is_loopback(address):
+            raise ValueError(
+                f"infrastructure.tls: embedded etcd and NATS listen on {address}, where the other nodes reach them, "
+                "so they need mutual TLS: give infrastructure.tls {ca, cert, key} (PEM files; `{node}` in a path "
+                "is the node's name), or say `tls: none` to run them open on a network you trust."
+            )
 
     @property
     def infrastructure_node(self) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
+from dynamo_oss.deployment.access import EtcdAccess
 from dynamo_oss.deployment.host import NodeShare
 from dynamo_oss.launch import probes
 
@@ -26,7 +27,7 @@ class NodeSeen(BaseModel):
                 if count > self.registered.get(component, 0)}  # fmt: skip
 
 
-async def nodes_seen(etcd: str, namespace: str, nodes: list[NodeShare]) -> list[NodeSeen] | None:
+async def nodes_seen(etcd: EtcdAccess, namespace: str, nodes: list[NodeShare]) -> list[NodeSeen] | None:
     """Each node's workers as registered in etcd; None when etcd does not answer."""
     entries = await probes.etcd_entries(etcd, f"v1/instances/{namespace}/")
     if entries is None:
@@ -43,12 +44,12 @@ async def nodes_seen(etcd: str, namespace: str, nodes: list[NodeShare]) -> list[
     return seen
 
 
-def describe(seen: list[NodeSeen] | None, etcd: str) -> list[str]:
+def describe(seen: list[NodeSeen] | None, etcd: EtcdAccess) -> list[str]:
     """`dynamo status` lines: a node each, with what is registered and what is missing."""
     if seen is None:
-        return [f"  nodes: etcd at {etcd} does not answer, so discovery cannot be read; is the infrastructure "
+        return [f"  nodes: etcd at {etcd.endpoint} does not answer, so discovery cannot be read; is the infrastructure "
                 "node's `dynamo serve` running, and its address reachable from this node?"]  # fmt: skip
-    lines = [f"  nodes, from discovery ({etcd}):"]
+    lines = [f"  nodes, from discovery ({etcd.endpoint}):"]
     for node in seen:
         registered = ", ".join(f"{component} {count}" for component, count in node.registered.items()) or "none"
         missing = ", ".join(f"{component} {count}" for component, count in node.missing.items())

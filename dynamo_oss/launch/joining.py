@@ -25,8 +25,8 @@ WATCH_EVERY_S = 2.0
 async def reach_infrastructure(plan: HostPlan, say: Callable[[str], None], timeout_s: float = JOIN_TIMEOUT_S) -> None:
     """Until the graph's etcd is healthy and its NATS accepts connections; probes.NotReady past the deadline."""
     nats = urlsplit(plan.nats_url)
-    services = {f"etcd {plan.etcd_endpoints[0]}": lambda: probes.etcd_healthy(plan.etcd_endpoints[0]),
-                f"NATS {plan.nats_url}": lambda: probes.tcp_open(nats.hostname or "", nats.port or 4222)}  # fmt: skip
+    services = {f"etcd {plan.etcd_endpoints[0]}": lambda: probes.etcd_healthy(plan.etcd),
+                f"NATS {plan.nats_url}": lambda: probes.nats_answers(nats.hostname or "", nats.port or 4222, plan.tls)}  # fmt: skip
     started = time.monotonic()
     said = started
     say(f"node {plan.node}: waiting for the infrastructure on node {plan.infrastructure_node} "
@@ -51,7 +51,7 @@ async def reach_infrastructure(plan: HostPlan, say: Callable[[str], None], timeo
 
 async def watch_infrastructure(plan: HostPlan, say: Callable[[str], None]) -> None:
     """Say when the graph's etcd stops answering and when it answers again; runs until cancelled."""
-    etcd, reachable, since = plan.etcd_endpoints[0], True, time.monotonic()
+    etcd, reachable, since = plan.etcd, True, time.monotonic()
     while True:
         await asyncio.sleep(WATCH_EVERY_S)
         if await probes.etcd_healthy(etcd) == reachable:
@@ -62,5 +62,5 @@ async def watch_infrastructure(plan: HostPlan, say: Callable[[str], None]) -> No
             say(f"node {plan.node}: the infrastructure on node {plan.infrastructure_node} answers again after "
                 f"{lost_for:.0f} s; workers that lost their leases register again as they restart")  # fmt: skip
         else:
-            say(f"node {plan.node}: lost the infrastructure on node {plan.infrastructure_node} (etcd {etcd} does not "
+            say(f"node {plan.node}: lost the infrastructure on node {plan.infrastructure_node} (etcd {etcd.endpoint} does not "
                 "answer); this node's workers exit when their leases expire and are restarted until it is back")  # fmt: skip

@@ -9,10 +9,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import socket
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 
 import httpx
+
+from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 
 PROBE_TIMEOUT_S = 2.0
 
@@ -29,10 +32,16 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], timeout_s: float,
         await asyncio.sleep(0.25)
 
 
-async def etcd_healthy(endpoint: str) -> bool:
+def _etcd_client(etcd: EtcdAccess) -> httpx.AsyncClient:
+    """A client of etcd's JSON gateway, showing the node's certificate when etcd speaks mutual TLS."""
+    verify = etcd.tls.client_context() if etcd.tls else True
+    return httpx.AsyncClient(base_url=etcd.endpoint, timeout=PROBE_TIMEOUT_S, verify=verify)
+
+
+async def etcd_healthy(etcd: EtcdAccess) -> bool:
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
-            response = await client.get(f"{endpoint}/health")
+        async with _etcd_client(etcd) as client:
+            response = await client.get("/health")
         return response.status_code == 200 and response.json().get("health") == "true"
     except (httpx.HTTPError, ValueError):
         return False
@@ -47,14 +56,33 @@ async def tcp_open(host: str, port: int) -> bool:
     return True
 
 
-async def etcd_entries(endpoint: str, prefix: str) -> dict[str, str] | None:
+async def nats_answers(host: str, port: int, tls: InfrastructureTls | None) -> bool:
+    """NATS greets a client with its INFO line, and, when it speaks TLS, completes the handshake
+    with the node's certificate (nats-server logs a bare TCP probe as a failed handshake)."""
+    try:
+        reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), PROBE_TIMEOUT_S)
+    except (OSError, asyncio.TimeoutError):
+        return False
+    try:
+        if not (await asyncio.wait_for(reader.readline(), PROBE_TIMEOUT_S)).startswith(b"INFO"):
+            return False
+        if tls is not None:
+            await asyncio.wait_for(writer.start_tls(tls.client_context(), server_hostname=host), PROBE_TIMEOUT_S)
+        return True
+    except (OSError, asyncio.TimeoutError, ssl.SSLError):
+        return False
+    finally:
+        writer.close()
+
+
+async def etcd_entries(etcd: EtcdAccess, prefix: str) -> dict[str, str] | None:
     """Keys and values under a prefix, through etcd's JSON gateway (works for embedded and external
     etcd); None when etcd does not answer."""
     range_end = prefix[:-1] + chr(ord(prefix[-1]) + 1)
     body = {"key": _b64(prefix), "range_end": _b64(range_end)}
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
-            response = await client.post(f"{endpoint}/v3/kv/range", json=body)
+        async with _etcd_client(etcd) as client:
+            response = await client.post("/v3/kv/range", json=body)
         response.raise_for_status()
         kvs = response.json().get("kvs", [])
     except (httpx.HTTPError, ValueError):
@@ -63,15 +91,15 @@ async def etcd_entries(endpoint: str, prefix: str) -> dict[str, str] | None:
             for kv in kvs}  # fmt: skip
 
 
-async def etcd_keys(endpoint: str, prefix: str) -> list[str]:
+async def etcd_keys(etcd: EtcdAccess, prefix: str) -> list[str]:
     """Keys under a prefix (empty while etcd does not answer)."""
-    return list(await etcd_entries(endpoint, prefix) or {})
+    return list(await etcd_entries(etcd, prefix) or {})
 
 
-async def etcd_delete(endpoint: str, key: str) -> bool:
+async def etcd_delete(etcd: EtcdAccess, key: str) -> bool:
     """Delete one key; True when it was there."""
-    async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
-        response = await client.post(f"{endpoint}/v3/kv/deleterange", json={"key": _b64(key)})
+    async with _etcd_client(etcd) as client:
+        response = await client.post("/v3/kv/deleterange", json={"key": _b64(key)})
     response.raise_for_status()
     return int(response.json().get("deleted", 0)) > 0
 

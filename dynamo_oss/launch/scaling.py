@@ -153,7 +153,7 @@ class Scaler:
 
     async def _registered(self, process: ManagedProcess, pool: PoolPlan) -> None:
         """Until the worker's instance is in discovery, where the frontend routes to it."""
-        system, etcd = process.plan.ports[0], self.plan.etcd_endpoints[0]
+        system, etcd = process.plan.ports[0], self.plan.etcd
         prefix = probes.instances_prefix(self.plan.namespace, pool.component)
 
         async def registered() -> bool:
@@ -188,7 +188,7 @@ class Scaler:
         own = await probes.worker_streams(system.host, system.port, namespace) or {}
         prefix = probes.instances_prefix(namespace, pool.component)
         for worker_id in own:
-            await probes.etcd_delete(self.plan.etcd_endpoints[0], prefix + worker_id)
+            await probes.etcd_delete(self.plan.etcd, prefix + worker_id)
         process.say(f"draining: out of discovery, {sum(own.values()):.0f} stream(s) in flight")
         idle = 0
         while idle < IDLE_CHECKS and process.running:

@@ -14,6 +14,7 @@ from pydantic import BaseModel, Field
 
 from dynamo_oss.catalog.errors import read_json_file
 from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.deployment.access import EtcdAccess
 from dynamo_oss.deployment.host import NodeShare
 from dynamo_oss.deployment.processes import ProcessKind
 
@@ -76,7 +77,7 @@ class RunState(BaseModel):
     last_decision: DecisionRecord | None = Field(default=None, description="the planner's latest decision")
     node: str = Field(default="local", description="the node this launcher runs")
     namespace: str = Field(default="", description="the graph's Dynamo namespace, where its workers register")
-    etcd: str | None = Field(default=None, description="the graph's etcd, which holds discovery")
+    etcd: EtcdAccess | None = Field(default=None, description="the graph's etcd, which holds discovery")
     nodes: list[NodeShare] = Field(default_factory=list, description="every node of a graph over several nodes")
 
     def write(self, run_dir: Path) -> None:

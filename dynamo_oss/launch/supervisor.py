@@ -154,14 +154,15 @@ class Supervisor:
     def _infra_ready(self, process: ManagedProcess):  # noqa: ANN202 - a probe closure
         port = process.plan.ports[0]
         if process.plan.kind == "etcd":
-            endpoint = f"http://{port.host}:{port.port}"
-            return lambda: probes.etcd_healthy(endpoint)
+            return lambda: probes.etcd_healthy(self.plan.etcd)
+        if process.plan.kind == "nats":
+            return lambda: probes.nats_answers(port.host, port.port, self.plan.tls)
         return lambda: probes.tcp_open(port.host, port.port)
 
     async def _until_served(self, timeout_s: float) -> None:
         """Every worker registered in discovery and the model listed by the frontend."""
         expected = Counter(component_for(p.role) for p in self.plan.workers() if p.role)
-        etcd = self.plan.etcd_endpoints[0]
+        etcd = self.plan.etcd
 
         async def registered() -> bool:
             for component, count in expected.items():
@@ -282,7 +283,7 @@ class Supervisor:
         if process.plan.kind != "worker" or process.plan.role is None:
             return set()
         prefix = probes.instances_prefix(self.plan.namespace, component_for(process.plan.role))
-        return set(await probes.etcd_keys(self.plan.etcd_endpoints[0], prefix))
+        return set(await probes.etcd_keys(self.plan.etcd, prefix))
 
     async def _announce_recovery(self, process: ManagedProcess, before: set[str]) -> None:
         """Say when a restarted process serves again: a worker once it registers an instance that was
@@ -364,7 +365,7 @@ class Supervisor:
             control_token_file=self.plan.run_dir / TOKEN_FILE,
             node=self.plan.node,
             namespace=self.plan.namespace,
-            etcd=self.plan.etcd_endpoints[0] if self.plan.etcd_endpoints else None,
+            etcd=self.plan.etcd if self.plan.etcd_endpoints else None,
             nodes=self.plan.nodes,
             last_decision=self.last_decision,
         )

@@ -17,13 +17,15 @@ _ROUTINE_LEVEL = re.compile(
 )
 # Warnings printed on every healthy start: Dynamo 1.6's for a worker's attention-DP ranks joining the
 # KV router and for a text-only model that multimodal routing cannot read; etcd's for its default
-# auth token, which a loopback-only etcd does not use. The planner's, for the pre-deployment
+# auth token, which a loopback-only etcd does not use, and, under mutual TLS, for each of the
+# launcher's reads through its JSON gateway (the certificate's name is not a user: auth is off). The planner's, for the pre-deployment
 # profile its load-based scaling does not use and for its plugin registry, whose gateway is off.
 # And those of every resize, which the launcher reports itself: the router dropping a worker that
 # left, the planner seeing a new worker's load one look after its count.
 _ROUTINE_WARNINGS = re.compile(
     r"WARN dynamo_kv_router::sequences::multi_worker: (Adding|Removing) worker|WARN mm_routing: "
     r'|"msg":"simple token is not cryptographically signed"'
+    r'|"msg":"ignoring common name in gRPC-gateway proxy request"'
     r"|WARN (perf_metrics.fetch_pre_deployment_metrics|adapters._log_missing_pre_deployment_data): "
     r"|WARN base.__init__: AllowUnauthenticatedAuth enabled|WARN state_machine._reconcile_fpm_worker_count: "
 )
