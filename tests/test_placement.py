@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, dynamo
+from conftest import REPO, dynamo, run_dynamo
 from manifest_schemas import manifest_errors
 from dynamo_oss.deployment.host import plan_host
 from dynamo_oss.deployment.kubernetes import ClusterTarget, render_manifests
@@ -166,3 +166,18 @@ def test_bare_metal_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str
     code, out, err = dynamo(capsys, "check", str(write(tmp_path, rack)))
     assert code == 2 and "pools.agg.gpus_per_worker: worker agg-0 spans nodes tray-0, tray-1, which engine mocker " \
         "cannot do: give it at most one node's GPUs" in err, out + err  # fmt: skip
+
+
+def test_a_trtllm_worker_hands_kv_over_on_its_nodes_interface_and_serve_runs_only_on_that_node(
+    tmp_path: Path,
+) -> None:
+    graph = two_nodes()
+    graph["hardware"]["nodes"][1]["address"] = "127.0.0.1"  # gpu-a is this machine, on its loopback interface
+    graph["pools"] = {"agg": {"workers": 1, "gpus_per_worker": 2, "engine_args": "tp2.yaml"}}
+    path = write(tmp_path, graph, {"tp2.yaml": "tensor_parallel_size: 2\nmax_batch_size: 64\n"})
+    deployment = build_deployment(load_graph(path))
+    (worker,) = plan_host(deployment, "gpu-a", run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path).workers()
+    assert worker.env["TRTLLM_NIXL_INTERFACE"] == worker.env["TRTLLM_UCX_INTERFACE"] == "lo"
+    served = run_dynamo("serve", str(path), "--node", "head", "--engine", "mocker", "--run-dir", str(tmp_path / "run"))
+    assert served.returncode == 2 and "--node head: its address 10.9.0.1 (hardware.nodes) is on no interface of " \
+        "this machine" in served.stderr, served.stdout + served.stderr  # fmt: skip

@@ -7,6 +7,7 @@ import asyncio
 import shutil
 from pathlib import Path
 
+from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.cli.check import add_graph_arguments, exposure_warnings, plan_graph
 from dynamo_oss.deployment.host import HostPlan
@@ -64,6 +65,7 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
         args.graph, run_dir, args.engine, args.mocker_responses, args.mocker_time_scale, args.node
     )
     _refuse_unavailable_engines(deployment, plan, args.graph)
+    _refuse_another_machines_node(plan)
     _refuse_ports_taken(plan)
     if plan.tls and (problems := plan.tls.problems()):
         raise GraphError(str(args.graph), problems)
@@ -85,6 +87,14 @@ def _refuse_unavailable_engines(deployment: Deployment, plan: HostPlan, graph: P
                 f"To run the same graph on Dynamo's simulated engine (no GPU needed):\n"
                 f"  dynamo serve {graph} --engine mocker"
             )
+
+
+def _refuse_another_machines_node(plan: HostPlan) -> None:
+    """A node's share runs on the machine that has its address: anywhere else it could bind nothing."""
+    share = next((share for share in plan.nodes if share.name == plan.node), None)
+    if share is not None and interface_of(share.address) is None:
+        raise UserError(f"--node {plan.node}: its address {share.address} (hardware.nodes) is on no interface of "
+                        "this machine. Start this machine's own node, or correct its address in the graph.")  # fmt: skip
 
 
 def _refuse_ports_taken(plan: HostPlan) -> None:

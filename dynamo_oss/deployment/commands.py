@@ -44,6 +44,7 @@ def worker_context(
     namespace: str,
     response_trace: Path | None = None,
     timing: SimulatedTiming | None = None,
+    network_interface: str | None = None,
 ) -> WorkerContext:
     """What the pool's engine needs for a worker's command line and environment."""
     model = deployment.model
@@ -58,4 +59,5 @@ def worker_context(
         endpoint=f"dyn://{namespace}.{pool.component}.generate",
         response_trace=response_trace,
         timing=timing,
+        network_interface=network_interface,
     )

@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dynamo_oss.assets.cache import resolve_cache_root
+from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 from dynamo_oss.deployment.commands import frontend_args, gateway_args, worker_context
@@ -375,6 +376,7 @@ def _worker_processes(
             namespace=deployment.namespace,
             response_trace=mocker_responses,
             timing=timings.get(pool.role),
+            network_interface=interface_of(node.address or "") if deployment.placement.nodes[1:] else None,
         )
         files += engine.worker_files(context)
         for slot in slots:

@@ -109,6 +109,7 @@ class WorkerContext(BaseModel):
     endpoint: str  # dyn://namespace.component.generate
     response_trace: Path | None = None  # recorded responses the mocker replays (JSONL), by request annotation
     timing: SimulatedTiming | None = None  # for a simulated engine, from the performance model
+    network_interface: str | None = None  # on a graph over several nodes: the NIC holding the node's address
 
 
 class Engine(Protocol):

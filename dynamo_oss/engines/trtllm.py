@@ -145,7 +145,12 @@ class TrtllmEngine:
             "TRT_LLM_DISABLE_LOAD_WEIGHTS_IN_PARALLEL": "True",
             "NCCL_GRAPH_REGISTER": "0",  # no NCCL buffer registration inside CUDA graphs
             "OMPI_MCA_coll_ucc_enable": "0",  # Open MPI's UCC collectives off; TensorRT-LLM starts ranks with MPI
-        }
+            # Over several nodes, the KV handoff's side channel (NIXL's agent metadata, or UCX's) must
+            # listen on, and advertise, the address the graph gives the node, not whatever interface
+            # the default route leaves: TensorRT-LLM takes that interface by name.
+            **({"TRTLLM_NIXL_INTERFACE": ctx.network_interface, "TRTLLM_UCX_INTERFACE": ctx.network_interface}
+               if ctx.network_interface else {}),
+        }  # fmt: skip
 
     def worker_files(self, ctx: WorkerContext) -> list[PlannedFile]:
         return []
