@@ -30,7 +30,7 @@ def graph_with(folder: Path, **changes: dict) -> Path:
     path = write_graph(folder)
     graph = yaml.safe_load(path.read_text())
     for section, update in changes.items():
-        graph[section].update(update)
+        graph.setdefault(section, {}).update(update)
     path.write_text(yaml.safe_dump(graph))
     return path
 
@@ -108,7 +108,7 @@ def test_while_no_worker_is_registered_the_gateway_answers_503_never_404(tmp_pat
 
 
 def test_past_max_in_flight_requests_are_refused_with_retry_after_and_the_admitted_finish(tmp_path: Path) -> None:
-    graph = graph_with(tmp_path, frontend={"max_in_flight": 4})
+    graph = graph_with(tmp_path, gateway={"max_in_flight": 4})
     with serving(graph, tmp_path / "run", *SLOW) as served:
         outcomes: list[tuple[int, dict | None, str | None]] = []
         lock = threading.Lock()

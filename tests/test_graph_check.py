@@ -263,7 +263,7 @@ def test_external_infrastructure_starts_nothing_and_is_passed_on(capsys: pytest.
     graph = yaml.safe_load(path.read_text())
     graph["infrastructure"] = {"etcd": {"mode": "external", "endpoints": ["http://etcd.example:2379"]},
                                "nats": {"mode": "external", "url": "nats://nats.example:4222"}}  # fmt: skip
-    graph["frontend"]["gateway"] = False
+    graph["gateway"] = {"enabled": False}
     path.write_text(yaml.safe_dump(graph))
     code, out, err = dynamo(capsys, "check", str(path), "--json")
     assert code == 0, out + err

@@ -9,9 +9,11 @@ run inside `head` throughout. Once requests flow, a decode node is lost:
   back once its worker has left discovery;
 - cut, one of two decode nodes: the same, with a second decode node serving beside it;
 - killed, one of two decode nodes: every process on it SIGKILLed, launcher included, and its
-  launcher started again once its worker has left discovery (as systemd would restart it).
+  launcher started again once its worker has left discovery (as systemd would restart it);
+- killed, the infrastructure node: `head`'s launcher SIGKILLed (its etcd, NATS, gateway and
+  frontend die with it; the load's users, in the same namespace, go on) and started again at once.
 
-Run as root from the repository root (about 5 minutes); writes results.md and results.json here:
+Run as root from the repository root (about 7 minutes); writes results.md and results.json here:
 
     uv run python benchmarks/node_loss/run.py
 """
@@ -38,10 +40,11 @@ HERE = Path(__file__).parent
 MODEL = "openai/gpt-oss-20b"
 USERS, TOKENS = 4, 32
 PORTS = dict(zip(PORT_FIELDS, (2379, 2380, 4222, 8222, 8000, 8001, 8100, 8200)))  # private to the namespaces
-SCENARIOS = {
-    "cut, one decode node": (["head", "prefill", "decode"], "cut"),
-    "cut, one of two decode nodes": (["head", "prefill", "decode", "decode-b"], "cut"),
-    "killed, one of two decode nodes": (["head", "prefill", "decode", "decode-b"], "kill"),
+SCENARIOS = {  # nodes, the node lost, how
+    "cut, one decode node": (["head", "prefill", "decode"], "decode", "cut"),
+    "cut, one of two decode nodes": (["head", "prefill", "decode", "decode-b"], "decode", "cut"),
+    "killed, one of two decode nodes": (["head", "prefill", "decode", "decode-b"], "decode", "kill"),
+    "killed, the infrastructure node": (["head", "prefill", "decode"], "head", "kill"),
 }
 
 
@@ -55,7 +58,7 @@ def wait(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
     return time.time() - start
 
 
-def scenario(name: str, names: list[str], loss: str, folder: Path) -> dict:
+def scenario(name: str, names: list[str], lost: str, loss: str, folder: Path) -> dict:
     folder.mkdir(parents=True)
     with Nodes(names) as nodes:
         decode_nodes = [node for node in names if node.startswith("decode")]
@@ -76,20 +79,28 @@ def scenario(name: str, names: list[str], loss: str, folder: Path) -> dict:
                 wait(lambda: sum(o.error is None for o in read_outcomes(outcomes)) >= 20, 120, "requests served")
                 decoding = len(decode_nodes)
                 event = time.time()
-                if loss == "cut":
-                    nodes.cut("decode")
+                if lost == "head":  # its launcher: the rest of what runs on head dies with it, but for the load
+                    os.kill(served.launchers["head"].pid, signal.SIGKILL)
+                elif loss == "cut":
+                    nodes.cut(lost)
                 else:
-                    for pid in nodes.pids("decode"):
+                    for pid in nodes.pids(lost):
                         os.kill(pid, signal.SIGKILL)
-                leave_s = wait(lambda: served.instances("node-loss", "backend") == decoding - 1, 90,
-                               "the lost worker to leave discovery")  # fmt: skip
+                leave_s = None
+                if lost != "head":  # with head, discovery itself is gone
+                    leave_s = wait(lambda: served.instances("node-loss", "backend") == decoding - 1, 90,
+                                   "the lost worker to leave discovery")  # fmt: skip
                 recovery = time.time()
                 if loss == "cut":
-                    nodes.reconnect("decode")
+                    nodes.reconnect(lost)
                 else:
-                    served.start("decode")
-                rejoin_s = wait(lambda: served.instances("node-loss", "backend") == decoding, 180,
-                                "the worker to register again")  # fmt: skip
+                    served.start(lost)
+                if lost == "head":  # etcd keeps the old registrations until their leases expire: count served requests
+                    rejoin_s = wait(lambda: any(o.error is None and o.started > recovery for o in read_outcomes(outcomes)),
+                                    240, "a request served by the restarted head node")  # fmt: skip
+                else:
+                    rejoin_s = wait(lambda: served.instances("node-loss", "backend") == decoding, 180,
+                                    "the worker to register again")  # fmt: skip
                 wait(lambda: sum(o.error is None and o.started > recovery + rejoin_s for o in read_outcomes(outcomes)) >= 8,
                      120, "requests served after the rejoin")  # fmt: skip
             finally:
@@ -97,7 +108,7 @@ def scenario(name: str, names: list[str], loss: str, folder: Path) -> dict:
                 load.wait(90)
             results = read_outcomes(outcomes)
             failed = [o for o in results if o.error]
-            others = {node: sum(served.restarts(node).values()) for node in names if node != "decode"}
+            others = {node: sum(served.restarts(node).values()) for node in names if node != lost}
         finally:
             served.stop()
     assert nodes.left_behind() == [], nodes.left_behind()
@@ -108,7 +119,8 @@ def scenario(name: str, names: list[str], loss: str, folder: Path) -> dict:
         "failed": len(failed),
         "failed_in_flight": sum(o.started < event for o in failed),
         "failed_after": sum(o.started >= event for o in failed),
-        "leave_s": round(leave_s, 1),
+        "lost": lost,
+        "leave_s": None if leave_s is None else round(leave_s, 1),
         "rejoin_s": round(rejoin_s, 1),
         "disrupted_s": round(max((o.ended for o in failed), default=event) - event, 1),
         "other_nodes_restarts": sum(others.values()),
@@ -122,9 +134,9 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="node-loss-"))
     print(f"logs in {work}", flush=True)
     rows = []
-    for index, (name, (names, loss)) in enumerate(SCENARIOS.items()):
+    for index, (name, (names, lost, loss)) in enumerate(SCENARIOS.items()):
         print(f"[{name}] serving over {', '.join(names)}", flush=True)
-        rows.append(scenario(name, names, loss, work / f"scenario-{index}"))
+        rows.append(scenario(name, names, lost, loss, work / f"scenario-{index}"))
         print(f"[{name}] {rows[-1]}", flush=True)
     (HERE / "results.json").write_text(json.dumps(rows, indent=1) + "\n")
     lines = [
@@ -136,20 +148,24 @@ def main() -> None:
         f"`prefill` one prefill worker, each `decode*` node one decode worker. {USERS} closed-loop users stream "
         f"{TOKENS}-token answers from inside `head` (a request's limit 30 s; after a failure a user waits 0.5 s). "
         "Once requests flow, node `decode` is lost: its cable pulled (bridge port down) and put back once its worker "
-        "has left discovery, or every process on it SIGKILLed and its launcher started again then.",
+        "has left discovery, or every process on it SIGKILLed and its launcher started again then. In the last row "
+        "`head` is lost instead: its launcher SIGKILLed (etcd, NATS, the gateway and the frontend die with it) and "
+        "started again at once, as systemd would. etcd, NATS and Dynamo's request plane speak mutual TLS "
+        "(`infrastructure.tls`).",
         "",
         "| scenario | requests | failed (in flight / new) | worker out of discovery | rejoined after recovery | "
         "failures ended | restarts on other nodes |",
         "|---|---:|---:|---:|---:|---:|---:|",
         *[f"| {r['scenario']} | {r['requests']} | {r['failed']} ({r['failed_in_flight']} / {r['failed_after']}) | "
-          f"{r['leave_s']} s | {r['rejoin_s']} s | {r['disrupted_s']} s | {r['other_nodes_restarts']} |" for r in rows],
+          f"{'-' if r['leave_s'] is None else str(r['leave_s']) + ' s'} | {r['rejoin_s']} s | {r['disrupted_s']} s | {r['other_nodes_restarts']} |" for r in rows],
         "",
         "- *failed*: requests that ended in an error (an HTTP error or a stream cut short), among all sent; *in flight*: "
         "started before the loss; *new*: started after it.",
         "- *worker out of discovery*: from the loss until etcd on `head` lists one decode worker fewer (the lost "
         "worker's lease expired, or was never renewed).",
         "- *rejoined after recovery*: from the cable put back (or the launcher restarted) until etcd lists the worker "
-        "again.",
+        "again; for `head`, until a request sent after its restart is served (etcd keeps the old registrations until "
+        "their leases expire, so they say nothing).",
         "- *failures ended*: from the loss to the end of the last failed request.",
         "- Errors seen: " + "; ".join(f"{r['scenario']}: {', '.join(r['errors']) or 'none'}" for r in rows) + ".",
     ]  # fmt: skip

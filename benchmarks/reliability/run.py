@@ -63,8 +63,6 @@ def free_port() -> int:
 def write_graph(folder: Path, prefill: int = 1, decode: int = 1, max_in_flight: int | None = None) -> Path:
     """graphs/disagg.yaml's shape for gpt-oss-20b on mocker workers, on free ports."""
     frontend = {"port": free_port(), "dynamo_port": free_port(), "migration_limit": 3}
-    if max_in_flight:
-        frontend["max_in_flight"] = max_in_flight
     graph = {
         "name": "reliability",
         "model": "gpt-oss-20b",
@@ -74,6 +72,7 @@ def write_graph(folder: Path, prefill: int = 1, decode: int = 1, max_in_flight: 
             "nats": {"mode": "embedded", "port": free_port(), "monitoring_port": free_port()},
         },
         "frontend": frontend,
+        **({"gateway": {"max_in_flight": max_in_flight}} if max_in_flight else {}),
         "pools": {
             "prefill": {"workers": prefill, "engine": "mocker", "system_port": free_port()},
             "decode": {"workers": decode, "engine": "mocker", "system_port": free_port()},

@@ -205,8 +205,8 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         gpus=spec.hardware.total_gpus,
         infrastructure=_infrastructure(graph),
         frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
-        gateway=Gateway(max_in_flight=spec.frontend.max_in_flight or _default_admission(pools))
-        if spec.frontend.gateway
+        gateway=Gateway(max_in_flight=spec.gateway.max_in_flight or _default_admission(pools))
+        if spec.gateway.enabled
         else None,
         pools=pools,
         planner=planner,

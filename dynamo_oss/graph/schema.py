@@ -208,15 +208,20 @@ class FrontendSection(Strict):
     migration_limit: int = Field(
         default=3, ge=0, le=100, description="Times a stream may move to another worker when its worker dies."
     )
-    gateway: bool = Field(
-        default=True,
-        description="Put dynamo-oss's request gateway on `port`: it refuses bad requests with OpenAI-style 4xx "
-        "errors (unknown model, malformed messages, invalid tool schemas, prompts past the context) before "
-        "they reach a worker. Off: Dynamo's frontend listens on `port` itself.",
-    )
     dynamo_port: Port | None = Field(
         default=None,
         description="Loopback port of Dynamo's own frontend behind the gateway (default: port + 1).",
+    )
+
+
+class GatewaySection(Strict):
+    """dynamo-oss's request gateway, which clients meet at frontend.host:port."""
+
+    enabled: bool = Field(
+        default=True,
+        description="Put the gateway on frontend.port: it refuses bad requests with OpenAI-style 4xx errors "
+        "(unknown model, malformed messages, invalid tool schemas, prompts past the context) before they reach a "
+        "worker. Off: Dynamo's frontend listens on frontend.port itself.",
     )
     max_in_flight: int | None = Field(
         default=None,
@@ -228,9 +233,9 @@ class FrontendSection(Strict):
     )
 
     @model_validator(mode="after")
-    def _limits_need_the_gateway(self) -> FrontendSection:
-        if self.max_in_flight is not None and not self.gateway:
-            raise ValueError("Got max_in_flight with gateway false. The gateway admits requests: turn it on.")
+    def _limits_need_the_gateway(self) -> GatewaySection:
+        if self.max_in_flight is not None and not self.enabled:
+            raise ValueError("Got max_in_flight with enabled false. The gateway admits requests: turn it on.")
         return self
 
 
@@ -421,6 +426,7 @@ class GraphSpec(Strict):
     hardware: HardwareSection
     infrastructure: InfrastructureSection = Field(default_factory=InfrastructureSection)
     frontend: FrontendSection = Field(default_factory=FrontendSection)
+    gateway: GatewaySection = Field(default_factory=GatewaySection)
     pools: PoolsSection
     planner: PlannerSection | None = Field(
         default=None, description="Latency targets and GPU budget for the pools that autoscale."
