@@ -156,9 +156,10 @@ def exact_stream(content: str, tokens: int) -> dict:
 
 
 def observed(prometheus_port: int, launcher_port: int) -> dict:
-    """A graph's observability section: an embedded Prometheus scraping every second, the launcher's metrics."""
+    """A graph's observability section: an embedded Prometheus scraping every second, the launcher's
+    metrics, and the gateway's on a free port."""
     return {"prometheus": {"mode": "embedded", "port": prometheus_port, "scrape_interval_s": 1},
-            "launcher_port": launcher_port}  # fmt: skip
+            "launcher_port": launcher_port, "gateway_port": free_ports(1)[0]}  # fmt: skip
 
 
 def wait_ready(served: ServedGraph, timeout_s: float = 120) -> None:
@@ -235,8 +236,7 @@ def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
         "nats": {"mode": "embedded", "port": nats, "monitoring_port": monitoring},
     }
     if "observability" in graph:
-        graph["observability"] = {"prometheus": {"mode": "embedded", "port": prometheus, "scrape_interval_s": 1},
-                                  "launcher_port": launcher}  # fmt: skip
+        graph["observability"] = observed(prometheus, launcher)
     graph["frontend"].update(port=frontend, dynamo_port=dynamo)
     if "planner" in graph:
         graph["planner"]["metrics_port"] = planner

@@ -1,6 +1,6 @@
 """Exposure: every listener a graph starts binds loopback, except the OpenAI endpoint, which follows
-`frontend.host`; `dynamo check` (and `serve`) warn when that endpoint is open to the network, since
-nothing in the graph authenticates its clients.
+`frontend.host`; an endpoint beyond loopback requires API keys, and `dynamo check` (and `serve`) warn
+when a graph leaves it open on purpose (`gateway.auth: none`).
 
 The live tests list the listening TCP sockets of the whole `dynamo serve` process tree (etcd, NATS,
 Prometheus, the gateway, Dynamo's frontend, workers and planner, the launcher's control API and metrics),
@@ -27,11 +27,16 @@ LOOPBACK = ("127.0.0.1", "::1")
 LISTENING = {"launcher", "etcd", "nats", "prometheus", "gateway", "frontend", "prefill-0", "decode-0", "planner"}
 
 
+KEY = "sk-exposure-test"
+
+
 def autoscaled_graph(folder: Path, host: str) -> Path:
-    """write_graph's disaggregated mocker graph on free ports, its endpoint on `host`, with decode
-    autoscaled (so Dynamo's planner runs) and an embedded Prometheus."""
+    """write_graph's disaggregated mocker graph on free ports, its endpoint on `host` (behind an API
+    key), with decode autoscaled (so Dynamo's planner runs) and an embedded Prometheus."""
     path = write_graph(folder)
     graph = yaml.safe_load(path.read_text())
+    (folder / "api-keys").write_text(f"tests {KEY}\n")
+    graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
     decode_port, _, prometheus, launcher = free_ports(4)  # decode workers take decode_port + 0..1
     graph["hardware"]["gpus"] = 3
     graph["frontend"]["host"] = host
@@ -71,7 +76,7 @@ def test_every_listener_binds_loopback_but_the_endpoint(served: ServedGraph) -> 
     host, port = graph["frontend"]["host"], graph["frontend"]["port"]
     # A request first, so anything opened on the request path is open; the planner opens its listener
     # after the graph is ready.
-    reply = httpx.post(f"{served.endpoint}/chat/completions", timeout=60,
+    reply = httpx.post(f"{served.endpoint}/chat/completions", timeout=60, headers={"authorization": f"Bearer {KEY}"},
                        json={"model": "openai/gpt-oss-20b", "messages": [{"role": "user", "content": "hi"}],
                              "max_tokens": 8})  # fmt: skip
     assert reply.status_code == 200, reply.text
@@ -86,10 +91,8 @@ def test_every_listener_binds_loopback_but_the_endpoint(served: ServedGraph) -> 
     print(f"listeners of the graph (frontend.host {host}):\n{table}")
 
 
-def test_serve_warns_when_the_endpoint_is_open(served: ServedGraph) -> None:
-    host = yaml.safe_load(served.graph.read_text())["frontend"]["host"]
-    warned = f"[dynamo-oss] warning: frontend.port listens on {host}:" in served.output.read_text()
-    assert warned == (host == "0.0.0.0"), served.output.read_text()[-3000:]
+def test_serve_does_not_warn_of_an_endpoint_behind_keys(served: ServedGraph) -> None:
+    assert "warning: frontend.port listens" not in served.output.read_text(), served.output.read_text()[-3000:]
 
 
 def check(capsys: pytest.CaptureFixture[str], graph: Path, *args: str) -> tuple[str, str]:
@@ -108,6 +111,7 @@ def test_check_warns_when_the_endpoint_is_open_to_the_network(
     graph = write_graph(tmp_path)
     spec = yaml.safe_load(graph.read_text())
     spec["frontend"]["host"] = host
+    spec["gateway"] = {"auth": "none"}  # open on purpose
     graph.write_text(yaml.safe_dump(spec))
     out, err = check(capsys, graph)
     warnings = [line for line in (out + err).splitlines() if line.startswith("warning:")]

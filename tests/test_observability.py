@@ -9,7 +9,7 @@ import httpx
 import pytest
 from conftest import ServedGraph, shipped_graph_on_free_ports, wait_for
 
-JOBS = {"dynamo-frontend", "dynamo-workers", "etcd", "dynamo-oss-launcher", "dynamo-planner"}
+JOBS = {"dynamo-frontend", "dynamo-workers", "etcd", "dynamo-oss-launcher", "dynamo-planner", "dynamo-oss-gateway"}
 
 
 def prometheus(served: ServedGraph) -> str:
@@ -78,7 +78,7 @@ def test_every_dashboard_query_returns_data_under_load(disagg: ServedGraph) -> N
     def request() -> None:
         stream = client.chat.completions.create(
             model="openai/gpt-oss-120b", messages=[{"role": "user", "content": "Tell me about Paris."}],
-            max_tokens=48, stream=True,
+            max_tokens=48, stream=True, stream_options={"include_usage": True},  # the usage counts tokens per key
         )  # fmt: skip
         assert list(stream)
 

@@ -112,7 +112,7 @@ def graph_for(setup: str, folder: Path) -> Path:
     graph = base_graph()
     pools = graph["pools"]
     planner_ports = [field for field in PlannerSection.model_fields if field.endswith("port")]
-    port = iter(range(free_block(8 + len(planner_ports) + sum(peak_sizes().values())), 10**6))
+    port = iter(range(free_block(9 + len(planner_ports) + sum(peak_sizes().values())), 10**6))
     graph["infrastructure"] = {
         "etcd": {"mode": "embedded", "client_port": next(port), "peer_port": next(port)},
         "nats": {"mode": "embedded", "port": next(port), "monitoring_port": next(port)},
@@ -120,6 +120,7 @@ def graph_for(setup: str, folder: Path) -> Path:
     graph["frontend"].update(port=next(port), dynamo_port=next(port))
     graph["observability"]["prometheus"]["port"] = next(port)
     graph["observability"]["launcher_port"] = next(port)
+    graph["observability"]["gateway_port"] = next(port)
     graph["planner"].update({field: next(port) for field in planner_ports})
     for pool in pools.values():
         pool["system_port"] = next(port)  # worker i takes system_port + i

@@ -13,6 +13,8 @@ from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment, build_deployment
 from dynamo_oss.engines import engine_for
+from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
+from dynamo_oss.graph.errors import Problem
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.launch.prepare import prepare
 from dynamo_oss.planner.settings import planner_config
@@ -109,8 +111,8 @@ def check(args: argparse.Namespace) -> int:
     print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
     for warning in exposure_warnings(plan):
         print(warning, file=sys.stderr)
-    for problem in plan.tls.problems() if plan.tls else []:
-        print(f"warning: {problem}; `dynamo serve` on node {plan.node} refuses to start until it can read them",
+    for problem in (plan.tls.problems() if plan.tls else []) + (api_key_problems(deployment) if plan.api_keys else []):
+        print(f"warning: {problem}; `dynamo serve` on node {plan.node} refuses to start until it can read it",
               file=sys.stderr)  # fmt: skip
     return 0
 
@@ -130,7 +132,7 @@ def exposure_warnings(plan: HostPlan) -> list[str]:
     """A line for each listener the graph opens beyond loopback without authenticating its clients:
     the OpenAI endpoint where the graph binds it so, and on a graph of several nodes the node's own
     listeners, but for etcd's and NATS's when they require the graph's certificates."""
-    secured = SECURED_BY_TLS if plan.tls else ()
+    secured = (SECURED_BY_TLS if plan.tls else ()) + (("frontend.port",) if plan.api_keys else ())
     return [
         f"warning: {use.field} listens on {use.host}:{use.port}: "
         + ("the endpoint is open to the network with no authentication in front; put an authenticating proxy or "
@@ -142,6 +144,25 @@ def exposure_warnings(plan: HostPlan) -> list[str]:
     ]
 
 
+def _keys_source(deployment: Deployment) -> str:
+    gateway = deployment.gateway
+    assert gateway is not None
+    return f"from {gateway.keys_file}" if gateway.keys_file else f"from the environment variable {gateway.keys_env}"
+
+
+def api_key_problems(deployment: Deployment) -> list[Problem]:
+    """Why the gateway could not read the API keys the graph names, here."""
+    gateway = deployment.gateway
+    if gateway is None or not gateway.requires_keys:
+        return []
+    try:
+        ApiKeys.from_file(gateway.keys_file) if gateway.keys_file else ApiKeys.from_env(gateway.keys_env or "")
+    except KeysUnusable as error:
+        field = "gateway.auth.keys_file" if gateway.keys_file else "gateway.auth.keys_env"
+        return [Problem(path=field, message=str(error))]
+    return []
+
+
 def describe(deployment: Deployment, plan: HostPlan) -> str:
     lines = [
         f"graph {plan.graph}: valid" + (f"; the share of node {plan.node}" if deployment.placement.nodes[1:] else ""),
@@ -149,6 +170,7 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         f"  etcd       {', '.join(plan.etcd_endpoints)}",
         f"  nats       {plan.nats_url}",
         *([f"  tls        mutual, trusting {plan.tls.ca}; this node shows {plan.tls.cert}"] if plan.tls else []),
+        *([f"  api keys   {_keys_source(deployment)}"] if plan.api_keys else []),
         *([f"  metrics    {plan.prometheus_url} (Prometheus)"] if plan.prometheus_url else []),
         *(
             [f"  launcher   http://{plan.launcher_metrics.host}:{plan.launcher_metrics.port}/metrics"]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.cli.check import add_graph_arguments, exposure_warnings, plan_graph
+from dynamo_oss.cli.check import add_graph_arguments, api_key_problems, exposure_warnings, plan_graph
 from dynamo_oss.deployment.host import HostPlan
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
@@ -67,7 +67,8 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_another_machines_node(plan)
     _refuse_ports_taken(plan)
-    if plan.tls and (problems := plan.tls.problems()):
+    problems = (plan.tls.problems() if plan.tls else []) + (api_key_problems(deployment) if plan.api_keys else [])
+    if problems:
         raise GraphError(str(args.graph), problems)
     for warning in exposure_warnings(plan):
         print(f"[dynamo-oss] {warning}", flush=True)

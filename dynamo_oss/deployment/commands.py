@@ -25,13 +25,30 @@ def frontend_args(deployment: Deployment, listen: tuple[str, int] | None, namesp
     return args + (["--namespace", namespace] if namespace else [])
 
 
-def gateway_args(deployment: Deployment, listen: tuple[str, int], upstream: str, model: list[str], key_file: Path) -> list[str]:
+def gateway_args(
+    deployment: Deployment,
+    listen: tuple[str, int],
+    upstream: str,
+    model: list[str],
+    key_file: Path,
+    api_keys_file: Path | None,
+    metrics: tuple[str, int] | None = None,
+) -> list[str]:
     """dynamo-oss's request gateway on `listen`, in front of Dynamo's frontend at `upstream`; `model`
-    says where its tokenizer comes from (`--model-folder DIR` or `--model NAME`)."""
-    assert deployment.gateway is not None
+    says where its tokenizer comes from (`--model-folder DIR` or `--model NAME`); `key_file` holds the
+    reasoning key and `api_keys_file` (where the graph's API keys file is, here) the clients' keys;
+    `metrics` is where it serves /metrics."""
+    gateway = deployment.gateway
+    assert gateway is not None
+    limits = gateway.limits
+    keys = (["--keys-file", str(api_keys_file)] if api_keys_file else []) + (
+        ["--keys-env", gateway.keys_env] if gateway.keys_env else [])  # fmt: skip
     return ["-m", "dynamo_oss.gateway", "--host", listen[0], "--port", str(listen[1]), "--upstream", upstream,
-            *model, "--max-in-flight", str(deployment.gateway.max_in_flight),
-            "--reasoning-key-file", str(key_file)]  # fmt: skip
+            *model, "--max-in-flight", str(gateway.max_in_flight), "--reasoning-key-file", str(key_file), *keys,
+            "--header-timeout-s", f"{limits.header_timeout_s:g}", "--body-timeout-s", f"{limits.body_timeout_s:g}",
+            "--keep-alive-timeout-s", f"{limits.keep_alive_timeout_s:g}",
+            "--max-connections", str(limits.max_connections), "--max-body-mib", str(limits.max_body_mib),
+            *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else [])]  # fmt: skip
 
 
 def worker_context(

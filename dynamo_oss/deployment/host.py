@@ -63,6 +63,7 @@ class HostPlan(BaseModel):
     etcd_endpoints: list[str]
     nats_url: str
     tls: InfrastructureTls | None = None  # this node's files, when etcd and NATS speak mutual TLS
+    api_keys: bool = False  # the endpoint requires API keys
     run_dir: Path
     shared_env: dict[str, str]  # what every Dynamo process gets; ProcessPlan.env includes it
     files: list[PlannedFile]  # written by `dynamo serve` before any process starts
@@ -181,6 +182,7 @@ def plan_host(
         etcd_endpoints=etcd_endpoints,
         nats_url=nats_url,
         tls=tls,
+        api_keys=on_center and deployment.gateway is not None and deployment.gateway.requires_keys,
         run_dir=run_dir,
         shared_env=shared_env,
         files=files,
@@ -327,17 +329,14 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
         )
     ]
     if deployment.gateway:
+        ports = [PortUse(field="frontend.port", host=listen.host, port=listen.port)]
+        if deployment.spec.observability:  # its /metrics, for the graph's Prometheus beside it
+            ports.append(PortUse(field="observability.gateway_port", host=LOOPBACK,
+                                 port=deployment.spec.observability.gateway_port))  # fmt: skip
         args = gateway_args(deployment, (listen.host, listen.port), f"http://{LOOPBACK}:{dynamo_port}",
-                            ["--model-folder", str(model_folder)], reasoning_key_file(deployment))  # fmt: skip
-        processes.append(
-            ProcessPlan(
-                name="gateway",
-                kind="gateway",
-                argv=[sys.executable, *args],
-                env={},
-                ports=[PortUse(field="frontend.port", host=listen.host, port=listen.port)],
-            )
-        )
+                            ["--model-folder", str(model_folder)], reasoning_key_file(deployment),
+                            deployment.gateway.keys_file, (ports[1].host, ports[1].port) if ports[1:] else None)  # fmt: skip
+        processes.append(ProcessPlan(name="gateway", kind="gateway", argv=[sys.executable, *args], env={}, ports=ports))
     return processes
 
 

@@ -12,6 +12,7 @@ The same graph that `dynamo serve` runs on one host becomes, the way `helm templ
 - nothing secret: the gateway reads the graph's key for the Responses API's encrypted reasoning
   from a Secret the operator of the cluster creates (`reasoning_key_secret`; README says how), so
   every frontend replica opens what another sealed and no key is ever written into a manifest;
+  the clients' API keys likewise come from a Secret (`api_keys_secret`), as a file or a variable;
 - the Grafana dashboards as a ConfigMap that Grafana's dashboard sidecar loads.
 
 The operator supplies what belongs to the cluster: DYN_NAMESPACE and discovery, the frontend's
@@ -42,6 +43,7 @@ MODEL_CACHE_MOUNT = "/opt/models"  # the model-cache volume; Hugging Face downlo
 FRONTEND_PORT = 8000  # the port the operator's frontend Service and probes use (its container port "http")
 DYNAMO_FRONTEND_PORT = 8001  # Dynamo's frontend behind the gateway, on the pod's loopback
 REASONING_KEY_MOUNT = Path("/etc/dynamo-oss/reasoning")  # the Secret holding the reasoning key, as file `key`
+API_KEYS_MOUNT = Path("/etc/dynamo-oss/api-keys")  # the Secret holding the clients' API keys, as file `keys`
 # /dev/shm for NCCL and NIXL buffers: the published gpt-oss-120b TensorRT-LLM recipe's size.
 WORKER_SHARED_MEMORY = "80Gi"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -153,16 +155,31 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     containers = [{"name": "main", "image": target.image, "command": ["python3"], "args": args}]
     if deployment.gateway:
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
+        keys = deployment.gateway
         gateway = gateway_args(deployment, ("0.0.0.0", FRONTEND_PORT), f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
-                               ["--model", deployment.model.builtin], REASONING_KEY_MOUNT / "key")  # fmt: skip
-        mount = {"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}
-        containers.append({"name": "gateway", "image": target.image, "command": ["python3"], "args": gateway,
-                           "volumeMounts": [mount]})  # fmt: skip
-        secret = {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}
-        spec: dict[str, Any] = {"containers": containers, "volumes": [secret]}
+                               ["--model", deployment.model.builtin], REASONING_KEY_MOUNT / "key",
+                               API_KEYS_MOUNT / "keys" if keys.keys_file else None)  # fmt: skip
+        mounts = [{"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}]
+        volumes = [{"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}]
+        container: dict[str, Any] = {"name": "gateway", "image": target.image, "command": ["python3"],
+                                     "args": gateway, "volumeMounts": mounts}  # fmt: skip
+        if keys.keys_file:  # the API keys: the Secret's `keys`, a `NAME KEY` line each, as a file
+            mounts.append({"name": "api-keys", "mountPath": str(API_KEYS_MOUNT), "readOnly": True})
+            volumes.append({"name": "api-keys", "secret": {"secretName": api_keys_secret(deployment)}})
+        if keys.keys_env:  # the one API key: the Secret's key of the variable's name
+            secret_key = {"secretKeyRef": {"name": api_keys_secret(deployment), "key": keys.keys_env}}
+            container["env"] = [{"name": keys.keys_env, "valueFrom": secret_key}]
+        containers.append(container)
+        spec: dict[str, Any] = {"containers": containers, "volumes": volumes}
     else:
         spec = {"containers": containers}
     return {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": spec}}
+
+
+def api_keys_secret(deployment: Deployment) -> str:
+    """The Secret holding the clients' API keys, as the graph's gateway.auth names them: key `keys` (a
+    `NAME KEY` line each) for keys_file, or the key named after keys_env."""
+    return f"{deployment.name}-api-keys"
 
 
 def reasoning_key_secret(deployment: Deployment) -> str:

@@ -23,7 +23,14 @@ from dynamo_oss.deployment.placement import Placement, place
 from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus, GraphSpec
+from dynamo_oss.graph.schema import (
+    EmbeddedEtcd,
+    EmbeddedNats,
+    EmbeddedPrometheus,
+    GatewayAuthSection,
+    GatewayLimitsSection,
+    GraphSpec,
+)
 
 
 class ModelComponent(Frozen):
@@ -60,6 +67,13 @@ class Gateway(Frozen):
     bad requests get OpenAI errors there, and requests past capacity a 503 with Retry-After."""
 
     max_in_flight: int = Field(ge=1, description="generation requests admitted at once")
+    keys_file: Path | None = Field(default=None, description="the file of API keys it requires, resolved")
+    keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
+    limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
+
+    @property
+    def requires_keys(self) -> bool:
+        return self.keys_file is not None or self.keys_env is not None
 
 
 class Observability(Frozen):
@@ -205,8 +219,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         gpus=spec.hardware.total_gpus,
         infrastructure=_infrastructure(graph),
         frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
-        gateway=Gateway(max_in_flight=spec.gateway.max_in_flight or _default_admission(pools))
-        if spec.gateway.enabled
+        gateway=_gateway(graph, pools) if spec.gateway.enabled
         else None,
         pools=pools,
         planner=planner,
@@ -223,6 +236,17 @@ def _default_admission(pools: list[Pool]) -> int:
     batched = sum((pool.autoscale.max if pool.autoscale else pool.workers) * pool.shape.batched_sequences
                   for pool in decoding)  # fmt: skip
     return 2 * batched
+
+
+def _gateway(graph: Graph, pools: list[Pool]) -> Gateway:
+    section = graph.spec.gateway
+    auth = section.auth if isinstance(section.auth, GatewayAuthSection) else None
+    return Gateway(
+        max_in_flight=section.max_in_flight or _default_admission(pools),
+        keys_file=graph.resolve(auth.keys_file) if auth and auth.keys_file else None,
+        keys_env=auth.keys_env if auth else None,
+        limits=section.limits,
+    )
 
 
 def _infrastructure(graph: Graph) -> Infrastructure:

@@ -1,7 +1,7 @@
 """The Prometheus scrape config of a host plan: one job per kind of target, labelled by pool and process.
 
 Targets are what the graph starts: Dynamo's frontend, every worker's system port, embedded etcd,
-and the launcher's own /metrics. Workers come and go as pools are resized, so their targets live
+the gateway's /metrics (usage per API key) and the launcher's own. Workers come and go as pools are resized, so their targets live
 in a file of their own (Prometheus file discovery) that the launcher rewrites; Prometheus
 notices each change without a reload. NATS serves no Prometheus format without an exporter, so it is
 left out (a nats-prometheus-exporter target would be the next job).
@@ -40,12 +40,14 @@ def scrape_config(
         return [(p.ports[0], {"process": p.name}) for p in processes if p.kind == kind and p.ports]
 
     frontend = [(use, {**labels, "dynamo_namespace": planner_namespace}) for use, labels in of_kind("frontend")]
+    gateway = [(use, {"process": p.name}) for p in processes if p.kind == "gateway" for use in p.ports[1:]]
 
     jobs = [
         static("dynamo-frontend", frontend),
         {"job_name": "dynamo-workers", "file_sd_configs": [{"files": [str(worker_targets)]}]},
         *([{**static("etcd", of_kind("etcd")), **_tls(etcd_tls)}] if of_kind("etcd") else []),  # an external etcd is not ours
         *([static("dynamo-planner", of_kind("planner"))] if of_kind("planner") else []),
+        *([static("dynamo-oss-gateway", gateway)] if gateway else []),
         static("dynamo-oss-launcher", [(launcher, {"process": "launcher"})]),
     ]
     config = {

@@ -1,4 +1,5 @@
-"""`python -m dynamo_oss.gateway --port P --upstream URL [--model-folder DIR | --model NAME] [--reasoning-key-file F]`."""
+"""`python -m dynamo_oss.gateway --port P --upstream URL [--model-folder DIR | --model NAME] [--reasoning-key-file F]
+[--keys-file F | --keys-env VAR] [--metrics HOST:PORT] [limits]`."""
 
 from __future__ import annotations
 
@@ -10,10 +11,13 @@ import signal
 from pathlib import Path
 
 import uvloop
+from prometheus_client import start_http_server
 
 from dynamo_oss.assets import model_folder
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.gateway.app import Gateway, serve
+from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
+from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.sealed_reasoning import KEY_BYTES, ReasoningSeal
 
@@ -26,8 +30,22 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    gateway = Gateway(args.upstream, counter, reasoning_seal(args.reasoning_key_file), args.max_in_flight)
+    limits = Limits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
+                    keep_alive_timeout_s=args.keep_alive_timeout_s, max_connections=args.max_connections,
+                    max_body_bytes=args.max_body_mib * 2**20)  # fmt: skip
+    gateway = Gateway(args.upstream, counter, reasoning_seal(args.reasoning_key_file), args.max_in_flight,
+                      api_keys(args), limits)  # fmt: skip
     await serve(gateway, args.host, args.port, DRAIN_TIMEOUT_S, stop)
+
+
+def api_keys(args: argparse.Namespace) -> ApiKeys | None:
+    """The keys the graph names; the gateway does not start on keys it cannot read."""
+    try:
+        if args.keys_file:
+            return ApiKeys.from_file(args.keys_file)
+        return ApiKeys.from_env(args.keys_env) if args.keys_env else None
+    except KeysUnusable as error:
+        raise SystemExit(f"gateway: API keys: {error}") from None
 
 
 def reasoning_seal(key_file: Path | None) -> ReasoningSeal:
@@ -58,6 +76,16 @@ def main() -> None:
         help="the graph's key for encrypted reasoning (Responses' reasoning.encrypted_content): 32 bytes, or "
         "their base64; every gateway of a graph reads the same file",
     )
+    keys = parser.add_mutually_exclusive_group()
+    keys.add_argument("--keys-file", type=Path, help="API keys it requires, a `NAME KEY` line each")
+    keys.add_argument("--keys-env", metavar="VAR", help="the environment variable holding the one API key it requires")
+    parser.add_argument("--metrics", metavar="HOST:PORT", help="where to serve /metrics: requests and tokens per key")
+    defaults = Limits()
+    parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s)
+    parser.add_argument("--body-timeout-s", type=float, default=defaults.body_timeout_s)
+    parser.add_argument("--keep-alive-timeout-s", type=float, default=defaults.keep_alive_timeout_s)
+    parser.add_argument("--max-connections", type=int, default=defaults.max_connections)
+    parser.add_argument("--max-body-mib", type=int, default=defaults.max_body_bytes // 2**20)
     parser.add_argument(
         "--max-in-flight",
         type=int,
@@ -67,6 +95,9 @@ def main() -> None:
     if args.model:
         args.model_folder = model_folder(BUILTIN_MODELS[args.model])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.metrics:
+        host, _, port = args.metrics.rpartition(":")
+        start_http_server(int(port), host)
     # libuv's event loop: less CPU per streamed chunk than asyncio's own.
     uvloop.run(run(args))
 

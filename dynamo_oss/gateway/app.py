@@ -21,20 +21,23 @@ from http import HTTPStatus
 import aiohttp
 import httptools
 
+from dynamo_oss.gateway.auth import ApiKeys
 from dynamo_oss.gateway.chat import ChatRoute
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
+from dynamo_oss.gateway.limits import ConnectionCount, Deadline, Limits
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
+from dynamo_oss.gateway.usage import count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
 
 log = logging.getLogger("dynamo_oss.gateway")
 
 # Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
+# The client's API key stays here: Dynamo's frontend neither needs nor should log it.
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
-                 b"content-length", b"expect"}  # fmt: skip
-MAX_BODY_BYTES = 64 * 1024 * 1024
+                 b"content-length", b"expect", b"authorization"}  # fmt: skip
 MAX_HEADER_BYTES = 64 * 1024  # names and values together; well past any real client's, cookies included
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
@@ -47,13 +50,22 @@ class Gateway:
     """What every connection shares: the upstream address and idle connections, and the model list."""
 
     def __init__(
-        self, upstream: str, counter: PromptCounter | None, seal: ReasoningSeal, max_in_flight: int | None = None
+        self,
+        upstream: str,
+        counter: PromptCounter | None,
+        seal: ReasoningSeal,
+        max_in_flight: int | None = None,
+        keys: ApiKeys | None = None,
+        limits: Limits = Limits(),
     ) -> None:
         self.upstream = upstream.rstrip("/")
         host_port = self.upstream.split("://", 1)[1]
         self.host, _, port = host_port.partition(":")
         self.port = int(port or 80)
         self.counter = counter
+        self.keys = keys  # None: no key is asked for
+        self.limits = limits
+        self.connections = ConnectionCount(limits)
         self.routes: dict[bytes, Route] = {
             b"/v1/chat/completions": ChatRoute(),
             b"/v1/completions": CheckedPassThrough("completions"),
@@ -139,12 +151,23 @@ class ClientConnection(asyncio.Protocol):
         self.tasks: set[asyncio.Task] = set()  # exchanges under way (the loop keeps only weak references)
         self.started = False  # bytes of the current exchange's response went out: no other response may
         self.api: str | None = None  # the current exchange's generation API, when the gateway checked it
+        self.key: str | None = None  # the name of the API key the current exchange showed
+        self.status = 0  # the current exchange's response status, once sent
+        self.refused = False  # answered before its body was read (no key, too large): the connection closes
+        self.counted = False  # counted among the gateway's open connections
+        self.deadline = Deadline(gateway.limits, self._too_slow, self._idle_too_long)
         self._url, self._headers, self._body = b"", [], []
         self._size = self._header_size = 0
+        self._key: str | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
         self.socket = transport.get_extra_info("socket")
+        if not self.gateway.connections.admit():
+            transport.close()
+            return
+        self.counted = True
+        self.deadline.awaiting_headers()
 
     def data_received(self, data: bytes) -> None:
         acknowledge_at_once(self.socket)
@@ -155,6 +178,9 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self.deadline.stop()
+        if self.counted:
+            self.gateway.connections.closed()
         if self.upstream is not None:  # the client left mid-response: the frontend stops generating
             self.upstream.transport.abort()
 
@@ -169,6 +195,7 @@ class ClientConnection(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._url, self._headers, self._body, self._size, self._header_size = b"", [], [], 0, 0
+        self.deadline.awaiting_headers()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -179,15 +206,35 @@ class ClientConnection(asyncio.Protocol):
             self._headers.append((name, value))
 
     def on_headers_complete(self) -> None:
+        try:
+            if self.gateway.keys is not None:
+                authorization = next((v for n, v in self._headers if n.lower() == b"authorization"), None)
+                self._key = self.gateway.keys.name_of(self._url, authorization)
+            if self.gateway.limits.declared_too_large(self._headers):
+                raise ApiError(413, f"The request body is larger than {self.gateway.limits.max_body_bytes // 2**20} "
+                               "MiB.", code="request_too_large")  # fmt: skip
+        except ApiError as err:  # answered before the body is read, and the connection closed
+            self.refused = True
+            count_request("refused" if err.status == 401 else self._key, None, err.status)
+            self.respond(err.status, err.body(), keep_alive=False)
+            self.transport.close()
+            return
+        self.deadline.awaiting_body()
         if any(n.lower() == b"expect" and v.lower() == b"100-continue" for n, v in self._headers):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
+        if self.refused:
+            return
+        self.deadline.awaiting_body()
         self._size += len(body)
-        if self._size <= MAX_BODY_BYTES:
+        if self._size <= self.gateway.limits.max_body_bytes:
             self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self.refused:
+            return
+        self.deadline.stop()
         if self._header_size > MAX_HEADER_BYTES:
             message = f"The request's headers are larger than {MAX_HEADER_BYTES // 1024} KiB."
             self.respond(431, openai_error(431, message), keep_alive=False)
@@ -195,15 +242,20 @@ class ClientConnection(asyncio.Protocol):
             return
         self.transport.pause_reading()  # one exchange at a time
         method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
-        body = b"".join(self._body) if self._size <= MAX_BODY_BYTES else None
-        task = asyncio.get_running_loop().create_task(self.exchange(method, self._url, self._headers, body, keep_alive))
+        body = b"".join(self._body) if self._size <= self.gateway.limits.max_body_bytes else None
+        exchange = self.exchange(method, self._url, self._headers, body, keep_alive, self._key)
+        task = asyncio.get_running_loop().create_task(exchange)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
-    async def exchange(self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool) -> None:
-        """One request and its response; `body` None: it was over MAX_BODY_BYTES."""
+    async def exchange(
+        self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool, key: str | None
+    ) -> None:
+        """One request and its response, for the API key named `key`; `body` None: it was over the limit."""
         async with self.turn:
+            self.key, self.status = key, 0
             await self._exchange(method, url, headers, body, keep_alive)
+            count_request(key, self.api, self.status)
 
     async def _exchange(self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool) -> None:
         self.gateway.exchanges += 1
@@ -211,7 +263,8 @@ class ClientConnection(asyncio.Protocol):
         self.api = None
         try:
             if body is None:
-                raise ApiError(413, f"The request body is larger than {MAX_BODY_BYTES // 2**20} MiB.")
+                raise ApiError(413, f"The request body is larger than {self.gateway.limits.max_body_bytes // 2**20} "
+                               "MiB.", code="request_too_large")  # fmt: skip
             route = route_for(self.gateway.routes, method, url)
             self.api = route.api
             if self.api is not None:
@@ -239,6 +292,18 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
         elif not self.transport.is_closing():
             self.transport.resume_reading()
+            self.deadline.idle()
+
+    def _too_slow(self) -> None:
+        """A request's headers or body did not arrive in time (a slow or half-open client)."""
+        seconds = self.gateway.limits.header_timeout_s if not self._headers else self.gateway.limits.body_timeout_s
+        message = f"The request was not received in full within {seconds:g} s."
+        self.respond(408, openai_error(408, message, code="request_timeout"), keep_alive=False)
+        self.transport.close()
+
+    def _idle_too_long(self) -> None:
+        if not self.tasks:  # no exchange under way or waiting its turn
+            self.transport.close()
 
     async def forward(self, method: bytes, headers: list, upstream: Upstream) -> None:
         head = [method + b" " + upstream.url + b" HTTP/1.1"]
@@ -259,6 +324,7 @@ class ClientConnection(asyncio.Protocol):
     def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None:
         if self.transport.is_closing():
             return
+        self.status = status
         if self.started:  # part of another response went out: a second one would corrupt it
             self.transport.close()
             return
@@ -274,7 +340,7 @@ class ClientConnection(asyncio.Protocol):
         if transform.streaming:
             out = []
             if not self.started:
-                self.started = True
+                self.started, self.status = True, 200
                 out.append(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type
                            + b"\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")  # fmt: skip
             if data:
@@ -283,7 +349,7 @@ class ClientConnection(asyncio.Protocol):
                 out.append(b"0\r\n\r\n")
             self.transport.write(b"".join(out))
         elif last:
-            self.started = True
+            self.started, self.status = True, 200
             self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type
                                  + b"\r\ncontent-length: %d\r\n\r\n%b" % (len(data), data))  # fmt: skip
 
@@ -344,6 +410,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.parser is None or self.client is None:
             self.transport.close()  # bytes outside an exchange: the connection is not reusable
             return
+        count_tokens(self.client.key, data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:
@@ -361,7 +428,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.error_body is None:
             if self.pending:
                 data, self.pending = b"".join([*self.pending, data]), []
-            self.client.started = True
+            self.client.started, self.client.status = True, self.status
             self.client.transport.write(data)  # verbatim, headers and chunk framing included
         if self.complete:
             self._finish(None)

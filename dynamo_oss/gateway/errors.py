@@ -43,8 +43,6 @@ class ErrorObject(BaseModel):
 def error_type(status: int) -> str:
     if status == 404:
         return "not_found_error"
-    if status == 401:
-        return "authentication_error"
     if status == 429:
         return "rate_limit_error"
     return "invalid_request_error" if status < 500 else "server_error"

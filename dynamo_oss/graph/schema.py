@@ -214,6 +214,40 @@ class FrontendSection(Strict):
     )
 
 
+class GatewayAuthSection(Strict):
+    """API keys the gateway requires as `Authorization: Bearer KEY`: where they are, never the keys."""
+
+    keys_file: FilePath | None = Field(
+        default=None, description="File of keys, a `NAME KEY` line each (# starts a comment): NAME labels the "
+        "key's usage in metrics and logs, never the key."
+    )
+    keys_env: str | None = Field(
+        default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="Environment variable holding one key (the "
+        "gateway's environment; on Kubernetes, a Secret's key of that name); its usage is labelled with the name."
+    )
+
+    @model_validator(mode="after")
+    def _one_source(self) -> GatewayAuthSection:
+        if (self.keys_file is None) == (self.keys_env is None):
+            raise ValueError("Give keys_file or keys_env: one source of API keys.")
+        return self
+
+
+class GatewayLimitsSection(Strict):
+    """How much a client may take of the gateway (nginx's defaults for the timeouts)."""
+
+    header_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds a client has to send a "
+                                    "request's headers (nginx's client_header_timeout); then 408 and closed.")  # fmt: skip
+    body_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds allowed between two reads of a "
+                                  "request's body (nginx's client_body_timeout); then 408 and closed.")  # fmt: skip
+    keep_alive_timeout_s: float = Field(default=75, gt=0, le=3600, description="Seconds an idle keep-alive "
+                                        "connection stays open (nginx's keepalive_timeout).")  # fmt: skip
+    max_connections: int = Field(default=4096, ge=1, le=1_000_000, description="Client connections open at once; "
+                                 "past it a new one is closed as it opens, and the log says so.")  # fmt: skip
+    max_body_mib: int = Field(default=64, ge=1, le=1024, description="Largest request body, MiB; a larger declared "
+                              "Content-Length gets a 413 before the body is read.")  # fmt: skip
+
+
 class GatewaySection(Strict):
     """dynamo-oss's request gateway, which clients meet at frontend.host:port."""
 
@@ -232,10 +266,17 @@ class GatewaySection(Strict):
         "decoding pools batch at once, at their largest).",
     )
 
+    auth: GatewayAuthSection | Literal["none"] | None = Field(
+        default=None,
+        description="API keys clients must show. Without them the endpoint may bind only a loopback address, "
+        "unless this says `none`.",
+    )
+    limits: GatewayLimitsSection = Field(default_factory=GatewayLimitsSection)
+
     @model_validator(mode="after")
     def _limits_need_the_gateway(self) -> GatewaySection:
-        if self.max_in_flight is not None and not self.enabled:
-            raise ValueError("Got max_in_flight with enabled false. The gateway admits requests: turn it on.")
+        if not self.enabled and (self.max_in_flight is not None or isinstance(self.auth, GatewayAuthSection)):
+            raise ValueError("Got max_in_flight or auth with enabled false. The gateway does those: turn it on.")
         return self
 
 
@@ -352,6 +393,10 @@ class ObservabilitySection(Strict):
     launcher_port: Port = Field(
         default=9091, description="Port of the launcher's own /metrics: restarts, pool sizes, readiness (loopback)."
     )
+    gateway_port: Port = Field(
+        default=9093, description="Loopback port of the gateway's /metrics (requests and tokens per API key), "
+        "scraped by the graph's Prometheus."
+    )
 
     _shorthand = field_validator("prometheus", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
 
@@ -459,6 +504,12 @@ class GraphSpec(Strict):
                 raise ValueError(f"{field} names {', '.join(unknown)}, which hardware.nodes does not have "
                                  f"(it has {', '.join(nodes)})")  # fmt: skip
         self._infrastructure_reached_securely()
+        if self.gateway.auth is None and not is_loopback(self.frontend.host):
+            raise ValueError(
+                f"gateway.auth: the endpoint listens on {self.frontend.host}, beyond this host, so it needs API keys: "
+                "give gateway.auth {keys_file: FILE} (a `NAME KEY` line each) or {keys_env: VAR}, or say "
+                "`auth: none` to leave it open on a network you trust."
+            )
         return self
 
     def _infrastructure_reached_securely(self) -> None:

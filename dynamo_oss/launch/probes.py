@@ -139,6 +139,15 @@ async def served_models(endpoint: str) -> list[str]:
         return []
 
 
+async def http_ok(url: str) -> bool:
+    """A GET of `url` answers 200."""
+    try:
+        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+            return (await client.get(url)).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when something already listens on host:port (a bind attempt, as a server would make)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET

@@ -172,7 +172,13 @@ class Supervisor:
             return True
 
         async def served() -> bool:
-            return self.plan.served_name in await probes.served_models(self.plan.endpoint)
+            if not self.plan.api_keys:  # the whole path, as a client takes it
+                return self.plan.served_name in await probes.served_models(self.plan.endpoint)
+            # The endpoint wants a key the launcher does not hold: the model as Dynamo's frontend lists it,
+            # behind a gateway that answers its open health path.
+            frontend = next(p for p in self.plan.processes if p.kind == "frontend").ports[0]
+            listed = await probes.served_models(f"http://{frontend.host}:{frontend.port}/v1")
+            return self.plan.served_name in listed and await probes.http_ok(f"{self.plan.endpoint[:-3]}/health")
 
         if self.plan.infrastructure_node:  # the frontend runs there
             self.say(f"waiting for {sum(expected.values())} worker(s) to register")

@@ -108,6 +108,17 @@ def overview() -> dashboard.Dashboard:
             [(f"sum(dynamo_frontend_inflight_requests{{{MODEL}}})", "in flight"),
              (f"sum(dynamo_frontend_queued_requests{{{MODEL}}})", "queued")],
         ))
+        .with_panel(panel(
+            "Requests by API key", "Requests the gateway answered per second, by API key name and status (`none`: "
+            "no keys; `refused`: a missing or wrong key).", "reqps",
+            [(f"sum by (key, status) (rate(dynamo_oss_gateway_requests_total{{{GRAPH}}}[{RATE}]))",
+              "{{key}} {{status}}")],
+        ))
+        .with_panel(panel(
+            "Tokens by API key", "Input and output tokens per second in the usage of the answers, by API key name "
+            "(streams count when they carry usage).", "none",
+            [(f"sum by (key, kind) (rate(dynamo_oss_gateway_tokens_total{{{GRAPH}}}[{RATE}]))", "{{key}} {{kind}}")],
+        ))
     )  # fmt: skip
 
 

@@ -1,0 +1,82 @@
+"""API keys at the gateway: who may call the endpoint, and the name their usage is counted under.
+
+Keys come from a file of `NAME KEY` lines or from one environment variable; the graph says which,
+never the keys. A request shows one as `Authorization: Bearer KEY`. The key shown is compared with
+every key, always all of them, through digests of equal length (hmac.compare_digest), so the
+time a refusal takes says nothing about how close a guess came. No key reaches a log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+from pathlib import Path
+
+from dynamo_oss.gateway.errors import ApiError
+
+OPEN_PATHS = (b"/health", b"/live")  # probes of a load balancer or Kubernetes, which carry no key
+NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+
+
+class KeysUnusable(ValueError):
+    """The keys' source cannot be read or is malformed: the gateway refuses to start."""
+
+
+class ApiKeys:
+    """The keys a gateway accepts, by name."""
+
+    def __init__(self, keys: dict[str, str]) -> None:
+        if not keys:
+            raise KeysUnusable("no keys: give at least one")
+        self._digests = [(name, _digest(key.encode())) for name, key in keys.items()]
+
+    @classmethod
+    def from_file(cls, path: Path) -> ApiKeys:
+        """`NAME KEY` a line; blank lines and lines starting with # are skipped."""
+        try:
+            text = path.read_text()
+        except (OSError, UnicodeDecodeError) as error:
+            raise KeysUnusable(f"{path}: cannot be read ({error})") from None
+        keys: dict[str, str] = {}
+        for number, line in enumerate(text.splitlines(), start=1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) != 2 or not set(parts[0]) <= NAME_CHARACTERS:
+                raise KeysUnusable(f"{path}, line {number}: expected `NAME KEY` (a name of letters, digits, - _ .)")
+            name, key = parts
+            if name in keys:
+                raise KeysUnusable(f"{path}, line {number}: the name {name} is given twice")
+            keys[name] = key
+        return cls(keys)
+
+    @classmethod
+    def from_env(cls, variable: str) -> ApiKeys:
+        """One key, named after the variable that holds it."""
+        key = os.environ.get(variable, "").strip()
+        if not key:
+            raise KeysUnusable(f"the environment variable {variable} is not set or empty")
+        return cls({variable: key})
+
+    def name_of(self, path: bytes, authorization: bytes | None) -> str | None:
+        """The name of the key a request shows (None for a path that needs none); ApiError 401 otherwise."""
+        if path.split(b"?", 1)[0] in OPEN_PATHS:
+            return None
+        scheme, _, shown = (authorization or b"").strip().partition(b" ")
+        if scheme.lower() != b"bearer" or not shown.strip():
+            raise ApiError(401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.",
+                           code="invalid_api_key")  # fmt: skip
+        digest = _digest(shown.strip())
+        found = None
+        for name, known in self._digests:  # all of them, whichever matches
+            if hmac.compare_digest(digest, known):
+                found = name
+        if found is None:
+            raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
+        return found
+
+
+def _digest(key: bytes) -> bytes:
+    return hashlib.sha256(key).digest()
