@@ -103,9 +103,7 @@ def test_pre_tokenizer_pattern_is_tiktokens(reference_tiktoken: tiktoken.Encodin
     assert O200K_PATTERN == reference_tiktoken._pat_str
 
 
-def test_special_tokens_have_harmony_ids(
-    tokenizer: Tokenizer, harmony: HarmonyEncoding, folder: Path
-) -> None:
+def test_special_tokens_have_harmony_ids(tokenizer: Tokenizer, harmony: HarmonyEncoding, folder: Path) -> None:
     vocab_size = GPT_OSS_20B.vocab_size
     assert tokenizer.get_vocab_size(with_added_tokens=True) == vocab_size
     checked = 0
@@ -152,9 +150,7 @@ def test_model_folder_describes_the_model(cache_dir: Path, shape: ModelShape) ->
     assert tokenizer_config["chat_template"] == chat_template()
 
 
-def test_model_folder_is_built_once_per_shape(
-    cache_dir: Path, folder: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_model_folder_is_built_once_per_shape(cache_dir: Path, folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     builds: list[str] = []
     write = folder_module._write_model_folder
 
@@ -288,9 +284,7 @@ def user(content: Any) -> dict[str, Any]:
     return {"role": "user", "content": content}
 
 
-def assistant(
-    content: str | None, reasoning: str, tool_calls: list[dict[str, Any]] | None = None
-) -> dict[str, Any]:
+def assistant(content: str | None, reasoning: str, tool_calls: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     message = {"role": "assistant", "content": content, "reasoning_content": reasoning}
     return message | ({"tool_calls": tool_calls} if tool_calls else {})
 
@@ -386,7 +380,6 @@ CASES = [
 # ---------------------------------------------------------------- harmony, the reference
 
 
-
 def harmony_tokens(harmony: HarmonyEncoding, case: Case, date: str | None = None) -> list[int]:
     """What openai-harmony renders for `case`, mapping messages as template.py describes."""
     return reference_prompt(case.messages, case.tools, case.reasoning_effort, date or case.current_date)
@@ -396,9 +389,7 @@ def test_cases_exercise_reasoning_drop(harmony: HarmonyEncoding) -> None:
     """Guard for the cases themselves: the drop rule must show in what harmony renders."""
     text = {case.name: harmony.decode_utf8(harmony_tokens(harmony, case)) for case in CASES}
     assert "Guess." not in text["multi_turn"] and "Guess again." in text["multi_turn"]
-    assert (
-        "Need data." not in text["final_after_tools"] and "Got it." not in text["final_after_tools"]
-    )
+    assert "Need data." not in text["final_after_tools"] and "Got it." not in text["final_after_tools"]
     assert "Greet." in text["tools_after_final"] and "Need data." in text["tool_results"]
 
 
@@ -522,9 +513,7 @@ def test_frontend_passes_template_variables(
     assert frontend_prompts[name] == harmony_tokens(harmony, same_as)
 
 
-def test_frontend_dates_prompts_today(
-    frontend_prompts: dict[str, Any], harmony: HarmonyEncoding
-) -> None:
+def test_frontend_dates_prompts_today(frontend_prompts: dict[str, Any], harmony: HarmonyEncoding) -> None:
     before, after = frontend_prompts["dates"]
     if before != after:
         pytest.skip("the date changed while the frontend ran")
@@ -579,9 +568,7 @@ async def _record_frontend_prompts(folder: Path, requests: dict[str, Any]) -> di
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
         await _wait_until_serving(client, deadline=asyncio.get_running_loop().time() + 60)
         for name, body in requests.items():
-            response = await client.post(
-                "/v1/chat/completions", json={"model": "gpt-oss", "max_tokens": 1, **body}
-            )
+            response = await client.post("/v1/chat/completions", json={"model": "gpt-oss", "max_tokens": 1, **body})
             response.raise_for_status()
             prompts[name] = received.pop()
     assert all(not future.done() for future in serving)

@@ -122,7 +122,9 @@ def test_the_planner_grows_decode_under_load_and_shrinks_it_after(
     try:
         ramp = time.monotonic()
         load.users = RAMP_STREAMS
-        wait_for(lambda: decided(autoscaled, 2), 120, "the planner to grow decode to 2 and the launcher to carry it out")
+        wait_for(
+            lambda: decided(autoscaled, 2), 120, "the planner to grow decode to 2 and the launcher to carry it out"
+        )
         grown_after = time.monotonic() - ramp
         record_property("seconds_from_ramp_to_new_decode_worker_serving", round(grown_after, 1))
         print(f"load ramp to {RAMP_STREAMS} streams -> second decode worker serving after {grown_after:.1f} s")

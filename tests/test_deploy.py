@@ -166,7 +166,10 @@ def test_the_readmes_graph_brings_the_sla_planner_with_its_kubernetes_connector(
     config = json.loads(args[args.index("--config") + 1])
     assert config["environment"] == "kubernetes" and config["mode"] == "disagg"
     plugins = {p["class"]: p for p in config["plugin_registration"]["in_process_plugins"]}
-    assert plugins["SlaPropose"]["kwargs"]["ranges"] == {"prefill": {"min": 1, "max": 4}, "decode": {"min": 1, "max": 6}}
+    assert plugins["SlaPropose"]["kwargs"]["ranges"] == {
+        "prefill": {"min": 1, "max": 4},
+        "decode": {"min": 1, "max": 6},
+    }
     assert plugins["LoadForecast"]["plugin_type"] == "predict"
     # Dynamo's own configuration model accepts it, plugins and all.
     assert dynamo_planner_config.model_validate(config).plugin_registration.in_process_plugins[1].kwargs["itl_ms"] == 20
@@ -175,7 +178,10 @@ def test_the_readmes_graph_brings_the_sla_planner_with_its_kubernetes_connector(
     host_config = json.loads(next(f for f in host.files if f.path.name == "planner.json").content)
     assert {k: v for k, v in config.items() if k != "environment"}.items() <= host_config.items()
     assert {c["name"]: c["replicas"] for c in components if c["type"] != "planner"} == {
-        "frontend": 1, "prefill": 1, "decode": 1}  # fmt: skip - the autoscale minimums
+        "frontend": 1,
+        "prefill": 1,
+        "decode": 1,
+    }  # fmt: skip - the autoscale minimums
     assert manifest_errors(by_kind(manifests, "DynamoGraphDeployment")[0]) == []
 
 

@@ -83,7 +83,10 @@ def test_a_client_on_another_host_needs_a_key_and_slow_or_idle_connections_are_c
         graph = graph_with(tmp_path, address, gateway={"auth": {"keys_file": str(keys)}, "limits": limits},
                            observability=observed(prometheus, launcher))  # fmt: skip
         spec = yaml.safe_load(graph.read_text())
-        port, metrics_url = spec["frontend"]["port"], f"http://127.0.0.1:{spec['observability']['gateway_port']}/metrics"
+        port, metrics_url = (
+            spec["frontend"]["port"],
+            f"http://127.0.0.1:{spec['observability']['gateway_port']}/metrics",
+        )
         argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(graph), "--run-dir", str(tmp_path / "run")]
         server = nodes.start("server", argv, tmp_path / "serve.out")
         try:

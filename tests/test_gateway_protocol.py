@@ -76,7 +76,9 @@ def test_expect_100_continue_is_answered(served) -> None:
 def test_a_chunked_request_body_is_forwarded_whole(served) -> None:
     _, port, _ = served
     half = len(BODY) // 2
-    chunks = b"".join(f"{len(p):x}\r\n".encode() + p.encode() + b"\r\n" for p in (BODY[:half], BODY[half:])) + b"0\r\n\r\n"
+    chunks = (
+        b"".join(f"{len(p):x}\r\n".encode() + p.encode() + b"\r\n" for p in (BODY[:half], BODY[half:])) + b"0\r\n\r\n"
+    )
     [(status, body)] = exchange(port, head(port, length=None), chunks)
     assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 8
 

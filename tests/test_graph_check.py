@@ -57,7 +57,9 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     run_dir = tmp_path / "run"
-    code, out, err = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker", "--run-dir", str(run_dir), "--json")
+    code, out, err = dynamo(
+        capsys, "check", "graphs/disagg.yaml", "--engine", "mocker", "--run-dir", str(run_dir), "--json"
+    )
     assert code == 0, out + err
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
@@ -65,7 +67,9 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     written = ("conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json", "planner.json")
     assert planned == profiles | {run_dir / name for name in written}
     assert not run_dir.exists()  # check wrote nothing into the run folder
-    paths = [Path(arg.split("=", 1)[-1]) for p in plan["processes"] for arg in p["argv"] if "/" in arg.split("=", 1)[-1][:1]]
+    paths = [
+        Path(arg.split("=", 1)[-1]) for p in plan["processes"] for arg in p["argv"] if "/" in arg.split("=", 1)[-1][:1]
+    ]
     made_by_serve = {run_dir, run_dir / "etcd", run_dir / "nats", run_dir / "prometheus", run_dir / "planner-look.json"}
     missing = [path for path in paths if not path.exists() and path not in planned | made_by_serve]
     assert paths and not missing
@@ -188,7 +192,6 @@ def test_trtllm_without_gpus_is_refused_at_once_with_the_alternative() -> None:
     assert "Traceback" not in result.stderr
 
 
-
 def test_model_path_must_be_a_checkout(broken, tmp_path: Path) -> None:
     (tmp_path / "weights").mkdir()
     (tmp_path / "weights" / "config.json").write_text("{}")
@@ -247,7 +250,10 @@ def test_autoscaled_pool_starts_at_its_minimum(capsys: pytest.CaptureFixture[str
     assert code == 0, out + err
     assert "decode-1  " in out and "decode-2  " not in out
     assert "worker slots a pool grows into, on free GPUs: decode-2 (port " in out
-    assert "pool decode autoscales between 2 and 3 workers: it starts at 2, then Dynamo's planner sizes it on load thresholds (load)" in out
+    assert (
+        "pool decode autoscales between 2 and 3 workers: it starts at 2, then Dynamo's planner sizes it on load thresholds (load)"
+        in out
+    )
     assert "planner " in out and "actuator " in out
 
 
@@ -258,7 +264,9 @@ def test_engine_args_of_the_wrong_type_name_the_key(broken, tmp_path: Path) -> N
     assert "'four'" in err
 
 
-def test_external_infrastructure_starts_nothing_and_is_passed_on(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_external_infrastructure_starts_nothing_and_is_passed_on(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     path = write_graph(tmp_path)
     graph = yaml.safe_load(path.read_text())
     graph["infrastructure"] = {"etcd": {"mode": "external", "endpoints": ["http://etcd.example:2379"]},
@@ -286,7 +294,9 @@ def test_mocker_time_scale_slows_steps_and_kv_handoff_alike(capsys: pytest.Captu
     modelled, slowed = prefill_argv(), prefill_argv("--mocker-time-scale", "4")
     assert flag(modelled, "--speedup-ratio") is None
     assert flag(slowed, "--speedup-ratio") == "0.25"
-    assert float(flag(slowed, "--kv-transfer-bandwidth")) == pytest.approx(float(flag(modelled, "--kv-transfer-bandwidth")) / 4)
+    assert float(flag(slowed, "--kv-transfer-bandwidth")) == pytest.approx(
+        float(flag(modelled, "--kv-transfer-bandwidth")) / 4
+    )
 
 
 def test_mocker_time_scale_needs_a_mocker_pool() -> None:

@@ -43,8 +43,10 @@ def test_open_infrastructure_on_a_network_is_refused_unless_the_graph_says_so(
 
 @pytest.mark.parametrize(
     ("infrastructure", "named"),
-    [({"etcd": {"mode": "external", "endpoints": ["http://etcd:2379"]}}, "etcd.endpoints as https:// URLs"),
-     ({"nats": {"mode": "external", "url": "nats://nats:4222"}}, "nats.url as a tls:// URL")],
+    [
+        ({"etcd": {"mode": "external", "endpoints": ["http://etcd:2379"]}}, "etcd.endpoints as https:// URLs"),
+        ({"nats": {"mode": "external", "url": "nats://nats:4222"}}, "nats.url as a tls:// URL"),
+    ],
     ids=["etcd over http", "nats without tls"],
 )
 def test_external_services_are_reached_over_tls_when_the_graph_asks_for_it(
@@ -97,5 +99,7 @@ def test_check_warns_and_serve_refuses_when_a_file_cannot_be_read(
     (tmp_path / "certs" / "local-key.pem").unlink()
     served = run_dynamo("serve", str(graph), "--run-dir", str(tmp_path / "run"))
     assert served.returncode == 2, served.stdout + served.stderr
-    assert f"infrastructure.tls.key: {tmp_path / 'certs' / 'local-key.pem'} does not exist on this node" in served.stderr
+    assert (
+        f"infrastructure.tls.key: {tmp_path / 'certs' / 'local-key.pem'} does not exist on this node" in served.stderr
+    )
     assert "nothing was started" in served.stderr and not (tmp_path / "run" / "logs").exists()

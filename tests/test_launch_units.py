@@ -19,7 +19,10 @@ from dynamo_oss.launch.terminal import for_terminal
         ("2026-11-22T23:29:14.540970Z DEBUG dynamo_runtime: lease renewed", False),
         ("[16361] 2026/11/22 23:29:10.152179 [INF] Starting JetStream", False),
         ("2026-11-22 23:29:14,540 INFO dynamo_oss.gateway: listening", False),
-        ("2026-11-22T23:29:14.541008Z  WARN dynamo_kv_router::sequences::multi_worker: Adding worker WorkerWithDpRank", False),
+        (
+            "2026-11-22T23:29:14.541008Z  WARN dynamo_kv_router::sequences::multi_worker: Adding worker WorkerWithDpRank",
+            False,
+        ),
         ("2026-11-22T23:29:16.378029Z  WARN mm_routing: /models/x is not supported for MM-aware KV routing", False),
         ("2026-11-22T23:29:14.540970Z  WARN dynamo_llm::discovery: worker lease lost", True),
         ("2026-11-22T23:29:14.540970Z ERROR dynamo_llm::engine: stream failed", True),

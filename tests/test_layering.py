@@ -7,7 +7,21 @@ import ast
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "dynamo_oss"
-LAYERS = ["catalog", "assets", "graph", "engines", "deployment", "perf", "gateway", "conformance", "observe", "launch", "planner", "bench", "cli"]
+LAYERS = [
+    "catalog",
+    "assets",
+    "graph",
+    "engines",
+    "deployment",
+    "perf",
+    "gateway",
+    "conformance",
+    "observe",
+    "launch",
+    "planner",
+    "bench",
+    "cli",
+]
 
 
 def imported_packages(path: Path) -> set[str]:

@@ -17,7 +17,14 @@ from dynamo_oss.engines.harmony.answers import ASSISTANT_TURN, completion_for, e
 from dynamo_oss.engines.harmony.tool_args import instance_of  # noqa: E402
 from dynamo_oss.engines.mocker_worker import _replays  # noqa: E402
 
-CHAT_PROMPT = [200006, 1428, 200008, 12194, 200007, *ASSISTANT_TURN]  # <|start|>user<|message|>Hi<|end|><|start|>assistant
+CHAT_PROMPT = [
+    200006,
+    1428,
+    200008,
+    12194,
+    200007,
+    *ASSISTANT_TURN,
+]  # <|start|>user<|message|>Hi<|end|><|start|>assistant
 
 
 def request(**stop: object) -> dict:
@@ -106,7 +113,12 @@ async def _chunks(*token_ids: list[int]):
 
 @pytest.mark.parametrize(
     ("max_tokens", "expected"),
-    [(None, [[1, 2], [3], [], "stop"]), (3, [[1, 2], [3], [], "stop"]), (2, [[1, 2], [], "length"]), (1, [[1], "length"])],
+    [
+        (None, [[1, 2], [3], [], "stop"]),
+        (3, [[1, 2], [3], [], "stop"]),
+        (2, [[1, 2], [], "length"]),
+        (1, [[1], "length"]),
+    ],
 )
 def test_a_replayed_recording_is_cut_at_max_tokens(max_tokens: int | None, expected: list) -> None:
     import asyncio

@@ -34,7 +34,10 @@ def test_every_target_the_graph_starts_is_scraped_and_up(disagg: ServedGraph) ->
 
     wait_for(targets_up, 60, "Prometheus to scrape every target of the graph")
     workers = query(disagg, 'up{job="dynamo-workers"}')
-    assert {(r["metric"]["pool"], r["metric"]["process"]) for r in workers} == {("prefill", "prefill-0"), ("decode", "decode-0")}
+    assert {(r["metric"]["pool"], r["metric"]["process"]) for r in workers} == {
+        ("prefill", "prefill-0"),
+        ("decode", "decode-0"),
+    }
 
 
 def test_the_launcher_reports_pool_sizes_and_readiness(disagg: ServedGraph) -> None:
@@ -58,7 +61,9 @@ def test_a_missing_prometheus_says_how_to_install_it(tmp_path: Path, monkeypatch
     from dynamo_oss.graph.errors import GraphError
     from dynamo_oss.cli.check import plan_graph
 
-    monkeypatch.setattr("dynamo_oss.deployment.embedded.find_binary", lambda name: None if name == "prometheus" else name)
+    monkeypatch.setattr(
+        "dynamo_oss.deployment.embedded.find_binary", lambda name: None if name == "prometheus" else name
+    )
     with pytest.raises(GraphError) as error:
         plan_graph(shipped_graph_on_free_ports("disagg.yaml", tmp_path), tmp_path / "run", "mocker")
     assert "observability.prometheus: prometheus is not installed: install Debian's package" in str(error.value)

@@ -55,5 +55,7 @@ def test_verdicts_flag_misses():
 
 def test_long_input_rows_are_fitted():
     """The figures that decide the 32k answer's prefill speed: long prompts on Blackwell, fitted."""
-    long_fitted = [row for row in PUBLISHED if row.covered and row.workload.isl >= 7000 and row.layout.hardware == "b200"]
+    long_fitted = [
+        row for row in PUBLISHED if row.covered and row.workload.isl >= 7000 and row.layout.hardware == "b200"
+    ]
     assert len(long_fitted) >= 3 and all("ttft_p50_ms" in row.published for row in long_fitted)

@@ -62,7 +62,9 @@ def placement(requests: list[dict], key: str) -> dict[int, set]:
     ],
     ids=["attention-DP ranks of one worker", "two workers"],
 )
-def test_a_prefill_on_one_rank_stalls_decode_on_the_other(pool: PoolLayout, key: str, stalls: bool, tmp_path: Path) -> None:
+def test_a_prefill_on_one_rank_stalls_decode_on_the_other(
+    pool: PoolLayout, key: str, stalls: bool, tmp_path: Path
+) -> None:
     (tmp_path / "quiet").mkdir()
     (tmp_path / "busy").mkdir()
     quiet = replay(pool, [LONG_DECODE, *neighbours(32)], tmp_path / "quiet")

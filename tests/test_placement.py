@@ -99,20 +99,35 @@ def test_a_worker_wider_than_a_tray_spans_whole_trays_of_one_nvlink_domain(tmp_p
 @pytest.mark.parametrize(
     ("change", "named"),
     [
-        (lambda g: g["pools"]["agg"].update(nodes=["gpu-z"]),
-         "pools.agg.nodes names gpu-z, which hardware.nodes does not have (it has head, gpu-a)"),
+        (
+            lambda g: g["pools"]["agg"].update(nodes=["gpu-z"]),
+            "pools.agg.nodes names gpu-z, which hardware.nodes does not have (it has head, gpu-a)",
+        ),
         (lambda g: g["hardware"]["nodes"][1].update(address="10.9.0.1"), "Two nodes have the address 10.9.0.1"),
-        (lambda g: g["pools"]["agg"].update(workers=3), "hardware.nodes: the pools need 3 GPUs (agg 3 x 1) but the "
-         "nodes have 2"),
-        (lambda g: g["pools"]["agg"].update(gpus_per_worker=16),
-         "pools.agg.gpus_per_worker: is 16, wider than an NVLink domain of H200 (8 GPUs)"),
-        (lambda g: g["pools"]["agg"].update(workers=1, gpus_per_worker=2, nodes=["head"]),
-         "pools.agg: worker 0 needs 2 GPUs on head; free: head 0"),
+        (
+            lambda g: g["pools"]["agg"].update(workers=3),
+            "hardware.nodes: the pools need 3 GPUs (agg 3 x 1) but the nodes have 2",
+        ),
+        (
+            lambda g: g["pools"]["agg"].update(gpus_per_worker=16),
+            "pools.agg.gpus_per_worker: is 16, wider than an NVLink domain of H200 (8 GPUs)",
+        ),
+        (
+            lambda g: g["pools"]["agg"].update(workers=1, gpus_per_worker=2, nodes=["head"]),
+            "pools.agg: worker 0 needs 2 GPUs on head; free: head 0",
+        ),
         (lambda g: g["infrastructure"].update(node="gpu-b"), "infrastructure.node names gpu-b"),
         (lambda g: g["hardware"].update(gpus=8), "Give `gpus: N` (one host) or `nodes`"),
     ],
-    ids=["unknown node", "one address twice", "too few gpus", "wider than nvlink", "no room on the pinned node",
-         "unknown infrastructure node", "gpus and nodes"],
+    ids=[
+        "unknown node",
+        "one address twice",
+        "too few gpus",
+        "wider than nvlink",
+        "no room on the pinned node",
+        "unknown infrastructure node",
+        "gpus and nodes",
+    ],
 )
 def test_what_cannot_be_placed_is_refused_with_the_reason(
     capsys: pytest.CaptureFixture[str], tmp_path: Path, change: Callable[[dict], None], named: str
@@ -176,7 +191,9 @@ def test_a_trtllm_worker_hands_kv_over_on_its_nodes_interface_and_serve_runs_onl
     graph["pools"] = {"agg": {"workers": 1, "gpus_per_worker": 2, "engine_args": "tp2.yaml"}}
     path = write(tmp_path, graph, {"tp2.yaml": "tensor_parallel_size: 2\nmax_batch_size: 64\n"})
     deployment = build_deployment(load_graph(path))
-    (worker,) = plan_host(deployment, "gpu-a", run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path).workers()
+    (worker,) = plan_host(
+        deployment, "gpu-a", run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path
+    ).workers()
     assert worker.env["TRTLLM_NIXL_INTERFACE"] == worker.env["TRTLLM_UCX_INTERFACE"] == "lo"
     served = run_dynamo("serve", str(path), "--node", "head", "--engine", "mocker", "--run-dir", str(tmp_path / "run"))
     assert served.returncode == 2 and "--node head: its address 10.9.0.1 (hardware.nodes) is on no interface of " \

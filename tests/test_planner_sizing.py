@@ -58,7 +58,10 @@ def test_each_pool_gets_the_fewest_workers_that_keep_its_target(load: Load) -> N
 def test_more_load_never_needs_fewer_workers() -> None:
     sizer = sizer_of(README_GRAPH)
     for isl, osl in ((32768, 1024), (2048, 256)):
-        sizes = [sizer.size(Load(requests_per_s=rate, isl=isl, osl=osl)).workers for rate in (0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)]
+        sizes = [
+            sizer.size(Load(requests_per_s=rate, isl=isl, osl=osl)).workers
+            for rate in (0, 0.5, 1, 2, 4, 8, 16, 32, 64, 128)
+        ]
         for role in ("prefill", "decode"):
             counts = [size[role] for size in sizes]
             assert counts == sorted(counts) and counts[0] == 1, (role, counts)
@@ -116,8 +119,12 @@ def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     err = check_refused(capsys, changed_sla_graph(tmp_path, {"planner": {"itl_ms": 0.5, "ttft_ms": 1}}))
-    assert "planner.itl_ms: 0.5 ms is below the fastest decode step the performance model predicts for this " \
-           "layout (disagg P 1xTP1 + D 1xTP1 on h200): " in err and " ms at batch 1; no number of workers meets it" in err
+    assert (
+        "planner.itl_ms: 0.5 ms is below the fastest decode step the performance model predicts for this "
+        "layout (disagg P 1xTP1 + D 1xTP1 on h200): "
+        in err
+        and " ms at batch 1; no number of workers meets it" in err
+    )
     assert "planner.ttft_ms: 1 ms is below the fastest first token" in err
 
 
@@ -126,9 +133,11 @@ def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(
     [
         ({"planner": {"mode": "fast"}}, "planner.mode: Input should be 'sla' or 'load'"),
         ({"observability": None}, "planner.mode: sla reads the request rate and lengths from Prometheus"),
-        ({"pools": {"decode": {"autoscale": {"min": 1, "max": 4}, "engine": "mocker"}}},
-         "pools.decode.autoscale.max: 4 workers of 1 GPUs beside the other pools' 1 need 5 GPUs, but the host has 4; "
-         "lower max to at most 3"),
+        (
+            {"pools": {"decode": {"autoscale": {"min": 1, "max": 4}, "engine": "mocker"}}},
+            "pools.decode.autoscale.max: 4 workers of 1 GPUs beside the other pools' 1 need 5 GPUs, but the host has 4; "
+            "lower max to at most 3",
+        ),
         ({"pools": {"decode": {"autoscale": {"min": 3, "max": 2}, "engine": "mocker"}}}, "max must be at least min"),
         ({"planner": {"itl_ms": None}}, "planner.itl_ms: Field required"),
     ],
@@ -149,7 +158,10 @@ def test_the_planner_runs_the_plugins_at_the_mocker_speed_it_sizes_for(tmp_path:
     assert plugins["SlaPropose"]["priority"] < 10  # ahead of Dynamo's load proposal, whose sizes it replaces
     assert plugins["LoadForecast"]["kwargs"]["predictor"] == "kalman"
     # It looks every 2 s at the traffic of the last 4 s: four of the graph's 1 s scrapes.
-    assert plugins["SlaPropose"]["execution_interval_seconds"] == 2 and plugins["SlaPropose"]["observation_window_seconds"] == 4
+    assert (
+        plugins["SlaPropose"]["execution_interval_seconds"] == 2
+        and plugins["SlaPropose"]["observation_window_seconds"] == 4
+    )
     assert config["throughput_adjustment_interval_seconds"] == 4
 
 
@@ -175,7 +187,9 @@ def propose(tmp_path: Path, dynamo_planner_config: type):  # noqa: ANN201 - retu
         traffic = None if rate is None else TrafficMetrics(duration_s=2, num_req=2 * rate, isl=3080, osl=100)
         workers = WorkerState(expected_prefill=current[0], expected_decode=current[1])
         predictions = None if predicted is None else PredictionData(predicted_num_req=2 * predicted)
-        context = PipelineContext(observations=ObservationData(traffic=traffic, workers=workers), predictions=predictions)
+        context = PipelineContext(
+            observations=ObservationData(traffic=traffic, workers=workers), predictions=predictions
+        )
         response = asyncio.run(stage.Propose(ProposeStageRequest(context=context)))
         return {target.sub_component_type: target.replicas for target in response.override.targets}
 

@@ -116,7 +116,9 @@ def test_streamed_answer_reaches_the_openai_client_as_text(disagg: ServedGraph) 
     stream = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER, stream=True)
     chunks = list(stream)
     content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    reasoning = "".join((c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices)
+    reasoning = "".join(
+        (c.choices[0].delta.model_extra or {}).get("reasoning_content") or "" for c in chunks if c.choices
+    )
     assert len(words(content)) >= 10 and len(words(reasoning)) >= 10
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["stop"]
 
@@ -141,7 +143,9 @@ def test_ignore_eos_gives_exactly_the_tokens_asked_for(disagg: ServedGraph, leng
 
 @pytest.mark.parametrize("choice", ["required", {"type": "function", "function": {"name": "get_forecast"}}])
 def test_tool_choice_gets_a_call_whose_arguments_fit_the_schema(disagg: ServedGraph, choice: object) -> None:
-    reply = client(disagg).chat.completions.create(model=MODEL, messages=HELLO_USER, tools=FORECAST_TOOLS, tool_choice=choice)
+    reply = client(disagg).chat.completions.create(
+        model=MODEL, messages=HELLO_USER, tools=FORECAST_TOOLS, tool_choice=choice
+    )
     assert reply.choices[0].finish_reason == "tool_calls"
     (call,) = reply.choices[0].message.tool_calls
     if isinstance(choice, dict):
@@ -150,7 +154,9 @@ def test_tool_choice_gets_a_call_whose_arguments_fit_the_schema(disagg: ServedGr
     jsonschema.validate(json.loads(call.function.arguments), schema)
 
 
-@pytest.mark.parametrize(("max_tokens", "finish", "content"), [(256, "stop", "Hello! Nice to meet you."), (5, "length", None)])
+@pytest.mark.parametrize(
+    ("max_tokens", "finish", "content"), [(256, "stop", "Hello! Nice to meet you."), (5, "length", None)]
+)
 def test_a_conformance_recording_replays_within_max_tokens(
     disagg: ServedGraph, max_tokens: int, finish: str, content: str | None
 ) -> None:
@@ -272,7 +278,11 @@ def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
                                  "--json").stdout)  # fmt: skip
     planned = {Path(file["path"]) for file in plan["files"]}
     assert {path.name for path in planned} == {
-        "prefill.npz", "decode.npz", "conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json",
+        "prefill.npz",
+        "decode.npz",
+        "conformance-responses.jsonl",
+        "prometheus.yml",
+        "prometheus-workers.json",
         "planner.json",
     }
     assert all(path.is_file() for path in planned)
@@ -291,7 +301,10 @@ def test_status_reads_the_running_graph(disagg: ServedGraph) -> None:
 
 def test_the_readmes_graph_runs_the_planner_in_sla_mode(disagg: ServedGraph) -> None:
     terminal = disagg.output.read_text()
-    assert "[dynamo-oss] planner: sla mode: sizes prefill 1-4 and decode 1-6 for TTFT p90 <= 2000 ms and ITL <= 20 ms" in terminal
+    assert (
+        "[dynamo-oss] planner: sla mode: sizes prefill 1-4 and decode 1-6 for TTFT p90 <= 2000 ms and ITL <= 20 ms"
+        in terminal
+    )
     assert {p["name"] for p in disagg.state()["processes"]} >= {"planner", "actuator"}
 
     def looked() -> str | None:

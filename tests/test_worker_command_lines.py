@@ -26,7 +26,9 @@ def as_bare_metal(graph: Path, folder: Path) -> Path:
     if not isinstance(hardware.get("nodes"), int):
         return graph
     gpus = hardware.pop("gpus_per_node")
-    hardware["nodes"] = [{"name": f"node-{i}", "address": f"10.0.0.{i + 1}", "gpus": gpus} for i in range(hardware["nodes"])]
+    hardware["nodes"] = [
+        {"name": f"node-{i}", "address": f"10.0.0.{i + 1}", "gpus": gpus} for i in range(hardware["nodes"])
+    ]
     spec.setdefault("infrastructure", {})["tls"] = "none"  # command lines are what this checks
     for pool in spec["pools"].values():
         pool["engine_args"] = str((graph.parent / pool["engine_args"]).resolve())
@@ -77,7 +79,7 @@ def test_a_worker_over_two_trays_is_one_mpi_world_started_from_the_first(trtllm_
     forwarded = {worker.argv[i + 1] for i in range(launch) if worker.argv[i] == "-x"}
     assert {"ETCD_ENDPOINTS", "NATS_SERVER", "CUDA_VISIBLE_DEVICES", "DYN_NAMESPACE"} <= forwarded == set(worker.env)
     assert worker.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the same GPUs on each tray
-    inner = worker.argv[launch + 1:]
+    inner = worker.argv[launch + 1 :]
     assert inner[1:3] == ["-m", "dynamo.trtllm"]
     config = trtllm_parse_args(inner[3:])
     assert config.namespace == "two-trays" and config.disaggregation_mode.value == "prefill_and_decode"

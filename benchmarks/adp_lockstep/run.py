@@ -70,7 +70,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for rate in RATES:
             lockstep, independent = (replay(flag, rate, Path(tmp)) for flag in (False, True))
-            rows.append({"request_rate": rate, "lockstep": lockstep.model_dump(), "independent": independent.model_dump()})
+            rows.append(
+                {"request_rate": rate, "lockstep": lockstep.model_dump(), "independent": independent.model_dump()}
+            )
             print(f"{rate} req/s: {time.monotonic() - start:.0f} s", flush=True)
     lines = [
         "# Attention-DP lockstep on the published aggregated recipe (8 x B200, ISL 32,768 / OSL 256)",

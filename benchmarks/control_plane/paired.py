@@ -33,7 +33,9 @@ def paired(folder: Path) -> list[dict]:
             for total in TOTAL_CONCURRENCIES:
                 half = total // 2
                 # Seeds differ per path and repeat, so no run meets another's prompts in the prefix cache.
-                gateway = sweep_for("gateway", state.endpoint.removesuffix("/v1"), graph, seed=10 + repeat, time_scale=SLOW)
+                gateway = sweep_for(
+                    "gateway", state.endpoint.removesuffix("/v1"), graph, seed=10 + repeat, time_scale=SLOW
+                )
                 direct = sweep_for("direct", _frontend_url(run_dir), graph, seed=20 + repeat, time_scale=SLOW)
                 requests = max(32, 2 * half)
                 with ThreadPoolExecutor(2) as both:

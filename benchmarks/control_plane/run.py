@@ -72,7 +72,12 @@ def sweep_for(
     """A sweep's settings; every sweep gets its own `seed`, so no sweep meets another's prompts in the prefix cache."""
     deployment = build_deployment(load_graph(graph), engine_override="mocker")
     parameters = SweepParameters(
-        isl=isl, osl=osl, concurrencies=list(CONCURRENCIES), time_scale=time_scale, seed=seed, **sweep_fields(deployment)
+        isl=isl,
+        osl=osl,
+        concurrencies=list(CONCURRENCIES),
+        time_scale=time_scale,
+        seed=seed,
+        **sweep_fields(deployment),
     )
     return Sweep(label=label, target=str(graph), endpoint=endpoint, parameters=parameters)
 
@@ -247,7 +252,9 @@ def plot(rows: list[dict], path: Path) -> None:
     for axes in (ttft, rate):
         axes.grid(alpha=0.3)
         axes.legend(fontsize=7)
-    fig.suptitle(f"Control plane on the 2-core CI machine: ISL {ISL} / OSL {OSL}; xN = mocker N times slower than modelled")
+    fig.suptitle(
+        f"Control plane on the 2-core CI machine: ISL {ISL} / OSL {OSL}; xN = mocker N times slower than modelled"
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

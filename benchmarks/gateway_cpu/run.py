@@ -393,7 +393,9 @@ def main() -> None:
     summary = summarize(rows)
     settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)
-    (HERE / f"results{suffix}.json").write_text(json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2))
+    (HERE / f"results{suffix}.json").write_text(
+        json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2)
+    )
     report = markdown(summary, settings)
     (HERE / f"results{suffix}.md").write_text(report)
     print(report)

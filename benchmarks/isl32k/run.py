@@ -73,7 +73,9 @@ def summarise(result: SearchResult, limit: float | None, p99_limit: float | None
     """Fronts and interactivity ratios of one case within one TTFT limit (median, and p99)."""
     out: dict[str, object] = {"ttft_limit_ms": limit, "ttft_p99_limit_ms": p99_limit}
     for name, speed in SPEEDS.items():
-        fronts = {mode: result.front(mode, ttft_ms=limit, speed=speed, ttft_p99_ms=p99_limit) for mode in ("agg", "disagg")}
+        fronts = {
+            mode: result.front(mode, ttft_ms=limit, speed=speed, ttft_p99_ms=p99_limit) for mode in ("agg", "disagg")
+        }
         out[name] = {
             "fronts": {
                 m: [{"layout": p.layout.describe(), **p.serving.model_dump()} for p in f] for m, f in fronts.items()
@@ -184,11 +186,11 @@ def _ratio_cell(s: dict) -> str:
 
 
 def _row(c: dict) -> str:
-    l, u = c["limited"], c["unlimited"]
-    best = l["mean"]["best_tok_s_gpu"]
+    limited, unlimited = c["limited"], c["unlimited"]
+    best = limited["mean"]["best_tok_s_gpu"]
     return (
-        f"| {c['label']} | {best['agg']:,} / {best['disagg']:,} | {_ratio_cell(l['mean'])} | {_ratio_cell(l['p99'])} "
-        f"| {_ratio_cell(u['mean'])} |"
+        f"| {c['label']} | {best['agg']:,} / {best['disagg']:,} | {_ratio_cell(limited['mean'])} "
+        f"| {_ratio_cell(limited['p99'])} | {_ratio_cell(unlimited['mean'])} |"
     )
 
 
@@ -474,8 +476,15 @@ def main() -> None:
                                f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}")  # fmt: skip
         sweep_jobs = [pool.submit(run_case, "b200", isl, OSLS[0], SWEEP_CONCURRENCIES, factors) for isl in ISL_SWEEP]
         before_jobs = [
-            pool.submit(run_case, "h200", ISL, osl, CONCURRENCIES, priors,
-                        f"H200 before the H200 measurements, ISL 32,768 / OSL {osl}")  # fmt: skip
+            pool.submit(
+                run_case,
+                "h200",
+                ISL,
+                osl,
+                CONCURRENCIES,
+                priors,
+                f"H200 before the H200 measurements, ISL 32,768 / OSL {osl}",
+            )  # fmt: skip
             for osl in OSLS
         ]
         cases = [done(job) for job in case_jobs]

@@ -138,7 +138,15 @@ def markdown(rows: list[dict], ratios: dict[str, dict], compare_text: str) -> st
     for source, summary in ratios.items():
         lines.append(f"- {source}: at 50% of the common range {summary['at_50pct']}, at 90% {summary['at_90pct']}, "
                      f"highest {summary['max']} at {summary['max_at_tok_s_gpu']} tok/s/GPU")  # fmt: skip
-    lines += ["", "Live, as `dynamo bench compare` prints it (live time, not rescaled):", "", "```", compare_text, "```", ""]
+    lines += [
+        "",
+        "Live, as `dynamo bench compare` prints it (live time, not rescaled):",
+        "",
+        "```",
+        compare_text,
+        "```",
+        "",
+    ]
     return "\n".join(lines)
 
 

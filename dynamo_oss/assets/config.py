@@ -22,9 +22,7 @@ RMS_NORM_EPS = 1e-5
 
 def layer_types(shape: ModelShape) -> list[str]:
     """Layers alternate sliding-window and full attention, starting with a window layer."""
-    return [
-        "sliding_attention" if i % 2 == 0 else "full_attention" for i in range(shape.num_layers)
-    ]
+    return ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(shape.num_layers)]
 
 
 def model_config(shape: ModelShape) -> dict[str, Any]:

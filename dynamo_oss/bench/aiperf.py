@@ -103,4 +103,6 @@ def read_export(artifacts: Path, *, concurrency: int, gpus: int) -> tuple[Servin
 
 def _errors(export: dict) -> str:
     summary = export.get("error_summary") or []
-    return "; ".join(f"{e.get('count')} x {json.dumps(e.get('error_details'))[:200]}" for e in summary) or "none reported"
+    return (
+        "; ".join(f"{e.get('count')} x {json.dumps(e.get('error_details'))[:200]}" for e in summary) or "none reported"
+    )

@@ -24,9 +24,20 @@ def write_certificates(folder: Path, addresses: dict[str, str]) -> dict[str, str
     ca = (
         _builder(ca_name, ca_name, ca_key.public_key())
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                                     key_encipherment=False, data_encipherment=False, key_agreement=False,
-                                     encipher_only=False, decipher_only=False), critical=True)  # fmt: skip
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )  # fmt: skip
         .sign(ca_key, hashes.SHA256())
     )
     (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
@@ -37,13 +48,17 @@ def write_certificates(folder: Path, addresses: dict[str, str]) -> dict[str, str
         certificate = (
             _builder(subject, ca_name, key.public_key())
             .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
-                           critical=False)  # fmt: skip
+            .add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+                critical=False,
+            )  # fmt: skip
             .sign(ca_key, hashes.SHA256())
         )
         (folder / f"{node}.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
         (folder / f"{node}-key.pem").write_bytes(
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+            key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
         )
     return {"ca": str(folder / "ca.pem"), "cert": str(folder / "{node}.pem"), "key": str(folder / "{node}-key.pem")}
 

@@ -53,7 +53,9 @@ class Nodes:
             raise
         return self
 
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None) -> None:
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
         self.remove()
 
     def command(self, node: str, argv: list[str]) -> list[str]:

@@ -22,7 +22,11 @@ def table(sweep: Sweep) -> str:
     lines = [COLUMNS, "|" + "---:|" * (COLUMNS.count("|") - 1)]
     for run in sweep.runs:
         p = run.point
-        busy = "-" if run.host_cpu_busy is None else f"{run.host_cpu_busy:.0%}" + (" (machine-bound)" if run.machine_bound else "")
+        busy = (
+            "-"
+            if run.host_cpu_busy is None
+            else f"{run.host_cpu_busy:.0%}" + (" (machine-bound)" if run.machine_bound else "")
+        )
         lines.append(
             f"| {run.concurrency} | {p.requests} | {run.failed} | {p.tok_s_user:.1f} | {p.tok_s_gpu:.1f} | "
             f"{p.ttft_p50_ms:.1f} | {p.ttft_p99_ms:.1f} | {p.itl_p50_ms:.2f} | {p.itl_p99_ms:.2f} | "
@@ -77,10 +81,14 @@ def plot(sweeps: list[Sweep], path: Path) -> Path:
     fig, (pareto, ttft) = plt.subplots(1, 2, figsize=(12, 4.8))
     for sweep in sweeps:
         runs = sorted(sweep.runs, key=lambda r: r.concurrency)
-        line = pareto.plot([r.point.tok_s_gpu for r in runs], [r.point.tok_s_user for r in runs], "-", label=sweep.label)
+        line = pareto.plot(
+            [r.point.tok_s_gpu for r in runs], [r.point.tok_s_user for r in runs], "-", label=sweep.label
+        )
         color = line[0].get_color()
         for r in runs:
-            pareto.plot(r.point.tok_s_gpu, r.point.tok_s_user, "o", color=color, mfc="none" if r.machine_bound else color)
+            pareto.plot(
+                r.point.tok_s_gpu, r.point.tok_s_user, "o", color=color, mfc="none" if r.machine_bound else color
+            )
             pareto.annotate(str(r.concurrency), (r.point.tok_s_gpu, r.point.tok_s_user), fontsize=7,
                             textcoords="offset points", xytext=(3, 3))  # fmt: skip
         concurrency = [r.concurrency for r in runs]

@@ -36,9 +36,7 @@ def sweep_fields(deployment: Deployment) -> dict[str, str | int]:
 
 
 @contextmanager
-def served_graph(
-    graph: Path, run_dir: Path, *, engine: EngineName | None, time_scale: float
-) -> Iterator[RunState]:
+def served_graph(graph: Path, run_dir: Path, *, engine: EngineName | None, time_scale: float) -> Iterator[RunState]:
     """Serve `graph` with its logs and state in `run_dir`; yields the state once the model is served."""
     argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(graph), "--run-dir", str(run_dir)]
     if engine:

@@ -43,14 +43,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--isl", type=positive_int, help="prompt tokens per request")
     parser.add_argument("--osl", type=positive_int, help="output tokens per request (at least 2)")
     parser.add_argument("--concurrency", type=concurrencies, help="comma-separated streams in flight, e.g. 1,4,16,64")
-    parser.add_argument("--requests", type=positive_int, help="measured requests per run (default: 10 per stream, at least 40)")
+    parser.add_argument(
+        "--requests", type=positive_int, help="measured requests per run (default: 10 per stream, at least 40)"
+    )
     parser.add_argument("--warmup", type=int, help="unmeasured requests before each run (default: one per stream)")
     parser.add_argument(
         "--seed", type=int, default=0,
         help="prompt seed (default 0); each concurrency sends its own prompts, and another sweep against the "
         "same deployment needs another seed, or prefix caching answers its prompts from cache",
     )  # fmt: skip
-    parser.add_argument("--out", type=Path, help="results folder (default: bench-results/NAME-TIME); with compare, the PNG")
+    parser.add_argument(
+        "--out", type=Path, help="results folder (default: bench-results/NAME-TIME); with compare, the PNG"
+    )
     parser.add_argument("--gpus", type=positive_int, help="GPUs behind a URL, for tok/s/GPU (a graph's pools give it)")
     parser.add_argument("--model", help="model name for a URL (default: the one it serves)")
     parser.add_argument("--tokenizer", help="aiperf's tokenizer for a URL: a folder or hub name (default: gpt-oss's)")
@@ -162,7 +166,9 @@ def _served_model(base: str) -> str:
         raise UserError(f"{base}: no OpenAI endpoint answers GET /v1/models there ({err})") from None
     models = [m.get("id") for m in listing.get("data", [])] if isinstance(listing, dict) else []
     if len(models) != 1:
-        raise UserError(f"{base} serves {len(models)} models ({', '.join(map(str, models)) or 'none'}): name one with --model")
+        raise UserError(
+            f"{base} serves {len(models)} models ({', '.join(map(str, models)) or 'none'}): name one with --model"
+        )
     return models[0]
 
 

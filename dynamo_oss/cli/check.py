@@ -135,9 +135,13 @@ def exposure_warnings(plan: HostPlan) -> list[str]:
     secured = (SECURED_BY_TLS if plan.tls else ()) + (("frontend.port",) if plan.api_keys else ())
     return [
         f"warning: {use.field} listens on {use.host}:{use.port}: "
-        + ("the endpoint is open to the network with no authentication in front; put an authenticating proxy or "
-           "a firewall before it" if use.field == "frontend.port" else "reachable from the network with no "
-           "authentication; keep the nodes' addresses on a private network behind a firewall")
+        + (
+            "the endpoint is open to the network with no authentication in front; put an authenticating proxy or "
+            "a firewall before it"
+            if use.field == "frontend.port"
+            else "reachable from the network with no "
+            "authentication; keep the nodes' addresses on a private network behind a firewall"
+        )
         for process in plan.processes
         for use in process.ports
         if not is_loopback(use.host) and use.field not in secured
@@ -200,8 +204,11 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
             lines.append(
                 f"  note: pool {pool.role} autoscales between {pool.autoscale.min} and {pool.autoscale.max} "
                 f"workers: it starts at {pool.workers}, then Dynamo's planner sizes it "
-                + ("for the TTFT and ITL targets (sla)" if deployment.planner and deployment.planner.mode == "sla"
-                   else "on load thresholds (load)")
+                + (
+                    "for the TTFT and ITL targets (sla)"
+                    if deployment.planner and deployment.planner.mode == "sla"
+                    else "on load thresholds (load)"
+                )
             )
     for engine_name in sorted(deployment.engines):
         reason = engine_for(engine_name).unavailable_reason(plan.gpus_needed(engine_name))

@@ -61,7 +61,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         simulate_parser.add_argument(f"--{prefix}workers", type=positive_int, help=f"{label} workers")
     simulate_parser.add_argument("--gpus", type=positive_int, help="aggregated GPUs in all (workers = gpus / tp)")
     simulate_parser.add_argument("--concurrency", type=concurrencies, default=concurrencies(DEFAULT_CONCURRENCY))
-    simulate_parser.add_argument("--requests", type=positive_int, help="requests per concurrency (default 10 x concurrency)")
+    simulate_parser.add_argument(
+        "--requests", type=positive_int, help="requests per concurrency (default 10 x concurrency)"
+    )
     simulate_parser.set_defaults(handler=run_simulate)
 
     plan_parser = subparsers.add_parser(
@@ -78,7 +80,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     plan_parser.add_argument("--concurrency", type=concurrencies, default=concurrencies(DEFAULT_CONCURRENCY + ",512"))
     plan_parser.add_argument("--keep", type=positive_int, default=4, help="most layouts replayed per mode")
     plan_parser.add_argument(
-        "--requests", type=positive_int, help="requests per replayed concurrency (default 10 x concurrency, at least 40)"
+        "--requests",
+        type=positive_int,
+        help="requests per replayed concurrency (default 10 x concurrency, at least 40)",
     )
     plan_parser.add_argument("--top", type=positive_int, default=5, help="points printed")
     plan_parser.add_argument("--out", type=Path, help="write the graph files of the printed layouts into this folder")

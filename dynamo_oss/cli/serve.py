@@ -99,11 +99,15 @@ def _refuse_another_machines_node(plan: HostPlan) -> None:
 
 
 def _refuse_ports_taken(plan: HostPlan) -> None:
-    uses = [use for p in plan.processes + plan.spare_workers for use in p.ports] + ([plan.launcher_metrics] if plan.launcher_metrics else [])
+    uses = [use for p in plan.processes + plan.spare_workers for use in p.ports] + (
+        [plan.launcher_metrics] if plan.launcher_metrics else []
+    )
     taken = [use for use in uses if port_in_use(use.host, use.port)]
     if not taken:
         return
     lines = [f"{plan.graph}: {len(taken)} port(s) already in use on this host, nothing was started:"]
-    lines += [f"  - {use.field}: {use.host}:{use.port} is taken (another graph or program listens there)" for use in taken]
+    lines += [
+        f"  - {use.field}: {use.host}:{use.port} is taken (another graph or program listens there)" for use in taken
+    ]
     lines.append("Stop what holds them, or choose other ports in the graph file.")
     raise UserError("\n".join(lines))

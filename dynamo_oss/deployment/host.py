@@ -399,8 +399,11 @@ def _worker_processes(
                     engine=engine.name,
                     argv=argv,
                     env=env,
-                    ports=[PortUse(field=f"pools.{pool.role}.system_port (worker {slot.index})", host=node.address,
-                                   port=port)],  # fmt: skip
+                    ports=[
+                        PortUse(
+                            field=f"pools.{pool.role}.system_port (worker {slot.index})", host=node.address, port=port
+                        )
+                    ],  # fmt: skip
                     gpus=slot.gpus,
                 )
             )
@@ -431,7 +434,9 @@ def _planner_processes(
         "report_output_dir": str(run_dir / "planner-reports"),
     }
     config_file = PlannedFile(
-        path=run_dir / "planner.json", purpose="Dynamo planner's configuration", content=json.dumps(config, indent=2).encode()
+        path=run_dir / "planner.json",
+        purpose="Dynamo planner's configuration",
+        content=json.dumps(config, indent=2).encode(),
     )
     files.append(config_file)
     # It counts workers and reads their load where the engine registers them.
@@ -449,8 +454,14 @@ def _planner_processes(
         ProcessPlan(
             name="actuator",
             kind="planner",
-            argv=[sys.executable, "-m", "dynamo_oss.planner.actuator", str(run_dir),
-                  "--pools", ",".join(planner.pools)],  # fmt: skip
+            argv=[
+                sys.executable,
+                "-m",
+                "dynamo_oss.planner.actuator",
+                str(run_dir),
+                "--pools",
+                ",".join(planner.pools),
+            ],  # fmt: skip
             env=env,
         ),
     ]
@@ -487,7 +498,5 @@ def _port_clashes(processes: list[ProcessPlan], others: list[PortUse], spare: li
     for port, count in counts.items():
         if count > 1:
             fields = [use.field for use in uses if use.port == port]
-            problems.append(
-                Problem(path=fields[-1], message=f"port {port} is also used by {', '.join(fields[:-1])}")
-            )
+            problems.append(Problem(path=fields[-1], message=f"port {port} is also used by {', '.join(fields[:-1])}"))
     return problems

@@ -142,8 +142,7 @@ class Deployment(Frozen):
     observability: Observability | None = None
     placement: Placement = Field(description="which node runs what, and on which GPUs")
     spec: GraphSpec = Field(
-        description="the graph as written, for placement only one renderer reads: the host's listen addresses "
-        "and ports"
+        description="the graph as written, for placement only one renderer reads: the host's listen addresses and ports"
     )
 
     @property
@@ -185,7 +184,9 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
                 shape=shape,
                 gpus_per_worker=section.gpus_per_worker,
                 workers=section.initial_workers,
-                autoscale=Autoscale(min=section.autoscale.min, max=section.autoscale.max) if section.autoscale else None,
+                autoscale=Autoscale(min=section.autoscale.min, max=section.autoscale.max)
+                if section.autoscale
+                else None,
             )
         )
     placement, unplaced = place(spec)
@@ -219,8 +220,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         gpus=spec.hardware.total_gpus,
         infrastructure=_infrastructure(graph),
         frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
-        gateway=_gateway(graph, pools) if spec.gateway.enabled
-        else None,
+        gateway=_gateway(graph, pools) if spec.gateway.enabled else None,
         pools=pools,
         planner=planner,
         observability=_observability(spec),

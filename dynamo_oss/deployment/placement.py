@@ -179,9 +179,12 @@ def _too_wide(spec: GraphSpec) -> list[Problem]:
     """A worker's GPUs must share NVLink: one node, or whole nodes of one NVLink domain."""
     hardware = HARDWARE[spec.hardware.gpu]
     return [
-        Problem(path=f"pools.{role}.gpus_per_worker", message=f"is {pool.gpus_per_worker}, wider than an NVLink domain "
-                f"of {hardware.label} ({hardware.nvlink_domain} GPUs); a worker's GPUs must share NVLink: give it at "
-                f"most {hardware.nvlink_domain} (and its engine config the parallelism to match)")  # fmt: skip
+        Problem(
+            path=f"pools.{role}.gpus_per_worker",
+            message=f"is {pool.gpus_per_worker}, wider than an NVLink domain "
+            f"of {hardware.label} ({hardware.nvlink_domain} GPUs); a worker's GPUs must share NVLink: give it at "
+            f"most {hardware.nvlink_domain} (and its engine config the parallelism to match)",
+        )  # fmt: skip
         for role, pool in spec.pools.items()
         if pool.gpus_per_worker > hardware.nvlink_domain
     ]

@@ -45,7 +45,9 @@ def scrape_config(
     jobs = [
         static("dynamo-frontend", frontend),
         {"job_name": "dynamo-workers", "file_sd_configs": [{"files": [str(worker_targets)]}]},
-        *([{**static("etcd", of_kind("etcd")), **_tls(etcd_tls)}] if of_kind("etcd") else []),  # an external etcd is not ours
+        *(
+            [{**static("etcd", of_kind("etcd")), **_tls(etcd_tls)}] if of_kind("etcd") else []
+        ),  # an external etcd is not ours
         *([static("dynamo-planner", of_kind("planner"))] if of_kind("planner") else []),
         *([static("dynamo-oss-gateway", gateway)] if gateway else []),
         static("dynamo-oss-launcher", [(launcher, {"process": "launcher"})]),
@@ -60,7 +62,10 @@ def scrape_config(
 def _tls(tls: InfrastructureTls | None) -> dict[str, Any]:
     if tls is None:
         return {}
-    return {"scheme": "https", "tls_config": {"ca_file": str(tls.ca), "cert_file": str(tls.cert), "key_file": str(tls.key)}}
+    return {
+        "scheme": "https",
+        "tls_config": {"ca_file": str(tls.ca), "cert_file": str(tls.cert), "key_file": str(tls.key)},
+    }
 
 
 def worker_targets(workers: list[ProcessPlan], namespace: str) -> str:

@@ -80,7 +80,11 @@ def replay_engine_args(timing: SimulatedTiming, role: PoolRole, tensor_parallel:
         "num_gpu_blocks": timing.num_gpu_blocks,
         "max_num_seqs": timing.max_num_seqs,
         "max_num_batched_tokens": timing.max_num_batched_tokens,
-        "timing_model": {"type": "external", "provider": "dynamo_profile", "config": {"path": str(timing.profile.path)}},
+        "timing_model": {
+            "type": "external",
+            "provider": "dynamo_profile",
+            "config": {"path": str(timing.profile.path)},
+        },
     }
     if timing.kv_transfer_gbps is not None:
         engine["kv_transfer_bandwidth"] = timing.kv_transfer_gbps

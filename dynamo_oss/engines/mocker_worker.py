@@ -192,7 +192,11 @@ async def _with_harmony_ids(
         position += len(ids)
         chunk = {**chunk, "token_ids": replaced + filler * (len(ids) - len(replaced))}
         if completion.finished and position >= len(tokens) and not ignore_eos:
-            done = {"prompt_tokens": prompt_tokens, "completion_tokens": position, "total_tokens": prompt_tokens + position}
+            done = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": position,
+                "total_tokens": prompt_tokens + position,
+            }
             yield {**chunk, "finish_reason": "stop", "completion_usage": {**usage, **done}}
             return
         yield chunk

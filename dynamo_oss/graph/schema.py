@@ -178,8 +178,9 @@ class InfrastructureSection(Strict):
     )
 
     node: NodeName | None = Field(
-        default=None, description="With several nodes: the one that runs embedded etcd, NATS and Prometheus, the "
-        "frontend and the planner (default: the first)."
+        default=None,
+        description="With several nodes: the one that runs embedded etcd, NATS and Prometheus, the "
+        "frontend and the planner (default: the first).",
     )
 
     tls: InfrastructureTlsFiles | Literal["none"] | None = Field(
@@ -218,12 +219,15 @@ class GatewayAuthSection(Strict):
     """API keys the gateway requires as `Authorization: Bearer KEY`: where they are, never the keys."""
 
     keys_file: FilePath | None = Field(
-        default=None, description="File of keys, a `NAME KEY` line each (# starts a comment): NAME labels the "
-        "key's usage in metrics and logs, never the key."
+        default=None,
+        description="File of keys, a `NAME KEY` line each (# starts a comment): NAME labels the "
+        "key's usage in metrics and logs, never the key.",
     )
     keys_env: str | None = Field(
-        default=None, pattern=r"^[A-Z_][A-Z0-9_]*$", description="Environment variable holding one key (the "
-        "gateway's environment; on Kubernetes, a Secret's key of that name); its usage is labelled with the name."
+        default=None,
+        pattern=r"^[A-Z_][A-Z0-9_]*$",
+        description="Environment variable holding one key (the "
+        "gateway's environment; on Kubernetes, a Secret's key of that name); its usage is labelled with the name.",
     )
 
     @model_validator(mode="after")
@@ -300,8 +304,13 @@ class PoolSection(Strict):
         description="Let the planner size the pool between min and max workers against the `planner` targets. "
         "Give this or `workers`.",
     )
-    gpus_per_worker: int = Field(default=1, ge=1, le=72, description="GPUs each worker owns (its TP x PP group); "
-                                 "wider than a node, it spans whole nodes of one NVLink domain.")
+    gpus_per_worker: int = Field(
+        default=1,
+        ge=1,
+        le=72,
+        description="GPUs each worker owns (its TP x PP group); "
+        "wider than a node, it spans whole nodes of one NVLink domain.",
+    )
     engine: EngineName = Field(
         default="trtllm", description="trtllm (TensorRT-LLM on GPUs) or mocker (Dynamo's simulated engine)."
     )
@@ -394,8 +403,9 @@ class ObservabilitySection(Strict):
         default=9091, description="Port of the launcher's own /metrics: restarts, pool sizes, readiness (loopback)."
     )
     gateway_port: Port = Field(
-        default=9093, description="Loopback port of the gateway's /metrics (requests and tokens per API key), "
-        "scraped by the graph's Prometheus."
+        default=9093,
+        description="Loopback port of the gateway's /metrics (requests and tokens per API key), "
+        "scraped by the graph's Prometheus.",
     )
 
     _shorthand = field_validator("prometheus", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
@@ -430,17 +440,23 @@ class PlannerSection(Strict):
         "use, %.",
     )
     headroom_percent: float = Field(
-        default=20, ge=0, le=200, description="sla mode: sizes the pools for this much more load than it observed "
+        default=20,
+        ge=0,
+        le=200,
+        description="sla mode: sizes the pools for this much more load than it observed "
         "or forecast, %: room for load that rises between looks and for the time a new worker takes to serve.",
     )
     scale_down_after_s: int = Field(
-        default=300, ge=0, le=3600, description="sla mode: a pool shrinks only to the most workers it was sized for "
+        default=300,
+        ge=0,
+        le=3600,
+        description="sla mode: a pool shrinks only to the most workers it was sized for "
         "over this many seconds, so a lull does not drain workers the next burst needs (Kubernetes' "
         "HorizontalPodAutoscaler waits 300 s by default; a TensorRT-LLM worker loading gpt-oss takes minutes).",
     )
     metrics_port: Port = Field(
-        default=9092, description="Port of the planner's /metrics on one host (loopback), scraped by the graph's "
-        "Prometheus."
+        default=9092,
+        description="Port of the planner's /metrics on one host (loopback), scraped by the graph's Prometheus.",
     )
 
     @field_validator("prefill_queue_tokens", "decode_kv_percent", mode="before")

@@ -54,7 +54,11 @@ class ManagedProcess:
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
             *self.plan.argv,
-            env={**os.environ, **self.plan.env, **{name: path.read_text() for name, path in self.plan.env_from_files.items()}},
+            env={
+                **os.environ,
+                **self.plan.env,
+                **{name: path.read_text() for name, path in self.plan.env_from_files.items()},
+            },
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,

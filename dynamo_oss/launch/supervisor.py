@@ -34,7 +34,15 @@ BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 30.0
 HEALTHY_RUN_S = 60.0  # a process that ran this long starts its backoff over
 STARTUP_CRASH_LIMIT = 3  # exits before the graph is ready that mean it never will be
-GRACE_S = {"planner": 10.0, "gateway": 30.0, "frontend": 30.0, "worker": 20.0, "prometheus": 5.0, "nats": 5.0, "etcd": 5.0}
+GRACE_S = {
+    "planner": 10.0,
+    "gateway": 30.0,
+    "frontend": 30.0,
+    "worker": 20.0,
+    "prometheus": 5.0,
+    "nats": 5.0,
+    "etcd": 5.0,
+}
 INFRASTRUCTURE = ("etcd", "nats", "prometheus")  # started first, in plan order, each ready before the next
 
 

@@ -34,9 +34,7 @@ def _quantiles(metric: str, labels: str) -> list[tuple[str, str]]:
 
 def _share_within(metric: str, bound: str) -> str:
     """The share of a histogram's observations at most `bound` (one of its bucket bounds)."""
-    return (
-        f'sum(rate({metric}_bucket{{le="{bound}", {MODEL}}}[{RATE}])) / sum(rate({metric}_count{{{MODEL}}}[{RATE}]))'
-    )
+    return f'sum(rate({metric}_bucket{{le="{bound}", {MODEL}}}[{RATE}])) / sum(rate({metric}_count{{{MODEL}}}[{RATE}]))'
 
 
 def _variables(board: dashboard.Dashboard) -> dashboard.Dashboard:

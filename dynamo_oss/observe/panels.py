@@ -25,13 +25,7 @@ def panel(
 ) -> timeseries.Panel:
     """A time series of (PromQL, legend) queries; `warn_at` paints the value past which it turns red."""
     built = (
-        timeseries.Panel()
-        .title(title)
-        .description(description)
-        .unit(unit)
-        .datasource(DATASOURCE)
-        .height(8)
-        .span(width)
+        timeseries.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE).height(8).span(width)
     )
     for ref, (expr, legend) in zip("ABCDEFGH", queries, strict=False):
         built = built.with_target(

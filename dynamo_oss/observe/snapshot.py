@@ -82,7 +82,7 @@ def snapshot(
             ax.legend(fontsize=6)
         else:
             ax.text(0.5, 0.5, "no data", ha="center", va="center", transform=ax.transAxes)
-    for ax in list(axes.flat)[len(panels):]:
+    for ax in list(axes.flat)[len(panels) :]:
         ax.axis("off")
     fig.suptitle(f"{board['title']} — graph {namespace}, model {model}", fontsize=11)
     fig.tight_layout(rect=(0, 0, 1, 0.97))

@@ -67,7 +67,9 @@ class Comparison(BaseModel):
 
 
 def _agg(hardware: str, tp: int, engine: str = "trtllm", precision: Precision | None = None, **pool: object) -> Layout:
-    return Layout(hardware=hardware, engine=engine, precision=precision or Precision(), pools={"agg": PoolLayout(tp=tp, **pool)})
+    return Layout(
+        hardware=hardware, engine=engine, precision=precision or Precision(), pools={"agg": PoolLayout(tp=tp, **pool)}
+    )
 
 
 _BLOG9 = "TensorRT-LLM tech blog 9 (deploying gpt-oss)"
@@ -105,7 +107,9 @@ def _disagg(hardware: str, prefill: PoolLayout, decode: PoolLayout) -> Layout:
 
 def _b200_trt(tp: int) -> Layout:
     """InferenceMAX's B200 TensorRT-LLM 1.2.0rc2 server: 20k-token steps, batch up to 512, FP8 KV."""
-    return Layout(hardware="b200", precision=_FP8, pools={"agg": PoolLayout(tp=tp, max_batch=512, max_num_tokens=20000)})
+    return Layout(
+        hardware="b200", precision=_FP8, pools={"agg": PoolLayout(tp=tp, max_batch=512, max_num_tokens=20000)}
+    )
 
 
 def _h200_vllm(tp: int, concurrency: int) -> Layout:
@@ -157,6 +161,7 @@ def _offline(key: str, layout: Layout, isl: int, tok_s_gpu: float, requests: int
         assumption="offline: every request queued at once, as trtllm-bench throughput runs them; the row's "
         "max batch, token budget and KV memory fraction are not read, so the model's defaults stand in",
     )
+
 
 PUBLISHED: list[PublishedRow] = [
     PublishedRow(
@@ -228,37 +233,97 @@ PUBLISHED: list[PublishedRow] = [
     ),
     # Long input and disaggregated serving (issue 9): 8k/1k aggregated on B200 and H200, 8k/1k and 1k/1k
     # disaggregated on GB200, and the offline ceilings at 8k/1k and 32k/1k.
-    _imax("b200-trt-tp1-c64-8k1k", 20308883467, _b200_trt(1), _IMAX_8K1K, 64,
-          {"tok_s_user_tpot": 72.5, "tok_s_gpu": 4_434, "ttft_p50_ms": 147}),
-    _imax("b200-trt-tp1-c128-8k1k", 20764588467, _b200_trt(1), _IMAX_8K1K, 128,
-          {"tok_s_user_tpot": 46.0, "tok_s_gpu": 5_620, "ttft_p50_ms": 176}),
-    _imax("b200-trt-tp4-c32-8k1k", 20764588467, _b200_trt(4), _IMAX_8K1K, 32,
-          {"tok_s_user_tpot": 214.0, "tok_s_gpu": 1_616, "ttft_p50_ms": 72}),
-    _imax("h200-vllm-tp1-c16-8k1k", 20667906037, _h200_vllm(1, 16), _IMAX_8K1K, 16,
-          {"tok_s_user_tpot": 62.1, "tok_s_gpu": 934, "ttft_p50_ms": 354},
-          known_misses={"ttft_p50_ms": _MARLIN_PREFILL}),
-    _imax("h200-vllm-tp8-c16-8k1k", 20667906037, _h200_vllm(8, 16), _IMAX_8K1K, 16,
-          {"tok_s_user_tpot": 176.0, "tok_s_gpu": 329, "ttft_p50_ms": 120},
-          known_misses={"ttft_p50_ms": _MARLIN_PREFILL}),
+    _imax(
+        "b200-trt-tp1-c64-8k1k",
+        20308883467,
+        _b200_trt(1),
+        _IMAX_8K1K,
+        64,
+        {"tok_s_user_tpot": 72.5, "tok_s_gpu": 4_434, "ttft_p50_ms": 147},
+    ),
+    _imax(
+        "b200-trt-tp1-c128-8k1k",
+        20764588467,
+        _b200_trt(1),
+        _IMAX_8K1K,
+        128,
+        {"tok_s_user_tpot": 46.0, "tok_s_gpu": 5_620, "ttft_p50_ms": 176},
+    ),
+    _imax(
+        "b200-trt-tp4-c32-8k1k",
+        20764588467,
+        _b200_trt(4),
+        _IMAX_8K1K,
+        32,
+        {"tok_s_user_tpot": 214.0, "tok_s_gpu": 1_616, "ttft_p50_ms": 72},
+    ),
+    _imax(
+        "h200-vllm-tp1-c16-8k1k",
+        20667906037,
+        _h200_vllm(1, 16),
+        _IMAX_8K1K,
+        16,
+        {"tok_s_user_tpot": 62.1, "tok_s_gpu": 934, "ttft_p50_ms": 354},
+        known_misses={"ttft_p50_ms": _MARLIN_PREFILL},
+    ),
+    _imax(
+        "h200-vllm-tp8-c16-8k1k",
+        20667906037,
+        _h200_vllm(8, 16),
+        _IMAX_8K1K,
+        16,
+        {"tok_s_user_tpot": 176.0, "tok_s_gpu": 329, "ttft_p50_ms": 120},
+        known_misses={"ttft_p50_ms": _MARLIN_PREFILL},
+    ),
     # GB200 Dynamo + TensorRT-LLM (runtime 0.7.0.post2): the file's output tok/s per decode GPU is
     # rescaled to all GPUs. Shown, not fitted: see benchmarks/calibration/README.md.
-    _imax("gb200-disagg-p1-d4-c64-8k1k", 20764588467, _disagg("gb200", _PREFILL_TP1, _decode(4, 128)),
-          _IMAX_8K1K, 64, {"tok_s_user_tpot": 235.3, "tok_s_gpu": 2_937 * 4 / 5, "ttft_p50_ms": 644},
-          rounds=8, covered=False, assumption="1 prefill TP1 + 1 decode TP4/EP1; FP8 KV assumed"),
-    _imax("gb200-disagg-p2-d2-c384-8k1k", 20764588467,
-          _disagg("gb200", _PREFILL_TP1.model_copy(update={"workers": 2}), _decode(2, 512)),
-          _IMAX_8K1K, 384, {"tok_s_user_tpot": 74.7, "tok_s_gpu": 11_869 * 2 / 4, "ttft_p50_ms": 1087},
-          rounds=8, covered=False, assumption="2 prefill TP1 + 1 decode TP2/EP1; FP8 KV assumed"),
-    _imax("gb200-disagg-p1-d4-c1-1k1k", 20764588467, _disagg("gb200", _PREFILL_TP1, _decode(4, 4)),
-          _IMAX_1K1K, 1, {"tok_s_user_tpot": 528.2, "tok_s_gpu": 129 * 4 / 5, "ttft_p50_ms": 40},
-          rounds=40, covered=False, assumption="1 prefill TP1 + 1 decode TP4/EP1; FP8 KV assumed"),
-    _imax("gb200-disagg-p1-d2xdep2-c2560-1k1k", 20786863188,
-          _disagg("gb200", _PREFILL_TP1,
-                  PoolLayout(workers=2, tp=2, attention_dp=True, max_batch=512, max_num_tokens=20000)),
-          _IMAX_1K1K, 2560, {"tok_s_user_tpot": 76.2, "tok_s_gpu": 27_064 * 4 / 5, "ttft_p50_ms": 8_238},
-          rounds=2, covered=False,
-          assumption="1 prefill TP1 + 2 decode TP2/EP2 with attention DP; FP8 KV assumed; TTFT is the queue at "
-          "the single prefill GPU; 2 rounds of requests replayed where InferenceMAX sent 8"),
+    _imax(
+        "gb200-disagg-p1-d4-c64-8k1k",
+        20764588467,
+        _disagg("gb200", _PREFILL_TP1, _decode(4, 128)),
+        _IMAX_8K1K,
+        64,
+        {"tok_s_user_tpot": 235.3, "tok_s_gpu": 2_937 * 4 / 5, "ttft_p50_ms": 644},
+        rounds=8,
+        covered=False,
+        assumption="1 prefill TP1 + 1 decode TP4/EP1; FP8 KV assumed",
+    ),
+    _imax(
+        "gb200-disagg-p2-d2-c384-8k1k",
+        20764588467,
+        _disagg("gb200", _PREFILL_TP1.model_copy(update={"workers": 2}), _decode(2, 512)),
+        _IMAX_8K1K,
+        384,
+        {"tok_s_user_tpot": 74.7, "tok_s_gpu": 11_869 * 2 / 4, "ttft_p50_ms": 1087},
+        rounds=8,
+        covered=False,
+        assumption="2 prefill TP1 + 1 decode TP2/EP1; FP8 KV assumed",
+    ),
+    _imax(
+        "gb200-disagg-p1-d4-c1-1k1k",
+        20764588467,
+        _disagg("gb200", _PREFILL_TP1, _decode(4, 4)),
+        _IMAX_1K1K,
+        1,
+        {"tok_s_user_tpot": 528.2, "tok_s_gpu": 129 * 4 / 5, "ttft_p50_ms": 40},
+        rounds=40,
+        covered=False,
+        assumption="1 prefill TP1 + 1 decode TP4/EP1; FP8 KV assumed",
+    ),
+    _imax(
+        "gb200-disagg-p1-d2xdep2-c2560-1k1k",
+        20786863188,
+        _disagg(
+            "gb200", _PREFILL_TP1, PoolLayout(workers=2, tp=2, attention_dp=True, max_batch=512, max_num_tokens=20000)
+        ),
+        _IMAX_1K1K,
+        2560,
+        {"tok_s_user_tpot": 76.2, "tok_s_gpu": 27_064 * 4 / 5, "ttft_p50_ms": 8_238},
+        rounds=2,
+        covered=False,
+        assumption="1 prefill TP1 + 2 decode TP2/EP2 with attention DP; FP8 KV assumed; TTFT is the queue at "
+        "the single prefill GPU; 2 rounds of requests replayed where InferenceMAX sent 8",
+    ),
     _offline("b200-dep2-offline-8k1k", _agg("b200", 2, attention_dp=True, precision=_FP8), 8192, 6_111, 1500),
     _offline("gb200-tp1-offline-8k1k", _agg("gb200", 1, precision=_FP8), 8192, 6_835, 1500),
     _offline("h200-tp1-offline-8k1k", _agg("h200", 1), 8192, 1_828, 1500),
@@ -315,7 +380,11 @@ def compare(factors: Factors | None = None, rows: list[PublishedRow] | None = No
         predicted = predict(row, factors)
         out.extend(
             Comparison(
-                key=row.key, metric=m, published=v, predicted=predicted[m], covered=row.covered and m not in row.known_misses
+                key=row.key,
+                metric=m,
+                published=v,
+                predicted=predicted[m],
+                covered=row.covered and m not in row.known_misses,
             )
             for m, v in row.published.items()
         )
@@ -409,10 +478,8 @@ def table_markdown(comparisons: list[Comparison]) -> str:
             f"| {c.error:+.1%} | {verdict(c)} |"
         )
     notes = [f"- {row.key}: {row.assumption}" for row in PUBLISHED if row.assumption]
-    notes += [f"- {row.key}, {metric}: not fitted: {why}" for row in PUBLISHED for metric, why in row.known_misses.items()]
+    notes += [
+        f"- {row.key}, {metric}: not fitted: {why}" for row in PUBLISHED for metric, why in row.known_misses.items()
+    ]
     left_out = [f"- {what}: {why}" for what, why in LEFT_OUT.items()]
-    return "\n".join(
-        lines
-        + ["", "Assumptions:", *notes]
-        + ["", "Left out:", *left_out]
-    )
+    return "\n".join(lines + ["", "Assumptions:", *notes] + ["", "Left out:", *left_out])

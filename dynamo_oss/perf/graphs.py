@@ -28,8 +28,13 @@ def layout_from_deployment(deployment: Deployment) -> Layout:
     if deployment.model.builtin is None:
         raise GraphError(
             str(deployment.source),
-            [Problem(path="model", message=f'"{deployment.model.served_name}" is not a built-in gpt-oss model: '
-                     "the performance model has no shape for it")],
+            [
+                Problem(
+                    path="model",
+                    message=f'"{deployment.model.served_name}" is not a built-in gpt-oss model: '
+                    "the performance model has no shape for it",
+                )
+            ],
         )
     pools: dict[str, PoolLayout] = {}
     for pool in deployment.pools:
@@ -37,10 +42,19 @@ def layout_from_deployment(deployment: Deployment) -> Layout:
         if shape.pipeline_parallel > 1:
             raise GraphError(
                 str(deployment.source),
-                [Problem(path=f"pools.{pool.role}.engine_args", message=f"pipeline_parallel_size "
-                         f"{shape.pipeline_parallel}: the performance model times tensor and expert parallelism only")],
+                [
+                    Problem(
+                        path=f"pools.{pool.role}.engine_args",
+                        message=f"pipeline_parallel_size "
+                        f"{shape.pipeline_parallel}: the performance model times tensor and expert parallelism only",
+                    )
+                ],
             )
-        fields: dict[str, Any] = {"workers": pool.workers, "tp": shape.tensor_parallel, "attention_dp": shape.attention_dp}
+        fields: dict[str, Any] = {
+            "workers": pool.workers,
+            "tp": shape.tensor_parallel,
+            "attention_dp": shape.attention_dp,
+        }
         if shape.expert_parallel not in (None, shape.tensor_parallel):
             fields["ep"] = shape.expert_parallel
         if shape.max_batch_size is not None:
@@ -100,7 +114,12 @@ def graph_files(layout: Layout, name: str) -> dict[str, str]:
             kv_block_size=DEFAULT_TOKENS_PER_BLOCK,
         )
         files[engine_file] = yaml.safe_dump(llm_args_document(shape, role), sort_keys=False)
-        pools[role] = {"workers": pool.workers, "gpus_per_worker": pool.tp, "engine": "trtllm", "engine_args": engine_file}
+        pools[role] = {
+            "workers": pool.workers,
+            "gpus_per_worker": pool.tp,
+            "engine": "trtllm",
+            "engine_args": engine_file,
+        }
     graph = {
         "name": name,
         "model": layout.model,

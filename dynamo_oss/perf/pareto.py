@@ -31,7 +31,9 @@ def pareto_front(points: Sequence[ServingPoint], speed: Speed = tok_s_user) -> l
     return front
 
 
-def interactivity_ratios(base: Sequence[ServingPoint], other: Sequence[ServingPoint], speed: Speed = tok_s_user) -> np.ndarray:
+def interactivity_ratios(
+    base: Sequence[ServingPoint], other: Sequence[ServingPoint], speed: Speed = tok_s_user
+) -> np.ndarray:
     """`other` over `base` in `speed` at equal tok/s/GPU, over the range both fronts reach, each
     interpolated log-linearly between measured points: rows (tok/s/GPU, ratio)."""
     curves = [np.array(sorted((p.tok_s_gpu, speed(p)) for p in f)) for f in (base, other)]

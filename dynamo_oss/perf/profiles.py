@@ -123,7 +123,9 @@ def simulated_timing(
     np.savez(buffer, **{k: v.astype(np.float64) for k, v in tables.items()}, dynamo_oss=np.asarray(json.dumps(about)))
     handoff = role == "prefill"
     return SimulatedTiming(
-        profile=PlannedFile(path=Path(profile), purpose=f"mocker timing profile, {role} pool", content=buffer.getvalue()),
+        profile=PlannedFile(
+            path=Path(profile), purpose=f"mocker timing profile, {role} pool", content=buffer.getvalue()
+        ),
         imitates=layout.engine,
         attention_ranks=pool.ranks,
         block_size=BLOCK_SIZE,

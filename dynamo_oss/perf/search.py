@@ -72,9 +72,7 @@ class SearchResult(BaseModel):
         """Pareto-optimal points (`speed`, by default aiperf's tok/s/user, against tok/s/GPU) within
         the limits, highest tok/s/GPU first."""
         chosen = [
-            p
-            for p in self.points
-            if (mode is None or p.layout.mode == mode) and p.meets(ttft_ms, itl_ms, ttft_p99_ms)
+            p for p in self.points if (mode is None or p.layout.mode == mode) and p.meets(ttft_ms, itl_ms, ttft_p99_ms)
         ]
         chosen.sort(key=lambda p: (-p.serving.tok_s_gpu, -speed(p.serving)))
         front, best = [], -1.0

@@ -25,7 +25,9 @@ LOAD = Gauge(
     "Load per look: requests_per_s, isl, osl; observed over the last interval, or predicted for the next",
     ["source", "quantity"],
 )
-LOOKS = Counter("dynamo_oss_planner_looks_total", "The SLA planner's looks at the load, by what it proposed", ["proposal"])
+LOOKS = Counter(
+    "dynamo_oss_planner_looks_total", "The SLA planner's looks at the load, by what it proposed", ["proposal"]
+)
 
 
 def serve_on(address: str) -> None:

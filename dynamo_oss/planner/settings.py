@@ -116,8 +116,11 @@ def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
         raise GraphError(source, problems) from None
     spec = SizingSpec(
         layout=layout,
-        ranges={pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max)
-                for pool in deployment.pools if pool.autoscale},  # fmt: skip
+        ranges={
+            pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max)
+            for pool in deployment.pools
+            if pool.autoscale
+        },  # fmt: skip
         ttft_ms=planner.ttft_ms,
         itl_ms=planner.itl_ms,
         time_scale=time_scale,

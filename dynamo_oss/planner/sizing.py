@@ -172,7 +172,9 @@ class Sizer:
 
     def fastest_ms(self, load: Load) -> tuple[float, float]:
         """The best any size can do: (TTFT, ITL) of one request alone."""
-        return self.predict({role: 64 for role in self.spec.layout.pools}, load.model_copy(update={"requests_per_s": 0}))
+        return self.predict(
+            {role: 64 for role in self.spec.layout.pools}, load.model_copy(update={"requests_per_s": 0})
+        )
 
     def size(self, load: Load) -> Sizing:
         """The fewest workers per autoscaled pool that keep both targets, within the pools' ranges."""
@@ -206,4 +208,3 @@ class Sizer:
         """Whether the pool being sized keeps its target: decode the ITL, prefill the TTFT, agg both."""
         ttft_ok, itl_ok = predicted[0] <= self.spec.ttft_ms, predicted[1] <= self.spec.itl_ms
         return {"ttft": ttft_ok, "itl": itl_ok, "both": ttft_ok and itl_ok}[kept]
-
