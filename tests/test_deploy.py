@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 
 import dynamo.profiler
@@ -56,10 +57,29 @@ def test_check_reports_a_stale_copy(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", RENDERED)
 def test_checked_in_manifests_validate(name: str) -> None:
     manifests = list(yaml.safe_load_all((CHECKED_IN / name).read_text()))
-    assert [m["kind"] for m in manifests] == ["ConfigMap", "DynamoGraphDeployment", "PodMonitor", "ConfigMap"]
+    kinds = ["ConfigMap", "DynamoGraphDeployment", "PodMonitor", "ConfigMap", "PrometheusRule"]
+    assert [m["kind"] for m in manifests] == kinds
     for manifest in manifests:
-        if manifest["kind"] != "PodMonitor":  # prometheus-operator's kind: no schema kept here
+        if manifest["kind"] not in ("PodMonitor", "PrometheusRule"):  # prometheus-operator's: no schema kept here
             assert manifest_errors(manifest) == [], manifest["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_the_prometheus_rule_holds_the_graphs_alert_rules_for_its_pods_series(name: str, tmp_path: Path) -> None:
+    """prometheus-operator loads the PrometheusRule's groups as a rule file: promtool checks them as one; the
+    rules select the graph's series by the `graph` label its PodMonitor gives every one of them."""
+    manifests = list(yaml.safe_load_all((CHECKED_IN / name).read_text()))
+    (rule,) = by_kind(manifests, "PrometheusRule")
+    graph = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rule["spec"]))
+    checked = subprocess.run(
+        ["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f'graph="{graph}"' in rule["spec"]["groups"][0]["rules"][0]["expr"]
+    (monitor,) = by_kind(manifests, "PodMonitor")
+    assert all({"targetLabel": "graph", "replacement": graph} in endpoint["relabelings"]
+               for endpoint in monitor["spec"]["podMetricsEndpoints"])  # fmt: skip
 
 
 @pytest.mark.parametrize("graph", SHIPPED, ids=lambda path: path.name)
@@ -67,7 +87,7 @@ def test_every_shipped_graph_renders_valid_manifests_with_every_option(graph: Pa
     manifests = render(graph, namespace="llm", model_cache="gpt-oss-cache", dashboards={"a.json": "{}\n"})
     for manifest in manifests:
         assert manifest["metadata"]["namespace"] == "llm"
-        if manifest["kind"] != "PodMonitor":
+        if manifest["kind"] not in ("PodMonitor", "PrometheusRule"):
             assert manifest_errors(manifest) == [], manifest["metadata"]["name"]
 
 
@@ -118,13 +138,13 @@ def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names
     assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {"http", "system", "metrics"}
     # The frontend's traffic carries the namespace Dynamo's planner looks for: the operator's DYN_NAMESPACE.
     http = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "http")
-    assert http["relabelings"] == [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
+    assert http["relabelings"][1:] == [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
                                     "replacement": f"$1-{name}"}]  # fmt: skip
 
 
 def test_the_dashboards_ride_along_as_a_grafana_config_map() -> None:
     printed = run_dynamo("deploy", "graphs/disagg.yaml")
-    dashboards = list(yaml.safe_load_all(printed.stdout))[-1]
+    (dashboards,) = [m for m in yaml.safe_load_all(printed.stdout) if m["metadata"]["name"].endswith("-dashboards")]
     assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
     for name, text in dashboards["data"].items():
         assert text == (REPO / "deploy" / "grafana" / "dashboards" / name).read_text()

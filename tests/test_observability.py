@@ -119,3 +119,20 @@ def test_a_snapshot_draws_a_dashboard_from_prometheus(disagg: ServedGraph, tmp_p
     assert result.returncode == 0, result.stderr
     png = tmp_path / "overview.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
+
+
+def test_prometheus_evaluates_the_graphs_alert_rules(disagg: ServedGraph) -> None:
+    def groups() -> list[dict] | None:
+        found = httpx.get(f"{prometheus(disagg)}/api/v1/rules", timeout=10).json()["data"]["groups"]
+        evaluated = [g for g in found if all(r.get("lastEvaluation", "").startswith("2") for r in g["rules"])]
+        return evaluated if evaluated and evaluated[0]["rules"][0].get("evaluationTime") is not None else None
+
+    (group,) = wait_for(groups, 60, "Prometheus to evaluate the graph's alert rules")
+    assert group["name"] == f"dynamo-oss-{disagg.state()['graph']}"
+    assert {r["name"] for r in group["rules"] if r["type"] == "alerting"} >= {
+        "TTFTBudgetBurnFast",
+        "NoWorkerLive",
+        "PlannerNotActing",
+        "RequestsFailing",
+    }
+    assert all(r["health"] == "ok" for r in group["rules"]), group["rules"]

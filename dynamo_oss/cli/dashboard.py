@@ -1,4 +1,5 @@
-"""`dynamo dashboard write|snapshot`: the Grafana dashboards (dynamo_oss/observe) as JSON, or as PNGs."""
+"""`dynamo dashboard write|snapshot`: the Grafana dashboards (dynamo_oss/observe) as JSON, with the
+README graph's alert rules beside them, or the dashboards as PNGs."""
 
 from __future__ import annotations
 
@@ -8,12 +9,17 @@ from pathlib import Path
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.cli.arguments import add_run_dir_argument
 from dynamo_oss.cli.rendered_files import write_or_check
+from dynamo_oss.deployment.model import build_deployment
+from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.launch.prepare import graph_alert_rules
 from dynamo_oss.launch.run_dirs import newest_run_dir
 from dynamo_oss.launch.state import RunState
 from dynamo_oss.observe.dashboards import DASHBOARDS, render
 from dynamo_oss.observe.snapshot import snapshot
 
 DEFAULT_OUT = Path("deploy/grafana/dashboards")
+DEFAULT_RULES_OUT = Path("deploy/prometheus")
+README_GRAPH = Path("graphs/disagg.yaml")  # whose targets the committed alert rules carry
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,12 +27,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     write = actions.add_parser(
         "write",
-        help="write the dashboards as JSON",
+        help="write the dashboards as JSON, and the README graph's alert rules",
         description="Render the overview, disaggregation, planner and infrastructure dashboards from code "
         f"into OUT (default {DEFAULT_OUT}), where Grafana's provisioning (deploy/grafana/provisioning) "
-        "loads them. --check exits 1 when the files there differ from the code.",
+        f"loads them, and {README_GRAPH}'s alert rules into RULES_OUT (every served graph writes its own into its "
+        "run folder). --check exits 1 when the files there differ from the code.",
     )
     write.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for the JSON files")
+    write.add_argument("--rules-out", type=Path, default=DEFAULT_RULES_OUT, help="folder for the alert rules")
     write.add_argument("--check", action="store_true", help="compare instead of writing")
     write.set_defaults(handler=write_dashboards)
     draw = actions.add_parser(
@@ -43,8 +51,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def write_dashboards(args: argparse.Namespace) -> int:
-    regenerate = f"uv run dynamo dashboard write --out {args.out}"
-    return write_or_check(render(), args.out, check=args.check, regenerate=regenerate)
+    regenerate = f"uv run dynamo dashboard write --out {args.out} --rules-out {args.rules_out}"
+    dashboards = write_or_check(render(), args.out, check=args.check, regenerate=regenerate)
+    rules = {"alert-rules.yml": graph_alert_rules(build_deployment(load_graph(README_GRAPH)))}
+    return max(dashboards, write_or_check(rules, args.rules_out, check=args.check, regenerate=regenerate))
 
 
 def snapshot_dashboards(args: argparse.Namespace) -> int:

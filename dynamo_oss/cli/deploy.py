@@ -7,11 +7,14 @@ import sys
 from importlib.metadata import version
 from pathlib import Path
 
+import yaml
+
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.cli.rendered_files import write_or_check
 from dynamo_oss.deployment.kubernetes import ClusterTarget, manifests_yaml, render_manifests
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.launch.prepare import graph_alert_rules
 from dynamo_oss.observe.dashboards import render as render_dashboards
 from dynamo_oss.planner.settings import planner_config
 
@@ -55,7 +58,8 @@ def deploy(args: argparse.Namespace) -> int:
     rendered = {}
     for graph in args.graphs:
         deployment = build_deployment(load_graph(graph))
-        manifests = render_manifests(deployment, target, planner_config(deployment))
+        rules = yaml.safe_load(graph_alert_rules(deployment, selector=f'graph="{deployment.name}"'))
+        manifests = render_manifests(deployment, target, planner_config(deployment), rules)
         rendered[graph.with_suffix(".yaml").name] = manifests_yaml(manifests, graph.name)
     if args.out is None:
         sys.stdout.write("".join(rendered.values()))

@@ -269,12 +269,17 @@ def _observe(
     )
     scrape = scrape_config(
         processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path,
-        _planner_namespace(deployment), tls,
+        _planner_namespace(deployment), tls, alert_rules_file(run_dir),
     )  # fmt: skip
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
     processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
     return launcher, _prometheus_url(deployment), targets.path
+
+
+def alert_rules_file(run_dir: Path) -> Path:
+    """Where the embedded Prometheus reads the graph's alert rules, which the launcher writes."""
+    return run_dir / "alert-rules.yml"
 
 
 def _planner_summary(deployment: Deployment) -> str:

@@ -61,10 +61,15 @@ class ClusterTarget(BaseModel):
 
 
 def render_manifests(
-    deployment: Deployment, target: ClusterTarget, planner: dict[str, Any] | None = None
+    deployment: Deployment,
+    target: ClusterTarget,
+    planner: dict[str, Any] | None = None,
+    alert_rules: dict[str, Any] | None = None,
 ) -> list[dict[str, Any]]:
     """Every resource the deployment needs on the cluster; GraphError names what cannot be deployed.
-    `planner` is Dynamo's planner configuration for the autoscaled pools (dynamo_oss.planner.settings)."""
+    `planner` is Dynamo's planner configuration for the autoscaled pools (dynamo_oss.planner.settings);
+    `alert_rules` the graph's rule groups (dynamo_oss.observe.alerts, its series picked by
+    `graph="NAME"`, the label the PodMonitor gives them), rendered as a PrometheusRule."""
     problems = _cluster_problems(deployment, target)
     if problems:
         raise GraphError(str(deployment.source), problems)
@@ -84,6 +89,9 @@ def render_manifests(
         dashboards = _metadata(f"{name}-dashboards", target)
         dashboards["labels"]["grafana_dashboard"] = "1"  # what Grafana's dashboard sidecar looks for
         manifests.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": dashboards, "data": target.dashboards})
+    if alert_rules:
+        rules = {"apiVersion": "monitoring.coreos.com/v1", "kind": "PrometheusRule"}
+        manifests.append({**rules, "metadata": _metadata(f"{name}-alerts", target), "spec": alert_rules})
     return manifests
 
 
@@ -251,8 +259,10 @@ def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any
     interval = f"{getattr(prometheus, 'scrape_interval_s', 5.0):g}s"
     endpoints = [{"port": port, "path": "/metrics", "interval": interval, "honorLabels": True}
                  for port in ("http", "system", "metrics")]  # fmt: skip
-    endpoints[0]["relabelings"] = [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
-                                    "replacement": f"$1-{deployment.name}"}]  # fmt: skip
+    for endpoint in endpoints:  # the graph's name on every series, as its alert rules select them
+        endpoint["relabelings"] = [{"targetLabel": "graph", "replacement": deployment.name}]
+    endpoints[0]["relabelings"].append({"sourceLabels": ["__meta_kubernetes_namespace"],
+                                        "targetLabel": "dynamo_namespace", "replacement": f"$1-{deployment.name}"})  # fmt: skip
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

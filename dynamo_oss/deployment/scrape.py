@@ -27,11 +27,13 @@ def scrape_config(
     worker_targets: Path,
     planner_namespace: str,
     etcd_tls: InfrastructureTls | None = None,
+    alert_rules: Path | None = None,
 ) -> str:
     """prometheus.yml for `processes` and the launcher's metrics port; workers are read from `worker_targets`.
     The frontend's series are labelled `dynamo_namespace` with `planner_namespace`, as Dynamo's planner
     selects the traffic it plans for (Dynamo's frontend does not label them itself). An etcd that
-    speaks mutual TLS is scraped with `etcd_tls`, the node's own files."""
+    speaks mutual TLS is scraped with `etcd_tls`, the node's own files. `alert_rules` is the graph's
+    rule file (dynamo_oss.observe.alerts), written beside it by the launcher."""
 
     def static(name: str, entries: list[tuple[PortUse, dict[str, str]]]) -> dict[str, Any]:
         return {"job_name": name, "static_configs": _targets(entries, namespace)}
@@ -55,6 +57,7 @@ def scrape_config(
     config = {
         "global": {"scrape_interval": f"{interval_s:g}s", "evaluation_interval": f"{interval_s:g}s"},
         "scrape_configs": jobs,
+        **({"rule_files": [str(alert_rules)]} if alert_rules else {}),
     }
     return yaml.safe_dump(config, sort_keys=False)
 

@@ -13,9 +13,10 @@ from typing import Any
 from dynamo_oss.assets import model_folder, tiktoken_encodings_dir
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.conformance.replay import replay_trace
-from dynamo_oss.deployment.host import HostPlan, plan_host
+from dynamo_oss.deployment.host import HostPlan, alert_rules_file, plan_host
 from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import PlannedFile
+from dynamo_oss.observe.alerts import render as render_alert_rules
 from dynamo_oss.perf.graphs import simulated_timings
 
 PROFILES_FOLDER = "profiles"
@@ -63,7 +64,28 @@ def prepare(
     )
     if suite:
         plan.files.append(suite)
+    if any(process.kind == "prometheus" for process in plan.processes):
+        plan.files.append(
+            PlannedFile(
+                path=alert_rules_file(run_dir),
+                purpose="the graph's alert rules, which its Prometheus loads",
+                content=graph_alert_rules(deployment).encode(),
+            )
+        )
     return plan
+
+
+def graph_alert_rules(deployment: Deployment, selector: str | None = None) -> str:
+    """The graph's alert rules (dynamo_oss.observe.alerts), its series picked by `selector` (default:
+    the `namespace` label the graph's own Prometheus gives them)."""
+    planner = deployment.planner
+    return render_alert_rules(
+        deployment.name,
+        selector or f'namespace="{deployment.namespace}"',
+        planner.ttft_ms if planner else None,
+        planner.itl_ms if planner else None,
+        planner is not None,
+    )
 
 
 def model_files(deployment: Deployment) -> Path:
