@@ -135,7 +135,12 @@ def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names
     monitor = by_kind(manifests, "PodMonitor")[0]
     name = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
     assert monitor["spec"]["selector"]["matchLabels"] == {"nvidia.com/dynamo-graph-deployment-name": name}
-    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {"http", "system", "metrics"}
+    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {
+        "http",
+        "system",
+        "metrics",
+        "gateway-metrics",
+    }
     # The frontend's traffic carries the namespace Dynamo's planner looks for: the operator's DYN_NAMESPACE.
     http = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "http")
     assert http["relabelings"][1:] == [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",

@@ -42,6 +42,7 @@ CONFIG_MOUNT = Path("/opt/dynamo-oss/config")  # the ConfigMap of engine argumen
 MODEL_CACHE_MOUNT = "/opt/models"  # the model-cache volume; Hugging Face downloads land there (HF_HOME)
 FRONTEND_PORT = 8000  # the port the operator's frontend Service and probes use (its container port "http")
 DYNAMO_FRONTEND_PORT = 8001  # Dynamo's frontend behind the gateway, on the pod's loopback
+GATEWAY_METRICS_PORT = 9093  # the gateway's /metrics (usage per API key), container port "gateway-metrics"
 REASONING_KEY_MOUNT = Path("/etc/dynamo-oss/reasoning")  # the Secret holding the reasoning key, as file `key`
 API_KEYS_MOUNT = Path("/etc/dynamo-oss/api-keys")  # the Secret holding the clients' API keys, as file `keys`
 # /dev/shm for NCCL and NIXL buffers: the published gpt-oss-120b TensorRT-LLM recipe's size.
@@ -166,11 +167,13 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         keys = deployment.gateway
         gateway = gateway_args(deployment, ("0.0.0.0", FRONTEND_PORT), f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
                                ["--model", deployment.model.builtin], REASONING_KEY_MOUNT / "key",
-                               API_KEYS_MOUNT / "keys" if keys.keys_file else None)  # fmt: skip
+                               API_KEYS_MOUNT / "keys" if keys.keys_file else None,
+                               ("0.0.0.0", GATEWAY_METRICS_PORT))  # fmt: skip
         mounts = [{"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}]
         volumes = [{"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}]
         container: dict[str, Any] = {"name": "gateway", "image": target.image, "command": ["python3"],
-                                     "args": gateway, "volumeMounts": mounts}  # fmt: skip
+                                     "args": gateway, "volumeMounts": mounts,
+                                     "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}]}  # fmt: skip
         if keys.keys_file:  # the API keys: the Secret's `keys`, a `NAME KEY` line each, as a file
             mounts.append({"name": "api-keys", "mountPath": str(API_KEYS_MOUNT), "readOnly": True})
             volumes.append({"name": "api-keys", "secret": {"secretName": api_keys_secret(deployment)}})
@@ -258,7 +261,7 @@ def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any
     prometheus = section.prometheus if section else None
     interval = f"{getattr(prometheus, 'scrape_interval_s', 5.0):g}s"
     endpoints = [{"port": port, "path": "/metrics", "interval": interval, "honorLabels": True}
-                 for port in ("http", "system", "metrics")]  # fmt: skip
+                 for port in ("http", "system", "metrics", "gateway-metrics")]  # fmt: skip
     for endpoint in endpoints:  # the graph's name on every series, as its alert rules select them
         endpoint["relabelings"] = [{"targetLabel": "graph", "replacement": deployment.name}]
     endpoints[0]["relabelings"].append({"sourceLabels": ["__meta_kubernetes_namespace"],
