@@ -52,6 +52,9 @@ def test_every_case_passes_against_the_disaggregated_mocker_graph(tmp_path: Path
         assert failed == {}
         assert code == 0
         assert len(results) == len(CASES)
+        # Healthy traffic, every API and tools included: no process of the graph says WARN on the terminal.
+        warned = [line for line in served.output.read_text().splitlines() if " WARN " in line or "[WRN]" in line]
+        assert warned == [], warned
     finally:
         served.stop()
 

@@ -31,7 +31,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
-from dynamo_oss.deployment.commands import frontend_args, gateway_args, worker_context
+from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, worker_context
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
@@ -161,7 +161,8 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     front, Dynamo's frontend listens on the pod's loopback and the gateway takes the Service's port."""
     listen = (LOOPBACK, DYNAMO_FRONTEND_PORT) if deployment.gateway else None
     args = frontend_args(deployment, listen, namespace=None)  # the operator sets DYN_NAMESPACE
-    containers = [{"name": "main", "image": target.image, "command": ["python3"], "args": args}]
+    containers = [{"name": "main", "image": target.image, "command": ["python3"], "args": args,
+                   "env": [{"name": "DYN_LOG", "value": FRONTEND_LOG}]}]  # fmt: skip
     if deployment.gateway:
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
         keys = deployment.gateway
