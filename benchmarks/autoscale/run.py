@@ -32,7 +32,6 @@ import json
 import os
 import random
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,7 +52,7 @@ from dynamo_oss.bench.served import SERVE_LOG, served_graph, sweep_fields  # noq
 from dynamo_oss.deployment.model import Deployment, build_deployment  # noqa: E402
 from dynamo_oss.engines.mocker import replay_engine_args  # noqa: E402
 from dynamo_oss.graph.loader import load_graph  # noqa: E402
-from dynamo_oss.graph.schema import PlannerSection  # noqa: E402
+from dynamo_oss.bench.ports import on_free_ports  # noqa: E402
 from dynamo_oss.launch.state import RunState  # noqa: E402
 from dynamo_oss.perf.costs import CostModel, fitted_factors, kv_handoff_ms  # noqa: E402
 from dynamo_oss.perf.graphs import layout_from_deployment  # noqa: E402
@@ -91,41 +90,11 @@ def peak_sizes() -> dict[str, int]:
 # ---- graphs ------------------------------------------------------------------------------------
 
 
-def free_block(count: int) -> int:
-    """The first of `count` consecutive ports free right now, below 32768 (Dynamo's limit for worker
-    system ports, and below the kernel's ephemeral range)."""
-    while True:
-        first = random.randrange(10_000, 32_000 - count)
-        for port in range(first, first + count):
-            with socket.socket() as probe:
-                try:
-                    probe.bind(("0.0.0.0", port))
-                except OSError:
-                    break
-        else:
-            return first
-
-
 def graph_for(setup: str, folder: Path) -> Path:
     """graph.yaml for `setup` on free ports: fixed pools at their autoscale maximum without a planner,
     or both pools autoscaled with the planner in that mode."""
-    graph = base_graph()
+    graph = on_free_ports(base_graph())
     pools = graph["pools"]
-    planner_ports = [field for field in PlannerSection.model_fields if field.endswith("port")]
-    port = iter(range(free_block(9 + len(planner_ports) + sum(peak_sizes().values())), 10**6))
-    graph["infrastructure"] = {
-        "etcd": {"mode": "embedded", "client_port": next(port), "peer_port": next(port)},
-        "nats": {"mode": "embedded", "port": next(port), "monitoring_port": next(port)},
-    }
-    graph["frontend"].update(port=next(port), dynamo_port=next(port))
-    graph["observability"]["prometheus"]["port"] = next(port)
-    graph["observability"]["launcher_port"] = next(port)
-    graph["observability"]["gateway_port"] = next(port)
-    graph["planner"].update({field: next(port) for field in planner_ports})
-    for pool in pools.values():
-        pool["system_port"] = next(port)  # worker i takes system_port + i
-        for _ in range(pool["autoscale"]["max"] - 1):
-            next(port)
     if setup == "fixed":
         for pool in pools.values():
             pool["workers"] = pool.pop("autoscale")["max"]
