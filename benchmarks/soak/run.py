@@ -117,7 +117,7 @@ def summarize(samples: list[dict], outcomes: list[dict], start: float, end: floa
         } if rows else {}  # fmt: skip
     kept = [o for o in outcomes if not o["dropped"]]
     windows = {"first": [o for o in kept if o["started"] - start < WINDOW_S],
-               "last": [o for o in kept if end - o["started"] <= WINDOW_S + 150]}  # fmt: skip
+               "last": [o for o in kept if end - o["started"] <= WINDOW_S]}  # fmt: skip
 
     def latency(rows: list[dict], key: str) -> dict:
         values = sorted(o[key] for o in rows if o["error"] is None)
