@@ -79,13 +79,12 @@ def test_a_pool_shrinks_by_draining_and_grows_again(two_decoders: ServedGraph) -
     leaving_pid = two_decoders.pid_of("decode-1")
     scale = subprocess.Popen([*DYNAMO, "scale", "decode", "1", str(two_decoders.run_dir)], cwd=REPO,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
-    try:
-        decode = lambda: next(p for p in two_decoders.state()["pools"] if p["role"] == "decode")  # noqa: E731
-        wait_for(lambda: decode()["draining"] == 1, 30, "decode-1 to be draining")
-        assert decode()["target"] == 1 and decode()["live"] == 1
-        output, _ = scale.communicate(timeout=120)
+    try:  # draining is a passing state, so its trace is the launcher's log, read below, not a poll
+        output, _ = scale.communicate(timeout=180)
     finally:
         scale.kill()
+    decode = next(p for p in two_decoders.state()["pools"] if p["role"] == "decode")
+    assert (decode["target"], decode["live"], decode["draining"]) == (1, 1, 0)
     for stream in streams:
         stream.join(120)
     assert scale.returncode == 0, output
@@ -131,10 +130,16 @@ def test_the_control_api_listens_on_loopback_and_wants_its_token(two_decoders: S
     assert oct((two_decoders.run_dir / "control-token").stat().st_mode & 0o777) == "0o600"
     for headers in ({}, {"Authorization": "Bearer wrong"}):
         denied = httpx.get(f"{url}/v1/status", headers=headers)
-        assert denied.status_code == 401 and denied.json()["error"]["type"] == "authentication_error"
+        assert denied.status_code == 401 and denied.json()["error"]["code"] == "invalid_token"
     auth = {"Authorization": f"Bearer {token}"}
     assert httpx.get(f"{url}/v1/status", headers=auth).json()["graph"] == "test-graph"
     bad = httpx.post(f"{url}/v1/pools/decode/scale", headers=auth, json={"workers": "two"})
     assert bad.status_code == 422 and bad.json()["error"]["message"].startswith("body.workers: ")
+    assert bad.json()["error"] | {"message": ""} == {
+        "message": "",
+        "type": "invalid_request_error",
+        "param": "workers",
+        "code": "invalid_value",
+    }  # the gateway's shape
     nothing = httpx.get(f"{url}/v1/nothing", headers=auth)
     assert nothing.status_code == 404 and "error" in nothing.json()

@@ -67,6 +67,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def bench(args: argparse.Namespace) -> int:
+    # Ctrl-C raises here even when the parent started us with SIGINT ignored (Python then leaves it
+    # ignored): an interrupted sweep must stop, and say so in its exit status.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         return compare(args) if args.target == "compare" else sweep(args)

@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException
 
 from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.deployment.processes import LOOPBACK
+from dynamo_oss.gateway.errors import openai_error
 from dynamo_oss.launch.scaling import ScaleFailed, ScaleOutcome, ScaleRefused, Scaler
 from dynamo_oss.launch.state import DecisionRecord, RunState
 
@@ -65,22 +66,23 @@ def control_app(
         given = request.headers.get("authorization", "")
         if not secrets.compare_digest(given.encode(), f"Bearer {token}".encode()):
             why = f"missing or wrong bearer token (see the run folder's {TOKEN_FILE})"
-            return _error(401, "authentication_error", why)
+            return _error(401, why, code="invalid_token")
         return await call_next(request)
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
         problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in error.errors())
-        return _error(422, "invalid_request_error", problems)
+        first = error.errors()[0]["loc"] if error.errors() else ()
+        return _error(422, problems, code="invalid_value", param=".".join(map(str, first[1:])) or None)
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, error: HTTPException) -> JSONResponse:
         what = f"{error.detail}: {request.method} {request.url.path}"
-        return _error(error.status_code, "invalid_request_error", what)
+        return _error(error.status_code, what)
 
     @app.exception_handler(Exception)
     async def bug(request: Request, error: Exception) -> JSONResponse:
-        return _error(500, "internal_error", f"the launcher failed on {request.method} {request.url.path}: {error!r}")
+        return _error(500, f"the launcher failed on {request.method} {request.url.path}: {error!r}")
 
     @app.get("/v1/status")
     async def status() -> RunState:
@@ -90,13 +92,13 @@ def control_app(
     async def scale(role: str, body: ScaleRequest) -> ScaleOutcome | JSONResponse:
         if scaler.plan.pool(role) is None:  # type: ignore[arg-type]
             known = ", ".join(pool.role for pool in scaler.plan.pools)
-            return _error(404, "not_found_error", f"the graph has no pool {role!r} (its pools: {known})")
+            return _error(404, f"the graph has no pool {role!r} (its pools: {known})", param="role")
         try:
             return await scaler.resize({role: body.workers}, "dynamo scale")  # type: ignore[dict-item]
         except ScaleRefused as refused:
-            return _error(409, "scale_refused", str(refused))
+            return _error(409, str(refused), code="scale_refused")
         except ScaleFailed as failed:
-            return _error(503, "scale_failed", str(failed))
+            return _error(503, str(failed), code="scale_failed")
 
     @app.post("/v1/decisions", response_model=None)
     async def decision(body: DecisionRequest) -> ScaleOutcome | JSONResponse:
@@ -111,11 +113,11 @@ def control_app(
         except ScaleRefused as refused:
             scaler.say(f"{reason} refused: {refused}")
             decided(record.model_copy(update={"outcome": f"refused: {refused}"}))
-            return _error(409, "scale_refused", str(refused))
+            return _error(409, str(refused), code="scale_refused")
         except ScaleFailed as failed:
             scaler.say(f"{reason} failed: {failed}")
             decided(record.model_copy(update={"outcome": f"failed: {failed}"}))
-            return _error(503, "scale_failed", str(failed))
+            return _error(503, str(failed), code="scale_failed")
         decided(record.model_copy(update={"outcome": "carried out", "seconds": outcome.seconds}))
         return outcome
 
@@ -138,5 +140,6 @@ class ControlServer(uvicorn.Server):
         return cls(config), listener
 
 
-def _error(status: int, kind: str, message: str) -> JSONResponse:
-    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+def _error(status: int, message: str, code: str | None = None, param: str | None = None) -> JSONResponse:
+    """The gateway's error shape (OpenAI's): message, type from the status, param and code."""
+    return JSONResponse(openai_error(status, message, param, code), status_code=status)
