@@ -26,6 +26,18 @@ FAST_MOCKER = ("--mocker-time-scale", "0.05")
 DYNAMO = [sys.executable, "-m", "dynamo_oss.cli"]
 
 
+# The fixtures that serve a graph (or start Dynamo's frontend): a test using one, directly or through
+# another fixture, carries the `graph` marker; a test that serves one itself is marked where it is.
+GRAPH_FIXTURES = {"disagg", "autoscaled", "sla_scaled", "served", "stock_mocker_endpoint", "two_decoders",
+                  "own_graph", "sweep_folder", "frontend_prompts"}  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if GRAPH_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.graph)
+
+
 def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> object:
     """Poll `condition` until it returns something truthy; fail the test at the deadline."""
     deadline = time.monotonic() + timeout_s

@@ -16,10 +16,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 from conftest import ServedGraph, serving, wait_for, write_graph
 
 from dynamo_oss.launch.probes import worker_streams
+
+pytestmark = pytest.mark.graph  # every test here serves a graph of its own
 
 MODEL = "openai/gpt-oss-20b"
 SLOW = ("--mocker-time-scale", "20")  # streams last seconds, so a fault lands in the middle of them

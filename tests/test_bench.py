@@ -157,6 +157,7 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+@pytest.mark.graph
 def test_ctrl_c_mid_sweep_leaves_no_process_behind(tmp_path: Path) -> None:
     graph = write_graph(tmp_path)
     out = tmp_path / "results"
@@ -190,6 +191,7 @@ with served_graph(Path(sys.argv[1]), Path(sys.argv[2]), engine="mocker", time_sc
 """
 
 
+@pytest.mark.graph
 def test_sigterm_to_a_benchmark_stops_its_served_graph(tmp_path: Path) -> None:
     """A `kill` or a CI timeout reaches a benchmark as SIGTERM: the graph it serves stops with it."""
     script = subprocess.Popen([sys.executable, "-c", SERVE_AND_WAIT, str(write_graph(tmp_path)), str(tmp_path / "run")],

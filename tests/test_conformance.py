@@ -43,6 +43,7 @@ def test_replay_trace_holds_every_replayed_case(replay_trace: Path) -> None:
     assert {row["output_token_ids"][-1] for row in rows} <= {200002, 200012}
 
 
+@pytest.mark.graph
 def test_every_case_passes_against_the_disaggregated_mocker_graph(tmp_path: Path) -> None:
     served = start_serving(shipped_graph_on_free_ports("disagg.yaml", tmp_path), tmp_path / "run")  # no extra flags
     try:

@@ -71,6 +71,7 @@ def test_an_endpoint_past_loopback_needs_keys_unless_the_graph_says_none(
     assert code == 2 and "Got max_in_flight or auth with enabled false" in err
 
 
+@pytest.mark.graph
 @pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
 def test_a_client_on_another_host_needs_a_key_and_slow_or_idle_connections_are_closed(tmp_path: Path) -> None:
     keys = tmp_path / "api-keys"

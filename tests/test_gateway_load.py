@@ -12,6 +12,8 @@ import pytest
 import yaml
 from conftest import start_serving, wait_ready, write_graph
 
+pytestmark = pytest.mark.graph  # every test here serves a graph of its own
+
 STREAMS = 150  # above aiohttp's default pool of 100 connections
 INFLIGHT = "dynamo_frontend_inflight_requests"
 

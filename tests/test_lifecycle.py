@@ -15,6 +15,7 @@ from dynamo_oss.graph.errors import GraphError
 from dynamo_oss.cli.check import plan_graph
 
 
+@pytest.mark.graph
 def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -35,6 +36,7 @@ def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
         assert second.stop() == 0
 
 
+@pytest.mark.graph
 def test_killed_supervisor_takes_every_process_with_it(tmp_path: Path) -> None:
     served = start_serving(write_graph(tmp_path), tmp_path / "run")
     try:
@@ -57,6 +59,7 @@ def test_missing_etcd_says_how_to_install_it(tmp_path: Path, monkeypatch: pytest
     assert "infrastructure.nats: nats-server is not installed" in message
 
 
+@pytest.mark.graph
 def test_worker_that_keeps_crashing_fails_start_up_fast(tmp_path: Path) -> None:
     # A replay trace the mocker cannot read: every worker exits at start, every time.
     trace = tmp_path / "corrupt.jsonl"
@@ -71,6 +74,7 @@ def test_worker_that_keeps_crashing_fails_start_up_fast(tmp_path: Path) -> None:
         served.stop()
 
 
+@pytest.mark.graph
 def test_stop_drains_a_stream_in_flight(tmp_path: Path) -> None:
     served = start_serving(write_graph(tmp_path), tmp_path / "run")
     try:

@@ -23,7 +23,7 @@ from dynamo_oss.bench.multinode import PORT_FIELDS, ServedNodes, node_graph
 from dynamo_oss.bench.netns import Nodes
 from dynamo_oss.bench.streams import Outcome, read_outcomes
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"), pytest.mark.graph]
 
 NODES = ["head", "prefill", "decode"]
 LEASE_S = 30  # the etcd lease Dynamo 1.6 grants a worker (etcdctl lease timetolive): a worker cut off leaves discovery within it
