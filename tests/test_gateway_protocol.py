@@ -92,6 +92,16 @@ def test_pipelined_requests_on_one_connection_are_answered_in_order(served) -> N
     assert json.loads(answers[1][1])["error"]["param"] == "model"
 
 
+def test_a_request_refused_at_its_headers_waits_its_turn_behind_one_ahead_of_it(served) -> None:
+    """A body declared past the limit is refused before it is read, but after the answer to the request
+    pipelined ahead of it; and the close lingers, so a client still sending its body reads the 413."""
+    _, port, _ = served
+    too_large = head(port, length=99_999_999_999) + b"x" * 2**20  # a megabyte of the body already sent
+    answers = exchange(port, head(port) + BODY.encode() + too_large, responses=2)
+    assert [status for status, _ in answers] == [200, 413]
+    assert json.loads(answers[1][1])["error"]["code"] == "request_too_large"
+
+
 def test_a_malformed_request_gets_a_json_400(served) -> None:
     _, port, _ = served
     [(status, body)] = exchange(port, b"POST /v1/chat/completions HTTP/1.1\r\ncontent-length: x\r\n\r\n")

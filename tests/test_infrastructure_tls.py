@@ -79,6 +79,7 @@ def test_each_node_serves_and_reaches_the_infrastructure_with_its_own_certificat
                         "ETCD_AUTH_CLIENT_KEY": certs / f"{node}-key.pem"}  # fmt: skip
             dynamo_process = process.kind in ("frontend", "worker", "planner")
             assert process.env_from_files == (expected if dynamo_process else {}), process.name
+            assert ("ETCD_AUTH_PASSWORD" in process.env_unset) == dynamo_process  # it would turn TLS off
         assert "PRIVATE KEY" not in plan.model_dump_json()  # the key's text is read as a process starts
     scrape = yaml.safe_load(next(f for f in head.files if f.path.name == "prometheus.yml").content)
     (etcd_job,) = [job for job in scrape["scrape_configs"] if job["job_name"] == "etcd"]

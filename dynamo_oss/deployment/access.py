@@ -82,6 +82,12 @@ class InfrastructureTls(Frozen):
         """Dynamo's etcd client settings, which take the files' text."""
         return {"ETCD_AUTH_CA": self.ca, "ETCD_AUTH_CLIENT_CERT": self.cert, "ETCD_AUTH_CLIENT_KEY": self.key}
 
+    @staticmethod
+    def client_env_unset() -> list[str]:
+        """What must not reach Dynamo's etcd client from the caller's environment: with a user and
+        password set, it configures no TLS at all."""
+        return ["ETCD_AUTH_USERNAME", "ETCD_AUTH_PASSWORD"]
+
 
 class EtcdAccess(Frozen):
     """Where the graph's etcd answers, and the TLS files to reach it with (None: plain HTTP)."""

@@ -476,7 +476,9 @@ def _with_tls(process: ProcessPlan, tls: InfrastructureTls) -> ProcessPlan:
     """A Dynamo process (frontend, worker, planner) with the etcd client's TLS files, read as it starts."""
     if process.kind not in ("frontend", "worker", "planner"):
         return process
-    return process.model_copy(update={"env_from_files": tls.client_env_from_files()})
+    return process.model_copy(
+        update={"env_from_files": tls.client_env_from_files(), "env_unset": tls.client_env_unset()}
+    )
 
 
 def gpu_env(gpus: list[int]) -> dict[str, str]:

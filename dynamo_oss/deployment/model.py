@@ -70,6 +70,7 @@ class Gateway(Frozen):
     keys_file: Path | None = Field(default=None, description="the file of API keys it requires, resolved")
     keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
+    open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
 
     @property
     def requires_keys(self) -> bool:
@@ -246,6 +247,7 @@ def _gateway(graph: Graph, pools: list[Pool]) -> Gateway:
         keys_file=graph.resolve(auth.keys_file) if auth and auth.keys_file else None,
         keys_env=auth.keys_env if auth else None,
         limits=section.limits,
+        open_on_purpose=section.auth == "none",
     )
 
 

@@ -31,5 +31,6 @@ class ProcessPlan(BaseModel):
     argv: list[str]
     env: dict[str, str]  # set on top of the caller's environment
     env_from_files: dict[str, Path] = {}  # set to the files' text as it starts: secrets stay out of plans and state
+    env_unset: list[str] = []  # taken out of the caller's environment
     ports: list[PortUse] = []
     gpus: list[int] = []

@@ -16,7 +16,9 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Coroutine
 from http import HTTPStatus
+from typing import Any
 
 import aiohttp
 import httptools
@@ -29,7 +31,7 @@ from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
-from dynamo_oss.gateway.usage import count_request, count_tokens
+from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
 
 log = logging.getLogger("dynamo_oss.gateway")
@@ -43,6 +45,7 @@ QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
 # 32k-token prompt here): that runs in a thread, so the event loop keeps streaming everyone else's tokens.
 THREAD_CHECK_BYTES = 64 * 1024
+LINGER_S = 2.0  # how long a refused request's connection keeps reading (and dropping) before it closes
 MODELS_TTL_S = 2.0  # how long the frontend's model list is trusted (workers come and go)
 
 
@@ -159,6 +162,7 @@ class ClientConnection(asyncio.Protocol):
         self._url, self._headers, self._body = b"", [], []
         self._size = self._header_size = 0
         self._key: str | None = None
+        self._reading = False  # between a request's first byte and its last
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -170,6 +174,8 @@ class ClientConnection(asyncio.Protocol):
         self.deadline.awaiting_headers()
 
     def data_received(self, data: bytes) -> None:
+        if self.refused:
+            return  # answered and closing: what the client still sends is read and dropped
         acknowledge_at_once(self.socket)
         try:
             self.parser.feed_data(data)
@@ -195,7 +201,9 @@ class ClientConnection(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._url, self._headers, self._body, self._size, self._header_size = b"", [], [], 0, 0
-        self.deadline.awaiting_headers()
+        self._reading = True
+        if not self.tasks:  # a pipelined request's clock starts when the exchanges ahead of it are done
+            self.deadline.awaiting_headers()
 
     def on_url(self, url: bytes) -> None:
         self._url += url
@@ -213,27 +221,30 @@ class ClientConnection(asyncio.Protocol):
             if self.gateway.limits.declared_too_large(self._headers):
                 raise ApiError(413, f"The request body is larger than {self.gateway.limits.max_body_bytes // 2**20} "
                                "MiB.", code="request_too_large")  # fmt: skip
-        except ApiError as err:  # answered before the body is read, and the connection closed
-            self.refused = True
-            count_request("refused" if err.status == 401 else self._key, None, err.status)
-            self.respond(err.status, err.body(), keep_alive=False)
-            self.transport.close()
+        except ApiError as err:
+            self._refuse(err)
             return
-        self.deadline.awaiting_body()
+        if not self.tasks:
+            self.deadline.awaiting_body()
         if any(n.lower() == b"expect" and v.lower() == b"100-continue" for n, v in self._headers):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
         if self.refused:
             return
-        self.deadline.awaiting_body()
+        if not self.tasks:
+            self.deadline.awaiting_body()
         self._size += len(body)
-        if self._size <= self.gateway.limits.max_body_bytes:
-            self._body.append(body)
+        if self._size > self.gateway.limits.max_body_bytes:  # a chunked body past the limit: refused at once
+            limit = self.gateway.limits.max_body_bytes // 2**20
+            self._refuse(ApiError(413, f"The request body is larger than {limit} MiB.", code="request_too_large"))
+            return
+        self._body.append(body)
 
     def on_message_complete(self) -> None:
         if self.refused:
             return
+        self._reading = False
         self.deadline.stop()
         if self._header_size > MAX_HEADER_BYTES:
             message = f"The request's headers are larger than {MAX_HEADER_BYTES // 1024} KiB."
@@ -242,29 +253,50 @@ class ClientConnection(asyncio.Protocol):
             return
         self.transport.pause_reading()  # one exchange at a time
         method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
-        body = b"".join(self._body) if self._size <= self.gateway.limits.max_body_bytes else None
-        exchange = self.exchange(method, self._url, self._headers, body, keep_alive, self._key)
-        task = asyncio.get_running_loop().create_task(exchange)
+        self._in_turn(self.exchange(method, self._url, self._headers, b"".join(self._body), keep_alive, self._key))
+
+    def _in_turn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
 
+    def _refuse(self, err: ApiError) -> None:
+        """Answer a request before its body is read (no key, a body too large), in its turn behind the
+        exchanges ahead of it, then close. The close lingers: a socket closed with data unread resets
+        the connection, and the client would lose the answer."""
+        self.refused = True
+        self.deadline.stop()
+        key = REFUSED if err.status == 401 else self._key
+
+        async def answer() -> None:
+            async with self.turn:
+                count_request(key, None, err.status)
+                self.started = False  # the exchange ahead of it is over: this is a response of its own
+                self.respond(err.status, err.body(), keep_alive=False)
+                if not self.transport.is_closing() and self.transport.can_write_eof():
+                    self.transport.write_eof()
+                    asyncio.get_running_loop().call_later(LINGER_S, self.transport.close)
+                else:
+                    self.transport.close()
+
+        self._in_turn(answer())
+
     async def exchange(
-        self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool, key: str | None
+        self, method: bytes, url: bytes, headers: list, body: bytes, keep_alive: bool, key: str | None
     ) -> None:
-        """One request and its response, for the API key named `key`; `body` None: it was over the limit."""
+        """One request and its response, for the API key named `key`."""
         async with self.turn:
+            if self.transport.is_closing():
+                return  # the client left while the request waited its turn: the frontend never sees it
             self.key, self.status = key, 0
             await self._exchange(method, url, headers, body, keep_alive)
             count_request(key, self.api, self.status)
 
-    async def _exchange(self, method: bytes, url: bytes, headers: list, body: bytes | None, keep_alive: bool) -> None:
+    async def _exchange(self, method: bytes, url: bytes, headers: list, body: bytes, keep_alive: bool) -> None:
         self.gateway.exchanges += 1
         self.started = admitted = False
         self.api = None
         try:
-            if body is None:
-                raise ApiError(413, f"The request body is larger than {self.gateway.limits.max_body_bytes // 2**20} "
-                               "MiB.", code="request_too_large")  # fmt: skip
             route = route_for(self.gateway.routes, method, url)
             self.api = route.api
             if self.api is not None:
@@ -292,10 +324,18 @@ class ClientConnection(asyncio.Protocol):
             self.transport.close()
         elif not self.transport.is_closing():
             self.transport.resume_reading()
-            self.deadline.idle()
+            if len(self.tasks) <= 1:  # none waits its turn behind this one, which is still in the set
+                if not self._reading:
+                    self.deadline.idle()
+                elif self._headers:
+                    self.deadline.awaiting_body()
+                else:
+                    self.deadline.awaiting_headers()
 
     def _too_slow(self) -> None:
         """A request's headers or body did not arrive in time (a slow or half-open client)."""
+        if self.tasks:
+            return  # an answer is under way: its request arrived whole
         seconds = self.gateway.limits.header_timeout_s if not self._headers else self.gateway.limits.body_timeout_s
         message = f"The request was not received in full within {seconds:g} s."
         self.respond(408, openai_error(408, message, code="request_timeout"), keep_alive=False)
@@ -384,6 +424,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.in_chunk = False  # between a chunk's header and its end
         self.transform: Transform | None = None  # the route's, for this exchange; None: bytes pass through
         self.transformed: list[bytes] = []  # a transform's output from one read, written at once
+        self.usage_tail = b""  # the end of the last read, where a usage object may have begun
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -393,7 +434,7 @@ class UpstreamConnection(asyncio.Protocol):
         self, client: ClientConnection, request: bytes, head_only: bool, transform: Transform | None
     ) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
-        self.transform, self.transformed = transform, []
+        self.transform, self.transformed, self.usage_tail = transform, [], b""
         self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
@@ -410,7 +451,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.parser is None or self.client is None:
             self.transport.close()  # bytes outside an exchange: the connection is not reusable
             return
-        count_tokens(self.client.key, data)
+        self.usage_tail = count_tokens(self.client.key, self.usage_tail, data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:

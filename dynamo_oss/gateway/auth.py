@@ -14,7 +14,9 @@ import os
 from pathlib import Path
 
 from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.usage import NO_KEY, REFUSED
 
+RESERVED_NAMES = (NO_KEY, REFUSED)
 OPEN_PATHS = (b"/health", b"/live")  # probes of a load balancer or Kubernetes, which carry no key
 NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
 
@@ -47,6 +49,9 @@ class ApiKeys:
             if len(parts) != 2 or not set(parts[0]) <= NAME_CHARACTERS:
                 raise KeysUnusable(f"{path}, line {number}: expected `NAME KEY` (a name of letters, digits, - _ .)")
             name, key = parts
+            if name in RESERVED_NAMES:
+                raise KeysUnusable(f"{path}, line {number}: the name {name} is the metrics' label for requests "
+                                   "without a key or refused; give the key another name")  # fmt: skip
             if name in keys:
                 raise KeysUnusable(f"{path}, line {number}: the name {name} is given twice")
             keys[name] = key

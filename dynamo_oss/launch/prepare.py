@@ -75,9 +75,10 @@ def prepare(
     return plan
 
 
-def graph_alert_rules(deployment: Deployment, selector: str | None = None) -> str:
+def graph_alert_rules(deployment: Deployment, selector: str | None = None, launcher: bool = True) -> str:
     """The graph's alert rules (dynamo_oss.observe.alerts), its series picked by `selector` (default:
-    the `namespace` label the graph's own Prometheus gives them)."""
+    the `namespace` label the graph's own Prometheus gives them); `launcher`: `dynamo serve` runs it
+    and reports its pools."""
     planner = deployment.planner
     return render_alert_rules(
         deployment.name,
@@ -85,6 +86,7 @@ def graph_alert_rules(deployment: Deployment, selector: str | None = None) -> st
         planner.ttft_ms if planner else None,
         planner.itl_ms if planner else None,
         planner is not None,
+        launcher,
     )
 
 

@@ -43,7 +43,7 @@ async def etcd_healthy(etcd: EtcdAccess) -> bool:
         async with _etcd_client(etcd) as client:
             response = await client.get("/health")
         return response.status_code == 200 and response.json().get("health") == "true"
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, OSError):  # OSError: the TLS files, mid-rotation
         return False
 
 
@@ -85,7 +85,7 @@ async def etcd_entries(etcd: EtcdAccess, prefix: str) -> dict[str, str] | None:
             response = await client.post("/v3/kv/range", json=body)
         response.raise_for_status()
         kvs = response.json().get("kvs", [])
-    except (httpx.HTTPError, ValueError):
+    except (httpx.HTTPError, ValueError, OSError):  # OSError: the TLS files, mid-rotation
         return None
     return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
             for kv in kvs}  # fmt: skip

@@ -54,11 +54,7 @@ class ManagedProcess:
     async def start(self) -> None:
         self.process = await asyncio.create_subprocess_exec(
             *self.plan.argv,
-            env={
-                **os.environ,
-                **self.plan.env,
-                **{name: path.read_text() for name, path in self.plan.env_from_files.items()},
-            },
+            env=self._environment(),
             stdin=asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.STDOUT,
@@ -68,6 +64,11 @@ class ManagedProcess:
         )
         self.started_at = time.monotonic()
         self._pump = asyncio.create_task(self._pump_output(self.process))
+
+    def _environment(self) -> dict[str, str]:
+        inherited = {name: value for name, value in os.environ.items() if name not in self.plan.env_unset}
+        from_files = {name: path.read_text() for name, path in self.plan.env_from_files.items()}
+        return {**inherited, **self.plan.env, **from_files}
 
     async def wait(self) -> int:
         assert self.process is not None
