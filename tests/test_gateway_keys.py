@@ -44,6 +44,9 @@ def test_keys_come_from_a_file_of_names_or_one_variable(tmp_path: Path, monkeypa
     path.write_text("alice sk-a\nalice sk-b\n")
     with pytest.raises(KeysUnusable, match="line 2: the name alice is given twice"):
         ApiKeys.from_file(path)
+    path.write_text("refused sk-a\n")
+    with pytest.raises(KeysUnusable, match="line 1: the name refused is the metrics' label"):
+        ApiKeys.from_file(path)
     path.write_text("just-a-key\n")
     with pytest.raises(KeysUnusable, match="line 1: expected `NAME KEY`"):
         ApiKeys.from_file(path)
