@@ -284,6 +284,7 @@ def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
         "prometheus.yml",
         "prometheus-workers.json",
         "planner.json",
+        "alert-rules.yml",
     }
     assert all(path.is_file() for path in planned)
 
