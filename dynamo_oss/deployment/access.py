@@ -60,7 +60,13 @@ class InfrastructureTls(Frozen):
         for name in ("ca", "cert", "key"):
             path: Path = getattr(self, name)
             if not path.is_file():
-                return [Problem(path=f"{TLS_FIELD}.{name}", message=f"{path} does not exist on this node")]
+                return [
+                    Problem(
+                        path=f"{TLS_FIELD}.{name}",
+                        message=f"{path} does not exist on this node; put "
+                        f"the node's PEM file there, or point {TLS_FIELD}.{name} at it",
+                    )
+                ]
         try:
             self.client_context()
         except (ssl.SSLError, OSError) as error:

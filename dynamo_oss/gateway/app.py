@@ -219,8 +219,7 @@ class ClientConnection(asyncio.Protocol):
                 authorization = next((v for n, v in self._headers if n.lower() == b"authorization"), None)
                 self._key = self.gateway.keys.name_of(self._url, authorization)
             if self.gateway.limits.declared_too_large(self._headers):
-                raise ApiError(413, f"The request body is larger than {self.gateway.limits.max_body_bytes // 2**20} "
-                               "MiB.", code="request_too_large")  # fmt: skip
+                raise self.gateway.limits.too_large()
         except ApiError as err:
             self._refuse(err)
             return
@@ -236,8 +235,7 @@ class ClientConnection(asyncio.Protocol):
             self.deadline.awaiting_body()
         self._size += len(body)
         if self._size > self.gateway.limits.max_body_bytes:  # a chunked body past the limit: refused at once
-            limit = self.gateway.limits.max_body_bytes // 2**20
-            self._refuse(ApiError(413, f"The request body is larger than {limit} MiB.", code="request_too_large"))
+            self._refuse(self.gateway.limits.too_large())
             return
         self._body.append(body)
 

@@ -39,7 +39,9 @@ class ApiKeys:
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
-            raise KeysUnusable(f"{path}: cannot be read ({error})") from None
+            raise KeysUnusable(
+                f"{path}: cannot be read ({error}); give gateway.auth.keys_file a readable file of `NAME KEY` lines"
+            ) from None
         keys: dict[str, str] = {}
         for number, line in enumerate(text.splitlines(), start=1):
             line = line.strip()

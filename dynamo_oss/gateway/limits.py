@@ -19,6 +19,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from dynamo_oss.gateway.errors import ApiError
+
 log = logging.getLogger("dynamo_oss.gateway")
 
 LOG_EVERY_S = 10.0
@@ -31,6 +33,12 @@ class Limits:
     keep_alive_timeout_s: float = 75.0
     max_connections: int = 4096
     max_body_bytes: int = 64 * 2**20
+
+    def too_large(self) -> ApiError:
+        """The 413 for a body past the limit, which says what the limit is."""
+        limit = self.max_body_bytes // 2**20
+        return ApiError(413, f"The request body is larger than {limit} MiB (the gateway's limit); send a smaller "
+                        "one, or raise gateway.limits.max_body_mib.", code="request_too_large")  # fmt: skip
 
     def declared_too_large(self, headers: list[tuple[bytes, bytes]]) -> bool:
         """A Content-Length over the body limit (the framing itself is the HTTP parser's to check)."""
