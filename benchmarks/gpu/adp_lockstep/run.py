@@ -50,7 +50,9 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
 from benchmarks.gpu.kernels import moe  # noqa: E402
-from benchmarks.gpu.kernels.checks import relative_error  # noqa: E402
+from benchmarks.gpu.common.checks import relative_error  # noqa: E402
+from benchmarks.gpu.common.device import device_header  # noqa: E402
+from benchmarks.gpu.common.results import Results, markdown_table  # noqa: E402
 from benchmarks.gpu.mixed_step import layer  # noqa: E402
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape  # noqa: E402
 
@@ -248,7 +250,25 @@ def main() -> None:
         del gate_up, down, everything
         torch.cuda.empty_cache()
 
-    rows, failures = [], []
+    results = Results(
+        args.out,
+        {
+            "model": m.name,
+            **device_header(),
+            "gpus_used": world,
+            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
+            "env": {
+                k: os.environ.get(k)
+                for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
+            },
+            "decode_kernel": layer.DECODE_KERNEL["name"],
+            "context": CONTEXT,
+            "checks": checks,
+            "timing": "each rank's step (one layer) captured in a CUDA graph with its NCCL all-to-alls, replayed "
+            "back to back on every rank after a barrier; a rank's step time is the median interval between CUDA "
+            "events recorded between its replays (first 3 dropped), p10/p90 kept",
+        },
+    )
 
     def record(row: dict) -> None:
         gathered = [None] * world
@@ -259,33 +279,8 @@ def main() -> None:
                 for k, v in g.items():
                     if k.startswith("r_"):
                         merged[f"rank{r}_{k[2:]}"] = v
-            rows.append(merged)
+            results.add(merged)
             print(json.dumps(merged), flush=True)
-            save()
-
-    def save() -> None:
-        args.out.mkdir(parents=True, exist_ok=True)
-        doc = {
-            "model": m.name,
-            "device": torch.cuda.get_device_name(),
-            "gpus": world,
-            "torch": torch.__version__,
-            "nccl": ".".join(map(str, torch.cuda.nccl.version())),
-            "env": {
-                k: os.environ.get(k)
-                for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
-            },
-            "decode_kernel": layer.DECODE_KERNEL["name"],
-            "context": CONTEXT,
-            "checks": checks,
-            "timing": "each rank's step (one layer) captured in a CUDA graph with its NCCL all-to-alls, replayed "
-            "back to "
-            "back on every rank after a barrier; a rank's step time is the median interval between CUDA events "
-            "recorded between its replays (first 3 dropped), p10/p90 kept",
-            "rows": rows,
-            "failures": failures,
-        }
-        (args.out / "results.json").write_text(json.dumps(doc, indent=1))
 
     def run_case(name: str, scenario: str, chunk: int, batch: int) -> None:
         mine = chunk if (scenario == "chunk_all" or (scenario == "chunk0" and rank == 0)) else 0
@@ -313,7 +308,7 @@ def main() -> None:
         }
         record(row)
         if error and rank == 0:
-            failures.append(f"{name} {scenario} {chunk} {batch}: {error}")
+            results.failures.append(f"{name} {scenario} {chunk} {batch}: {error}")
 
     for name in ("full", "window"):
         for batch in batches:
@@ -325,35 +320,39 @@ def main() -> None:
             print(f"{name} done at {time.perf_counter() - started:.0f} s", flush=True)
 
     if rank == 0:
-        save()
-        print(markdown(rows, world))
+        results.save()
+        print(markdown(results.rows, world))
     dist.barrier()
     dist.destroy_process_group()
 
 
 def markdown(rows: list[dict], world: int) -> str:
     base = {(r["layer"], r["batch"]): r for r in rows if r["scenario"] == "decode"}
-    last = world - 1
-    lines = [
-        f"| layer | chunk on rank 0 | batch per rank | rank {last}, nobody has a chunk (us) "
-        f"| rank {last}, rank 0 has a chunk (us) "
-        f"| rank {last} slowdown | rank 0 (us) | every rank has a chunk (us) |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
     both = {(r["layer"], r["chunk"], r["batch"]): r for r in rows if r["scenario"] == "chunk_all"}
+    last = world - 1
+    headers = ["layer", "chunk on rank 0", "batch per rank", f"rank {last}, nobody has a chunk (us)",
+               f"rank {last}, rank 0 has a chunk (us)", f"rank {last} slowdown", "rank 0 (us)",
+               "every rank has a chunk (us)"]  # fmt: skip
+    cells = []
     for r in rows:
-        if r["scenario"] != "chunk0":
-            continue
         b = base.get((r["layer"], r["batch"]))
-        a = both.get((r["layer"], r["chunk"], r["batch"]))
-        if b is None:
+        if r["scenario"] != "chunk0" or b is None:
             continue
+        a = both.get((r["layer"], r["chunk"], r["batch"]))
         t1, t0 = r[f"rank{last}_step_us"], r["rank0_step_us"]
-        lines.append(
-            f"| {r['layer']} | {r['chunk']} | {r['batch']} | {b[f'rank{last}_step_us']:.0f} | {t1:.0f} | "
-            f"{t1 / b[f'rank{last}_step_us']:.2f}x | {t0:.0f} | {a[f'rank{last}_step_us'] if a else float('nan'):.0f} |"
+        cells.append(
+            [
+                r["layer"],
+                r["chunk"],
+                r["batch"],
+                f"{b[f'rank{last}_step_us']:.0f}",
+                f"{t1:.0f}",
+                f"{t1 / b[f'rank{last}_step_us']:.2f}x",
+                f"{t0:.0f}",
+                f"{a[f'rank{last}_step_us'] if a else float('nan'):.0f}",
+            ]  # fmt: skip
         )
-    return "\n".join(lines)
+    return markdown_table(headers, cells)
 
 
 if __name__ == "__main__":

@@ -1,23 +1,17 @@
 """Correct first: each timed kernel against a float32 reference on fresh random inputs.
 
 Why: a fast wrong kernel (sinks applied with the wrong sign, groups misaligned) would make every
-timing meaningless. Errors are ||out - ref|| / ||ref||; bf16 operands land between 1e-3 and 1e-2.
+timing meaningless. Errors are benchmarks.gpu.common.checks.relative_error.
 """
 
 from __future__ import annotations
 
 import torch
 
+from benchmarks.gpu.common.checks import relative_error
 from benchmarks.gpu.kernels import attention, moe
 from benchmarks.gpu.kernels.dense import router
 from dynamo_oss.catalog.models import ModelShape
-
-TOLERANCE = 2e-2
-
-
-def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
-    error = float((out.float() - ref.float()).norm() / ref.float().norm())
-    return error if error == error else float("inf")  # NaN never passes
 
 
 def check_experts(m: ModelShape, device: str, tokens: int = 64) -> dict[str, float]:

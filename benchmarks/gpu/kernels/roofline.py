@@ -3,39 +3,15 @@
 Why: a measured time means little alone; over the time the card's measured ceilings allow
 for the same work (METHOD.md's "two numbers") it says how much is left on the table.
 Bytes are the fewest a kernel must move: each input read once, each output written once.
+Cost and the ceilings they are set against are benchmarks.gpu.common.roofline.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
+from benchmarks.gpu.common.roofline import Cost
 from dynamo_oss.catalog.models import ModelShape
 
 BF16_BYTES = 2
-
-
-@dataclass(frozen=True)
-class Cost:
-    """Work of one call: floating-point operations and the fewest device-memory bytes."""
-
-    flops: float
-    bytes: float
-
-
-@dataclass(frozen=True)
-class Ceilings:
-    """The card's rates, measured in the same call: a large bf16 GEMM and streaming memory bandwidth."""
-
-    tflops: float
-    gbps: float
-    detail: dict[str, float] = field(default_factory=dict)  # each measurement the two rates were taken from
-
-    def floor_s(self, cost: Cost) -> float:
-        """The least time the work can take: the larger of its compute time and its memory time."""
-        return max(cost.flops / (self.tflops * 1e12), cost.bytes / (self.gbps * 1e9))
-
-    def bound(self, cost: Cost) -> str:
-        return "compute" if cost.flops / (self.tflops * 1e12) >= cost.bytes / (self.gbps * 1e9) else "memory"
 
 
 def linear(tokens: int, d_in: int, d_out: int, bias: bool = True) -> Cost:

@@ -10,19 +10,20 @@ and prints the markdown table RESULTS.md holds. Shapes come from dynamo_oss.cata
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import time
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from benchmarks.gpu.common.checks import all_pass
+from benchmarks.gpu.common.device import device_header
+from benchmarks.gpu.common.results import Results, markdown_table
+from benchmarks.gpu.common.roofline import Ceilings, Cost
+from benchmarks.gpu.common.timing import measure, measure_ceilings, rotation_sets
 from benchmarks.gpu.kernels import attention, dense, moe, roofline
-from benchmarks.gpu.kernels.checks import TOLERANCE, run_checks
-from benchmarks.gpu.kernels.roofline import Ceilings, Cost
-from benchmarks.gpu.kernels.timing import measure, measure_ceilings, rotation_sets
+from benchmarks.gpu.kernels.checks import run_checks
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
 
 TOKENS = [1, 16, 64, 256, 1024, 4096, 16384]
@@ -33,61 +34,36 @@ DEVICE = "cuda"
 DIMS = ("tokens", "window", "batch", "context", "experts_touched")
 
 
-class Results:
-    """Rows and failures, rewritten to disk after each case."""
-
-    def __init__(self, out: Path, header: dict) -> None:
-        self.out, self.header = out, header
-        self.rows: list[dict] = []
-        self.failures: list[str] = []
-
-    def case(
-        self, op: str, dims: dict, cost: Cost, ceilings: Ceilings, step: Callable[[int], object], sets: int
-    ) -> None:
-        """Time one case; a failure (out of memory, a kernel refused) is recorded and the run goes on."""
-        try:
-            timing = measure(step, sets=sets)
-        except Exception:  # noqa: BLE001 - one bad case must not lose the rest of a one-shot run
-            self.failures.append(f"{op} {dims}: {traceback.format_exc(limit=3)}")
-            torch.cuda.empty_cache()
-            self.save()
-            return
-        floor = ceilings.floor_s(cost)
-        self.rows.append(
-            {
-                "op": op,
-                **dims,
-                "time_us": timing.median_s * 1e6,
-                "p10_us": timing.p10_s * 1e6,
-                "p90_us": timing.p90_s * 1e6,
-                "flops": cost.flops,
-                "bytes": cost.bytes,
-                "tflops": cost.flops / timing.median_s / 1e12,
-                "gbps": cost.bytes / timing.median_s / 1e9,
-                "floor_us": floor * 1e6,
-                "bound": ceilings.bound(cost),
-                "fraction": floor / timing.median_s,
-                "timing": timing.method,
-                "rotation_sets": sets,
-            }
-        )
-        print(
-            f"{op:28s} {json.dumps(dims):42s} {timing.median_s * 1e6:10.1f} us  {floor / timing.median_s:6.1%}",
-            flush=True,
-        )
-        self.save()
-
-    def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        document = {**self.header, "rows": self.rows, "failures": self.failures}
-        (self.out / "results.json").write_text(json.dumps(document, indent=1))
-        if self.rows:
-            measured = [key for key in self.rows[0] if key not in DIMS]
-            fields = ["op", *DIMS, *(key for key in measured if key != "op")]
-            with (self.out / "results.csv").open("w", newline="") as sink:
-                writer = csv.DictWriter(sink, fields)
-                writer.writeheader()
-                writer.writerows(self.rows)
+def case(
+    results: Results, op: str, dims: dict, cost: Cost, ceilings: Ceilings, step: Callable[[int], object], sets: int
+) -> None:
+    """Time one case against its floor; a failure is recorded and the run goes on."""
+    timing = results.attempt(f"{op} {dims}", lambda: measure(step, sets=sets), torch.cuda.empty_cache)
+    if timing is None:
+        return
+    floor = ceilings.floor_s(cost)
+    results.add(
+        {
+            "op": op,
+            **dims,
+            "time_us": timing.median_s * 1e6,
+            "p10_us": timing.p10_s * 1e6,
+            "p90_us": timing.p90_s * 1e6,
+            "flops": cost.flops,
+            "bytes": cost.bytes,
+            "tflops": cost.flops / timing.median_s / 1e12,
+            "gbps": cost.bytes / timing.median_s / 1e9,
+            "floor_us": floor * 1e6,
+            "bound": ceilings.bound(cost),
+            "fraction": floor / timing.median_s,
+            "timing": timing.method,
+            "rotation_sets": sets,
+        }
+    )
+    print(
+        f"{op:28s} {json.dumps(dims):42s} {timing.median_s * 1e6:10.1f} us  {floor / timing.median_s:6.1%}",
+        flush=True,
+    )
 
 
 def bench_dense(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
@@ -106,7 +82,7 @@ def bench_dense(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
                 step = lambda i: dense.pick_experts(weights[i % sets], xs[i % sets], m.experts_per_token)  # noqa: E731
             else:
                 step = lambda i: weights[i % sets](xs[i % sets])  # noqa: E731
-            results.case(op, {"tokens": tokens}, cost, ceilings, step, sets)
+            case(results, op, {"tokens": tokens}, cost, ceilings, step, sets)
 
 
 def bench_moe(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
@@ -124,7 +100,8 @@ def bench_moe(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
         dims = {"tokens": tokens, "experts_touched": round(touched, 1)}
         up_cost = roofline.expert_gate_up(m, tokens * k, touched)
         down_cost = roofline.expert_down(m, tokens * k, touched)
-        results.case(
+        case(
+            results,
             "moe_gate_up_grouped_mm",
             dims,
             up_cost,
@@ -132,7 +109,8 @@ def bench_moe(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
             lambda i: moe.gate_up(experts, rows[i % sets], routings[i % sets]),
             sets,
         )
-        results.case(
+        case(
+            results,
             "moe_down_grouped_mm",
             dims,
             down_cost,
@@ -140,12 +118,9 @@ def bench_moe(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
             lambda i: moe.down(experts, hidden[i % sets], routings[i % sets]),
             sets,
         )
-        block_cost = Cost(
-            up_cost.flops + down_cost.flops + roofline.router(m, tokens).flops,
-            up_cost.bytes + down_cost.bytes + roofline.router(m, tokens).bytes,
-        )
+        block_cost = up_cost + down_cost + roofline.router(m, tokens)
         step = lambda i: moe.moe_block(xs[i % sets], gate.weight, gate.bias, experts, k)  # noqa: E731
-        results.case("moe_block_eager", dims, block_cost, ceilings, step, sets)
+        case(results, "moe_block_eager", dims, block_cost, ceilings, step, sets)
 
 
 def bench_prefill(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
@@ -158,10 +133,10 @@ def bench_prefill(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
             mask = attention.prefill_mask(tokens, window, DEVICE)
             step = lambda i: attention.compiled_sink_attention(*qkvs[i % sets], sinks, mask)  # noqa: E731
             dims = {"tokens": tokens, "window": window}
-            results.case("prefill_flex_sinks", dims, cost, ceilings, step, sets)
+            case(results, "prefill_flex_sinks", dims, cost, ceilings, step, sets)
             if window is None:
                 step = lambda i: attention.sdpa(*qkvs[i % sets], causal=True)  # noqa: E731
-                results.case("prefill_sdpa_nosinks", dims, cost, ceilings, step, sets)
+                case(results, "prefill_sdpa_nosinks", dims, cost, ceilings, step, sets)
 
 
 def bench_decode(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
@@ -173,9 +148,9 @@ def bench_decode(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
         qkvs = [attention.random_qkv(m, batch, 1, context, DEVICE) for _ in range(sets)]
         dims = {"batch": batch, "context": context}
         step = lambda i: attention.compiled_sink_attention(*qkvs[i % sets], sinks, None)  # noqa: E731
-        results.case("decode_flex_sinks", dims, cost, ceilings, step, sets)
+        case(results, "decode_flex_sinks", dims, cost, ceilings, step, sets)
         step = lambda i: attention.sdpa(*qkvs[i % sets], causal=False)  # noqa: E731
-        results.case("decode_sdpa_nosinks", dims, cost, ceilings, step, sets)
+        case(results, "decode_sdpa_nosinks", dims, cost, ceilings, step, sets)
 
 
 def main() -> None:
@@ -189,37 +164,40 @@ def main() -> None:
     checks = run_checks(m, DEVICE)
     header = {
         "model": m.name,
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
-        "ceilings": {"bf16_gemm_tflops": ceilings.tflops, "memory_gbps": ceilings.gbps, **ceilings.detail},
+        **device_header(),
+        "ceilings": ceilings.header(),
         "checks": checks,
-        "checks_pass": all(error < TOLERANCE for error in checks.values()),
+        "checks_pass": all_pass(checks),
     }
     print(json.dumps(header, indent=1), flush=True)
-    results = Results(args.out, header)
+    results = Results(args.out, header, lead=("op", *DIMS))
     for family in (bench_dense, bench_moe, bench_prefill, bench_decode):
         started = time.perf_counter()
         family(m, ceilings, results)
         print(f"{family.__name__}: {time.perf_counter() - started:.0f} s", flush=True)
     torch.cuda.synchronize()
-    print(markdown_table(results.rows))
+    print(table(results.rows))
     if results.failures:
         print("FAILURES:\n" + "\n".join(results.failures))
 
 
-def markdown_table(rows: list[dict]) -> str:
+def table(rows: list[dict]) -> str:
     """One line per case: what RESULTS.md shows."""
-    lines = [
-        "| op | shape | time (us) | TFLOP/s | GB/s | floor (us) | bound | of roofline |",
-        "|---|---|---:|---:|---:|---:|---|---:|",
+    headers = ["op", "shape", "time (us)", "TFLOP/s", "GB/s", "floor (us)", "bound", "of roofline"]
+    cells = [
+        [
+            row["op"],
+            ", ".join(f"{key}={row[key]}" for key in DIMS if key in row),
+            f"{row['time_us']:.1f}",
+            f"{row['tflops']:.1f}",
+            f"{row['gbps']:.0f}",
+            f"{row['floor_us']:.1f}",
+            row["bound"],
+            f"{row['fraction']:.0%}",
+        ]
+        for row in rows
     ]
-    for row in rows:
-        shape = ", ".join(f"{key}={row[key]}" for key in DIMS if key in row)
-        lines.append(
-            f"| {row['op']} | {shape} | {row['time_us']:.1f} | {row['tflops']:.1f} | {row['gbps']:.0f} "
-            f"| {row['floor_us']:.1f} | {row['bound']} | {row['fraction']:.0%} |"
-        )
-    return "\n".join(lines)
+    return markdown_table(headers, cells, left=2)
 
 
 if __name__ == "__main__":

@@ -12,13 +12,12 @@ with UCX's protocol choices), and prints the markdown table RESULTS.md holds.
 from __future__ import annotations
 
 import argparse
-import csv
-import json
-import subprocess
 import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from benchmarks.gpu.common.device import device_header
+from benchmarks.gpu.common.results import Results, markdown_table
 from benchmarks.gpu.kv_handoff import peer_copy
 from benchmarks.gpu.kv_handoff.layout import BF16, FP8, BlockLayout
 from benchmarks.gpu.kv_handoff.pair import WorkerFailed, run_pair
@@ -74,18 +73,6 @@ SETTINGS = [
 ]
 
 
-def describe_machine() -> dict[str, str]:
-    """GPU names and how they are linked, as nvidia-smi reports them."""
-
-    def smi(*args: str) -> str:
-        return subprocess.run(["nvidia-smi", *args], capture_output=True, text=True).stdout.strip()
-
-    return {
-        "gpus": smi("--query-gpu=name,memory.total,driver_version", "--format=csv,noheader"),
-        "topology": smi("topo", "-m"),
-    }
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -94,10 +81,12 @@ def main() -> None:
     header = {
         "model": GPT_OSS_120B.name,
         "kv_layers": GPT_OSS_120B.full_attention_layers,
-        "machine": describe_machine(),
+        **device_header(topology=True),
+        "peer_copy": {},
     }
-    baselines: dict[str, dict[str, float]] = {}
-    rows, failures, logs = [], [], []
+    baselines: dict[str, dict[str, float]] = header["peer_copy"]
+    results = Results(args.out, header)
+    logs: list[str] = []
     for index, setting in enumerate(SETTINGS):
         layout = setting.layout()
         tokens = [t for t in TOKENS if t <= setting.max_tokens]
@@ -118,11 +107,11 @@ def main() -> None:
         try:
             results = run_pair(plan, folder, DEVICES, {**setting.env, "UCX_PROTO_INFO": "y"}, PAIR_TIMEOUT_S)
         except WorkerFailed as failure:
-            failures.append(f"{setting}: {failure}")
+            results.failures.append(f"{setting}: {failure}")
             results = []
         for result in results:
             peer = baselines[baseline_key(result["blocks"], layout.block_bytes)]
-            rows.append(
+            results.rows.append(
                 {
                     "setting": setting.label(),
                     **asdict(setting),
@@ -135,51 +124,43 @@ def main() -> None:
         for role in ("prefill", "decode"):
             logs.append(f"===== {setting} {role} =====\n" + (folder / f"{role}.log").read_text()[-20000:])
         print(f"{setting.label()}: " + " ".join(f"{r['tokens']}:{r['gbps']:.1f}" for r in results), flush=True)
-        write(args.out, {**header, "peer_copy": baselines}, rows, failures, logs)
-    print(markdown_table(rows, baselines))
-    if failures:
-        print("FAILURES:\n" + "\n".join(failures))
+        results.save()  # after each setting, so a run cut short keeps what it measured
+        (args.out / "logs.txt").write_text("\n".join(logs))
+    print(table(results.rows, baselines))
+    if results.failures:
+        print("FAILURES:\n" + "\n".join(results.failures))
 
 
 def baseline_key(blocks: int, block_bytes: int) -> str:
     return f"{blocks}x{block_bytes}"
 
 
-def write(out: Path, header: dict, rows: list[dict], failures: list[str], logs: list[str]) -> None:
-    """Everything so far, rewritten after each setting so a run cut short keeps what it measured."""
-    (out / "results.json").write_text(json.dumps({**header, "rows": rows, "failures": failures}, indent=1))
-    (out / "logs.txt").write_text("\n".join(logs))
-    if rows:
-        with (out / "results.csv").open("w", newline="") as sink:
-            writer = csv.DictWriter(sink, list(rows[0]))
-            writer.writeheader()
-            writer.writerows({k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()} for row in rows)
-
-
-def markdown_table(rows: list[dict], baselines: dict[str, dict[str, float]]) -> str:
+def table(rows: list[dict], baselines: dict[str, dict[str, float]]) -> str:
     """GB/s per setting and prompt length, each with its share of a contiguous peer copy of the same bytes."""
-    lines = [
-        "| setting | op | descriptors | blocks | block | " + " | ".join(f"{t // 1024}k" for t in TOKENS) + " |",
-        "|---|---|---|---|---|" + "---:|" * len(TOKENS),
-    ]
     standard = BlockLayout.for_model(GPT_OSS_120B)
+    cells = []
     for copy in ("contiguous_gbps", "per_block_gbps"):
-        cells = [
+        measured = [
             baselines.get(baseline_key(standard.blocks_for(t), standard.block_bytes), {}).get(copy) for t in TOKENS
         ]
-        text = " | ".join("-" if c is None else f"{c:.0f}" for c in cells)
-        lines.append(f"| torch peer copy | - | {copy.removesuffix('_gbps')} | - | 32 tok bf16 | {text} |")
+        cells.append(
+            ["torch peer copy", "-", copy.removesuffix("_gbps"), "-", "32 tok bf16"]
+            + ["-" if c is None else f"{c:.0f}" for c in measured]
+        )
     for label in dict.fromkeys(r["setting"] for r in rows):
         by_tokens = {r["tokens"]: r for r in rows if r["setting"] == label}
-        cells = " | ".join(
-            "-"
-            if t not in by_tokens
-            else f"{by_tokens[t]['gbps']:.0f} ({by_tokens[t]['of_peer_copy']:.0%})"
-            + ("" if by_tokens[t]["intact"] else " CORRUPT")
-            for t in TOKENS
+        cells.append(
+            label.split(" | ")
+            + [
+                "-"
+                if t not in by_tokens
+                else f"{by_tokens[t]['gbps']:.0f} ({by_tokens[t]['of_peer_copy']:.0%})"
+                + ("" if by_tokens[t]["intact"] else " CORRUPT")
+                for t in TOKENS
+            ]
         )
-        lines.append(f"| {label} | {cells} |")
-    return "\n".join(lines)
+    headers = ["setting", "op", "descriptors", "blocks", "block", *(f"{t // 1024}k" for t in TOKENS)]
+    return markdown_table(headers, cells, left=5)
 
 
 if __name__ == "__main__":

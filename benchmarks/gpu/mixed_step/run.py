@@ -5,7 +5,7 @@
 Times one decoder layer (benchmarks/gpu/mixed_step/layer.py) at gpt-oss-120b's shapes, for a
 full-attention layer and a 128-token window layer, three ways: the decode batch alone, the prefill
 chunk alone, and both in one forward pass over one packed token tensor. Timing is
-benchmarks/gpu/kernels/timing.measure: CUDA-graph replays timed with CUDA events, median.
+benchmarks/gpu/common/timing.measure: CUDA-graph replays timed with CUDA events, median.
 Writes DIR/results.json (device, ceilings, checks, rows, comparison, failures) and
 DIR/results.csv / DIR/comparison.csv after every case, and prints the markdown tables.
 """
@@ -13,18 +13,20 @@ DIR/results.csv / DIR/comparison.csv after every case, and prints the markdown t
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
 
+from benchmarks.gpu.common.checks import all_pass, relative_error
+from benchmarks.gpu.common.device import device_header
+from benchmarks.gpu.common.results import Results, markdown_table
+from benchmarks.gpu.common.timing import measure, measure_ceilings
 from benchmarks.gpu.kernels import attention, moe
-from benchmarks.gpu.kernels.checks import TOLERANCE, relative_error
-from benchmarks.gpu.kernels.timing import measure, measure_ceilings
 from benchmarks.gpu.mixed_step import layer
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
 
@@ -83,54 +85,35 @@ def check_mixed_equals_parts(m: ModelShape, w: layer.LayerWeights, caches: dict,
     return errors
 
 
-class Recorder:
-    def __init__(self, out: Path, header: dict) -> None:
-        self.out, self.header = out, header
-        self.rows: list[dict] = []
-        self.failures: list[str] = []
-        self.comparison: list[dict] = []
+def time_case(
+    results: Results, kind: str, dims: dict, fn: Callable[[], object], touched: float | None, rep: int = 0
+) -> None:
+    """Time one step shape; a failure is recorded and the run goes on."""
+    t = results.attempt(f"{kind} {dims}", lambda: measure(lambda i: fn(), sets=1), torch.cuda.empty_cache)
+    if t is None:
+        return
+    row = {
+        "kind": kind,
+        **dims,
+        "rep": rep,
+        "time_us": t.median_s * 1e6,
+        "p10_us": t.p10_s * 1e6,
+        "p90_us": t.p90_s * 1e6,
+        "timing": t.method,
+        "experts_touched": touched,
+    }
+    results.add(row)
+    print(f"{kind:7s} {json.dumps(dims):70s} {row['time_us']:10.1f} us ({t.method}) touched={touched}", flush=True)
 
-    def time(self, kind: str, dims: dict, fn, touched: float | None, rep: int = 0) -> None:
-        try:
-            t = measure(lambda i: fn(), sets=1)
-        except Exception:  # noqa: BLE001 - one bad case must not lose the rest
-            self.failures.append(f"{kind} {dims}: {traceback.format_exc(limit=4)}")
-            print("FAILED", kind, dims, self.failures[-1], flush=True)
-            torch.cuda.empty_cache()
-            self.save()
-            return
-        row = {
-            "kind": kind,
-            **dims,
-            "rep": rep,
-            "time_us": t.median_s * 1e6,
-            "p10_us": t.p10_s * 1e6,
-            "p90_us": t.p90_s * 1e6,
-            "timing": t.method,
-            "experts_touched": touched,
-        }
-        self.rows.append(row)
-        print(f"{kind:7s} {json.dumps(dims):70s} {row['time_us']:10.1f} us ({t.method}) touched={touched}", flush=True)
-        self.save()
 
-    def times(self, kind: str, layer_name: str, chunk: int, cached: int, batch: int, context: int) -> list[float]:
-        key = (kind, layer_name, chunk, cached, batch, context)
-        return [
-            r["time_us"]
-            for r in self.rows
-            if (r["kind"], r["layer"], r["chunk"], r["cached"], r["batch"], r["context"]) == key
-        ]
-
-    def save(self) -> None:
-        self.out.mkdir(parents=True, exist_ok=True)
-        doc = {**self.header, "rows": self.rows, "comparison": self.comparison, "failures": self.failures}
-        (self.out / "results.json").write_text(json.dumps(doc, indent=1))
-        for name, rows in (("results.csv", self.rows), ("comparison.csv", self.comparison)):
-            if rows:
-                with (self.out / name).open("w", newline="") as sink:
-                    writer = csv.DictWriter(sink, list(rows[0]))
-                    writer.writeheader()
-                    writer.writerows(rows)
+def times_of(
+    rows: list[dict], kind: str, layer_name: str, chunk: int, cached: int, batch: int, context: int
+) -> list[float]:
+    """Every repetition's time of one case."""
+    key = (kind, layer_name, chunk, cached, batch, context)
+    return [
+        r["time_us"] for r in rows if (r["kind"], r["layer"], r["chunk"], r["cached"], r["batch"], r["context"]) == key
+    ]
 
 
 def touched_of(m: ModelShape, w: layer.LayerWeights, step: layer.Step, cos, sin) -> float:
@@ -163,7 +146,7 @@ def main() -> None:
     ceilings = None if args.no_ceilings else measure_ceilings()
     try:
         checks = check_decode_attention(m)
-        if not all(e < TOLERANCE for e in checks.values()):
+        if not all_pass(checks):
             raise RuntimeError(f"flash decode check failed: {checks}")
     except Exception:  # noqa: BLE001 - fall back to FlexAttention's decode kernel
         print("flash decode attention unusable, falling back to flex:", traceback.format_exc(limit=3), flush=True)
@@ -182,21 +165,18 @@ def main() -> None:
     checks.update(check_mixed_equals_parts(m, w, caches, cos, sin))
     header = {
         "model": m.name,
-        "device": torch.cuda.get_device_name(),
-        "torch": torch.__version__,
+        **device_header(),
         "decode_kernel": layer.DECODE_KERNEL["name"],
-        "ceilings": None
-        if ceilings is None
-        else {"bf16_gemm_tflops": ceilings.tflops, "memory_gbps": ceilings.gbps, **ceilings.detail},
+        "ceilings": None if ceilings is None else ceilings.header(),
         "checks": checks,
-        "checks_pass": all(e < TOLERANCE for e in checks.values()),
-        "timing": "benchmarks.gpu.kernels.timing.measure: CUDA graph of the whole layer, replays timed with "
+        "checks_pass": all_pass(checks),
+        "timing": "benchmarks.gpu.common.timing.measure: CUDA graph of the whole layer, replays timed with "
         "CUDA events, median (p10/p90 kept); one input set (each step reads >= 1.4 GB of expert weights, "
         "over 20x the 60 MB L2, so nothing is timed out of L2)",
         "grid": {"chunks": chunks, "batches": batches, "contexts": contexts},
     }
     print(json.dumps(header, indent=1), flush=True)
-    rec = Recorder(args.out, header)
+    rec = Results(args.out, header, tables=("comparison",))
     xc_pool = torch.randn(max(chunks), m.hidden_size, device=DEVICE, dtype=torch.bfloat16)
     xd_pool = torch.randn(max(batches), m.hidden_size, device=DEVICE, dtype=torch.bfloat16)
     layers = (("full", None, contexts), ("window", m.sliding_window, [contexts[0]]))
@@ -214,7 +194,7 @@ def main() -> None:
         step = layer.make_step(x, chunk, batch, context, window, kc, vc, DEVICE, cached, *chunk_cache)
         touched = touched_of(m, w, step, cos, sin)
         dims = {"layer": name, "chunk": chunk, "cached": cached, "batch": batch, "context": context if batch else 0}
-        rec.time(kind, dims, lambda: layer.layer_forward(m, w, step, cos, sin), touched, rep)
+        time_case(rec, kind, dims, lambda: layer.layer_forward(m, w, step, cos, sin), touched, rep)
 
     for rep in range(args.reps):
         for name, window, ctxs in layers:
@@ -233,7 +213,7 @@ def main() -> None:
                 case("chunk", "full", None, PREFIX_CHUNK, 0, 0, rep, cached)
                 for context in PREFIX_CONTEXTS:
                     for batch in PREFIX_BATCHES:
-                        if not rec.times("decode", "full", 0, 0, batch, context):
+                        if not times_of(rec.rows, "decode", "full", 0, 0, batch, context):
                             case("decode", "full", None, 0, batch, context, rep)
                         case("mixed", "full", None, PREFIX_CHUNK, batch, context, rep, cached)
             print(f"rep {rep}: prefixed chunks done at {time.perf_counter() - started:.0f} s", flush=True)
@@ -245,14 +225,14 @@ def main() -> None:
         if r["kind"] != "mixed" or key in seen:
             continue
         seen.add(key)
-        c = rec.times("chunk", r["layer"], r["chunk"], r["cached"], 0, 0)
-        d = rec.times("decode", r["layer"], 0, 0, r["batch"], r["context"])
-        mixed = rec.times("mixed", *key)
+        c = times_of(rec.rows, "chunk", r["layer"], r["chunk"], r["cached"], 0, 0)
+        d = times_of(rec.rows, "decode", r["layer"], 0, 0, r["batch"], r["context"])
+        mixed = times_of(rec.rows, "mixed", *key)
         if not c or not d:
             continue
         c_us, d_us, m_us = statistics.median(c), statistics.median(d), statistics.median(mixed)
         total = c_us + d_us
-        rec.comparison.append(
+        rec.tables["comparison"].append(
             {
                 "layer": r["layer"],
                 "chunk": r["chunk"],
@@ -276,18 +256,27 @@ def main() -> None:
     print(f"total {time.perf_counter() - started:.0f} s")
 
 
-def markdown(rec: Recorder) -> str:
-    lines = [
-        "| layer | chunk | after | batch | context | chunk alone (us) | decode alone (us) | sum (us) | mixed (us) "
-        "| mixed / sum |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+def markdown(rec: Results) -> str:
+    comparison = rec.tables["comparison"]
+    headers = ["layer", "chunk", "after", "batch", "context", "chunk alone (us)", "decode alone (us)", "sum (us)",
+               "mixed (us)", "mixed / sum"]  # fmt: skip
+    cells = [
+        [
+            c["layer"],
+            c["chunk"],
+            c["cached"],
+            c["batch"],
+            c["context"],
+            f"{c['chunk_us']:.0f}",
+            f"{c['decode_us']:.0f}",
+            f"{c['sum_us']:.0f}",
+            f"{c['mixed_us']:.0f}",
+            f"{c['ratio']:.3f}",
+        ]  # fmt: skip
+        for c in comparison
     ]
-    for c in rec.comparison:
-        lines.append(
-            f"| {c['layer']} | {c['chunk']} | {c['cached']} | {c['batch']} | {c['context']} | {c['chunk_us']:.0f} | "
-            f"{c['decode_us']:.0f} | {c['sum_us']:.0f} | {c['mixed_us']:.0f} | {c['ratio']:.3f} |"
-        )
-    ratios = [c["ratio"] for c in rec.comparison]
+    lines = [markdown_table(headers, cells)]
+    ratios = [c["ratio"] for c in comparison]
     if ratios:
         lines.append(
             f"\nmixed/sum: min {min(ratios):.3f}, median {statistics.median(ratios):.3f}, max {max(ratios):.3f}"

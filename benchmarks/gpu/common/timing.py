@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.gpu.kernels.roofline import Ceilings
+from benchmarks.gpu.common.roofline import Ceilings
 
 L2_BYTES = 60e6  # H200; rotation aims at several times this
 TARGET_SET_BYTES = 4 * L2_BYTES
