@@ -33,18 +33,20 @@ def router(m: ModelShape, tokens: int) -> Cost:
     return linear(tokens, m.hidden_size, m.num_experts)
 
 
-def expert_gate_up(m: ModelShape, routed_rows: int, experts_touched: int) -> Cost:
-    """Grouped GEMM hidden -> 2 x intermediate over the routed rows; only touched experts' weights are read."""
-    d_in, d_out = m.hidden_size, 2 * m.intermediate_size
-    elements = routed_rows * d_in + experts_touched * d_in * d_out + routed_rows * d_out
-    return Cost(2.0 * routed_rows * d_in * d_out, BF16_BYTES * elements)
+def _grouped(routed_rows: float, touched: float, d_in: int, d_out: int, weight_bytes: float) -> Cost:
+    """BF16 activations in and out; only the touched experts' weights are read, at `weight_bytes` a weight."""
+    activations = BF16_BYTES * routed_rows * (d_in + d_out)
+    return Cost(2.0 * routed_rows * d_in * d_out, activations + weight_bytes * touched * d_in * d_out)
 
 
-def expert_down(m: ModelShape, routed_rows: int, experts_touched: int) -> Cost:
+def expert_gate_up(m: ModelShape, routed_rows: float, experts_touched: float, weight_bytes: float = BF16_BYTES) -> Cost:
+    """Grouped GEMM hidden -> 2 x intermediate over the routed rows (MXFP4 weights: weight_bytes 4.25 / 8)."""
+    return _grouped(routed_rows, experts_touched, m.hidden_size, 2 * m.intermediate_size, weight_bytes)
+
+
+def expert_down(m: ModelShape, routed_rows: float, experts_touched: float, weight_bytes: float = BF16_BYTES) -> Cost:
     """Grouped GEMM intermediate -> hidden over the routed rows."""
-    d_in, d_out = m.intermediate_size, m.hidden_size
-    elements = routed_rows * d_in + experts_touched * d_in * d_out + routed_rows * d_out
-    return Cost(2.0 * routed_rows * d_in * d_out, BF16_BYTES * elements)
+    return _grouped(routed_rows, experts_touched, m.intermediate_size, m.hidden_size, weight_bytes)
 
 
 def attended_pairs(queries: int, window: int | None) -> int:
