@@ -178,21 +178,22 @@ def layer_forward(
 
 
 @functools.cache
-def after_prefix(cached: int) -> Callable:
-    """Causal mask of a chunk whose queries sit after `cached` keys of the same prompt."""
+def after_prefix(cached: int, window: int | None = None) -> Callable:
+    """Causal mask (within `window` keys, if given) of a chunk whose queries sit after `cached` keys of the same prompt."""
 
     def mask(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
         return q + cached >= kv
 
-    return mask
+    def windowed(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
+        return (q + cached >= kv) & (q + cached - kv < window)
+
+    return mask if window is None else windowed
 
 
 def chunk_mask(chunk: int, cached: int, window: int | None, device: str) -> object:
     if not cached:
         return attention.prefill_mask(chunk, window, device)
-    if window is not None:
-        raise ValueError("chunks after a prefix are timed in full-attention layers only")
-    return attention.create_block_mask(after_prefix(cached), None, None, chunk, cached + chunk, device=device)
+    return attention.create_block_mask(after_prefix(cached, window), None, None, chunk, cached + chunk, device=device)
 
 
 def positions_for(chunk: int, batch: int, context: int, device: str, cached: int = 0) -> torch.Tensor:

@@ -51,15 +51,16 @@ def check_decode_attention(m: ModelShape) -> dict[str, float]:
     return errors
 
 
-def check_prefix_chunk(m: ModelShape) -> dict[str, float]:
-    """A chunk after a prefix (FlexAttention, offset causal mask, sinks) against the float32 reference."""
+def check_prefix_chunk(m: ModelShape, window: int | None = None) -> dict[str, float]:
+    """A chunk after a prefix (FlexAttention, offset causal or windowed mask, sinks) against the float32 reference."""
     sinks = torch.randn(m.num_attention_heads, device=DEVICE)
     cached, chunk = 384, 256
     q, _, _ = attention.random_qkv(m, 1, chunk, chunk, DEVICE)
     _, k, v = attention.random_qkv(m, 1, 1, cached + chunk, DEVICE)
-    mask = layer.chunk_mask(chunk, cached, None, DEVICE)
+    mask = layer.chunk_mask(chunk, cached, window, DEVICE)
     out = attention.compiled_sink_attention(q, k, v, sinks, mask)
-    return {"chunk after prefix flex+sinks": relative_error(out, attention.reference(q, k, v, sinks, None))}
+    name = "chunk after prefix flex+sinks" + ("" if window is None else f" window={window}")
+    return {name: relative_error(out, attention.reference(q, k, v, sinks, window))}
 
 
 def check_mixed_equals_parts(m: ModelShape, w: layer.LayerWeights, caches: dict, cos, sin) -> dict[str, float]:
