@@ -47,7 +47,7 @@ def chunks(prompt: int) -> list[tuple[int, int]]:
     return [(start, min(CHUNK, prompt - start)) for start in range(0, prompt, CHUNK)]
 
 
-def memory(m: ModelShape, kv_bytes: float) -> dict[str, float]:
+def memory(kv_bytes: float) -> dict[str, float]:
     """What the process holds now, its peak since the case began, and the case's own KV."""
     free, total = torch.cuda.mem_get_info()
     return {
@@ -104,7 +104,7 @@ def decode_case(
         return
     row = {**dims, "time_ms": timing.median_s * 1e3, "p10_ms": timing.p10_s * 1e3, "p90_ms": timing.p90_s * 1e3,
            "timing": timing.method, "tokens_per_s": batch / timing.median_s,
-           **memory(m, batch * m.kv_bytes(context))}  # fmt: skip
+           **memory(batch * m.kv_bytes(context))}  # fmt: skip
     results.add(row)
     print(
         f"{dims['kind']} batch {batch:4d} context {context:6d}: {row['time_ms']:8.2f} ms ({timing.method})", flush=True
@@ -137,7 +137,7 @@ def prefill_case(
         methods.append(timing.method)
     row = {**dims, "chunks": [c for _, c in parts], "chunk_ms": times, "time_ms": sum(times),
            "timing": "+".join(methods), "tokens_per_s": prompt / (sum(times) / 1e3),
-           **memory(m, m.kv_bytes(prompt))}  # fmt: skip
+           **memory(m.kv_bytes(prompt))}  # fmt: skip
     results.add(row)
     print(f"{dims['kind']} {prompt:6d} in chunks {row['chunks']}: {row['time_ms']:9.1f} ms", flush=True)
 
