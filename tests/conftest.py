@@ -21,6 +21,11 @@ import yaml
 from pydantic import BaseModel
 
 REPO = Path(__file__).resolve().parent.parent
+# CI's environment sets PYTHONDONTWRITEBYTECODE, so each of the hundreds of Python processes the suite
+# starts (eight a graph) would compile every module it imports afresh, most of a graph's start-up CPU:
+# let the suite cache bytecode, as a developer's machine does.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 # `dynamo serve` arguments for tests that judge answers' shape, not speed: mocker steps 20x faster than modelled.
 FAST_MOCKER = ("--mocker-time-scale", "0.05")
 DYNAMO = [sys.executable, "-m", "dynamo_oss.cli"]

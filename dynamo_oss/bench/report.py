@@ -5,14 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
-
 from dynamo_oss.bench.results import BUSY_LIMIT, Sweep
 from dynamo_oss.perf.metrics import DEFINITIONS
 from dynamo_oss.perf.pareto import interactivity_ratios, pareto_front, ratio_summary
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402 - after choosing the file-only backend
 
 COLUMNS = "| concurrency | requests | failed | tok/s/user | output tok/s/GPU | TTFT p50 ms | TTFT p99 ms | ITL p50 ms | ITL p99 ms | req/s | cores busy |"
 
@@ -78,6 +73,11 @@ def _x(value: float | None) -> str:
 def plot(sweeps: list[Sweep], path: Path) -> Path:
     """Pareto (tok/s/user against output tok/s/GPU, concurrency at each point) and TTFT by concurrency.
     Machine-bound runs are drawn hollow."""
+    import matplotlib  # here, not at the top: `dynamo serve` imports this module and never plots
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after choosing the file-only backend
+
     fig, (pareto, ttft) = plt.subplots(1, 2, figsize=(12, 4.8))
     for sweep in sweeps:
         runs = sorted(sweep.runs, key=lambda r: r.concurrency)

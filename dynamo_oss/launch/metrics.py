@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_serv
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from dynamo_oss.deployment.processes import PortUse
+from dynamo_oss.launch.probes import trust_store
 
 
 class LauncherMetrics:
@@ -76,7 +77,7 @@ class NatsCollector:
         up = GaugeMetricFamily("dynamo_oss_nats_up", "1 when nats-server answers its monitoring endpoint.",
                                labels=["namespace"])  # fmt: skip
         try:
-            varz = httpx.get(self.url, timeout=1.0).json()
+            varz = httpx.get(self.url, timeout=1.0, verify=trust_store()).json()
         except (httpx.HTTPError, ValueError):
             up.add_metric([self.namespace], 0)
             yield up

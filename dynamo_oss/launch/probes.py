@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import socket
 import ssl
 import time
@@ -32,10 +33,20 @@ async def wait_until(condition: Callable[[], Awaitable[bool]], timeout_s: float,
         await asyncio.sleep(0.25)
 
 
+@functools.cache
+def trust_store() -> ssl.SSLContext:
+    """httpx's default trust store, built once: httpx would load the CA bundle afresh for every
+    client (50-150 ms of CPU), and the launcher asks its questions several times a second."""
+    return httpx.create_ssl_context()
+
+
+def _client(base_url: str = "", verify: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    return httpx.AsyncClient(base_url=base_url, timeout=PROBE_TIMEOUT_S, verify=verify or trust_store())
+
+
 def _etcd_client(etcd: EtcdAccess) -> httpx.AsyncClient:
     """A client of etcd's JSON gateway, showing the node's certificate when etcd speaks mutual TLS."""
-    verify = etcd.tls.client_context() if etcd.tls else True
-    return httpx.AsyncClient(base_url=etcd.endpoint, timeout=PROBE_TIMEOUT_S, verify=verify)
+    return _client(etcd.endpoint, etcd.tls.client_context() if etcd.tls else None)
 
 
 async def etcd_healthy(etcd: EtcdAccess) -> bool:
@@ -109,7 +120,7 @@ async def worker_streams(host: str, port: int, namespace: str) -> dict[str, floa
     /metrics; None when it does not answer."""
     label = f'dynamo_namespace="{namespace.replace("-", "_")}"'
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        async with _client() as client:
             response = await client.get(f"http://{host}:{port}/metrics")
         response.raise_for_status()
     except httpx.HTTPError:
@@ -131,7 +142,7 @@ def instances_prefix(namespace: str, component: str) -> str:
 async def served_models(endpoint: str) -> list[str]:
     """Model ids the OpenAI endpoint lists (empty while it is not up)."""
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        async with _client() as client:
             response = await client.get(f"{endpoint}/models")
         response.raise_for_status()
         return [model["id"] for model in response.json().get("data", [])]
@@ -142,7 +153,7 @@ async def served_models(endpoint: str) -> list[str]:
 async def http_ok(url: str) -> bool:
     """A GET of `url` answers 200."""
     try:
-        async with httpx.AsyncClient(timeout=PROBE_TIMEOUT_S) as client:
+        async with _client() as client:
             return (await client.get(url)).status_code == 200
     except httpx.HTTPError:
         return False
