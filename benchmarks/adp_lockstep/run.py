@@ -1,7 +1,7 @@
 """How far attention-DP lockstep moves the aggregated front (gpt-oss-120b, 8 x B200, 32k / 256).
 
 Dynamo 1.6's mocker steps the attention-DP ranks of one worker together, as TensorRT-LLM does
-(tests/test_perf_lockstep.py shows it): a prefill chunk on one rank stalls the decode step of
+(tests/perf/test_lockstep.py shows it): a prefill chunk on one rank stalls the decode step of
 every rank of its worker. This replays the published aggregated recipe (2 x TP4/EP4 with
 attention DP, 16k-token steps; graphs/agg.yaml) as it runs, and once more with each of its 8
 ranks as an independent worker on the same per-rank timing profile: what the model would say

@@ -2,7 +2,7 @@
 
 `chat_template.jinja` turns OpenAI chat messages into the tokens openai-harmony's
 `render_conversation_for_completion(conversation, Role.ASSISTANT)` produces for the
-harmony conversation below; tests/test_assets.py checks this token for token, with
+harmony conversation below; tests/assets/test_assets.py checks this token for token, with
 Jinja2 and with minijinja (the engine inside Dynamo's frontend).
 
 How OpenAI messages become harmony messages:

@@ -35,7 +35,7 @@ def node_graph(
                                     "monitoring_port": ports["nats_monitoring"]},
                            "tls": tls},
         "frontend": {"host": nodes.addresses[center], "port": ports["frontend"], "dynamo_port": ports["dynamo"]},
-        "gateway": {"auth": "none"},  # the namespaces are private; tests/test_gateway_keys.py tries the keys
+        "gateway": {"auth": "none"},  # the namespaces are private; tests/gateway/test_keys.py tries the keys
         "pools": {role: {"workers": len(on), "engine": "mocker", "nodes": on, "system_port": ports[role]}
                   for role, on in pools.items()},
     }  # fmt: skip

@@ -2,7 +2,7 @@
 handed to the mocker engine (dynamo_oss.engines.mocker) as a `SimulatedTiming`.
 
 How the mocker of ai-dynamo 1.6.0 uses a `dynamo_profile` (read from its perf_model and
-tried with its offline replay; see tests/test_perf_profiles.py):
+tried with its offline replay; see tests/perf/test_profiles.py):
 
 - a prefill pass costs prefill_ttft_ms interpolated at the pass's new tokens (batch times
   new tokens per prompt, prefix hits excluded), extrapolated linearly; a prompt longer than

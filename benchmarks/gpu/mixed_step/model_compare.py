@@ -19,7 +19,7 @@ each read from the model's own code:
   decode time: the aggregated profile's prefill curve at C, built beside B decodes
   (profiles.prefill_curve_ms, as replay.batch_beside_chunk sets B), plus the decode step at B.
 Attention DP (tp 2, EP 2): the mocker steps ranks together and a step lasts as long as its slowest
-rank (tests/test_perf_lockstep.py), so rank 1's step beside rank 0's chunk is rank 0's `mocker` step
+rank (tests/perf/test_lockstep.py), so rank 1's step beside rank 0's chunk is rank 0's `mocker` step
 from the per-rank profile, which assumes every rank carries the same tokens (moe_tokens = tokens x
 ranks).
 """

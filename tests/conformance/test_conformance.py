@@ -1,0 +1,120 @@
+"""Harmony end to end: `dynamo conformance` against our disaggregated graph on the mocker, served
+as the README serves it, passes every case; against Dynamo's stock mocker, which parses no
+harmony, it fails and says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dynamo_oss.assets import ENCODINGS_ENV, model_folder, tiktoken_encodings_dir
+from dynamo_oss.catalog.models import GPT_OSS_120B
+from dynamo_oss.conformance.cases import CASES
+from tests.support.commands import run_dynamo
+from tests.support.graphs import shipped_graph_on_free_ports
+from tests.support.ports import free_ports
+from tests.support.served import start_serving, wait_ready
+from tests.support.waiting import wait_for
+
+MODEL = "openai/gpt-oss-120b"
+
+
+@pytest.fixture(scope="module")
+def replay_trace(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    trace = tmp_path_factory.mktemp("trace") / "conformance.jsonl"
+    result = run_dynamo("conformance", "--write-mocker-responses", str(trace))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return trace
+
+
+def conformance(url: str) -> tuple[int, list[dict]]:
+    result = run_dynamo("conformance", url, "--model", MODEL, "--json", timeout_s=300)
+    return result.returncode, json.loads(result.stdout)
+
+
+def test_replay_trace_holds_every_replayed_case(replay_trace: Path) -> None:
+    rows = [json.loads(line) for line in replay_trace.read_text().splitlines()]
+    assert {row["request_id"] for row in rows} == {case.name for case in CASES if case.replay}
+    assert all(row["output_length"] == len(row["output_token_ids"]) for row in rows)
+    # Every replayed completion ends as a model's would: <|return|> (200002) or <|call|> (200012).
+    assert {row["output_token_ids"][-1] for row in rows} <= {200002, 200012}
+
+
+@pytest.mark.graph
+def test_every_case_passes_against_the_disaggregated_mocker_graph(tmp_path: Path) -> None:
+    served = start_serving(shipped_graph_on_free_ports("disagg.yaml", tmp_path), tmp_path / "run")  # no extra flags
+    try:
+        wait_ready(served)
+        code, results = conformance(served.endpoint.removesuffix("/v1"))  # the root, as aiperf takes it
+        failed = {r["case"]: r["reasons"] for r in results if r["verdict"] != "pass"}
+        assert failed == {}
+        assert code == 0
+        assert len(results) == len(CASES)
+        # Healthy traffic, every API and tools included: no process of the graph says WARN on the terminal.
+        warned = [line for line in served.output.read_text().splitlines() if " WARN " in line or "[WRN]" in line]
+        assert warned == [], warned
+    finally:
+        served.stop()
+
+
+@pytest.fixture
+def stock_mocker_endpoint(replay_trace: Path, tmp_path: Path) -> Iterator[str]:
+    """Dynamo's frontend and its stock mocker, which registers no gpt-oss parsers: the harmony
+    tokens it replays reach clients as text, as on a server with the parsers left out."""
+    http_port, system_port = free_ports(2)
+    folder = model_folder(GPT_OSS_120B)
+    env = {
+        **os.environ,
+        "DYN_DISCOVERY_BACKEND": "file",
+        "DYN_FILE_KV": str(tmp_path / "discovery"),
+        ENCODINGS_ENV: str(tiktoken_encodings_dir()),
+    }
+    log = (tmp_path / "stock.log").open("w")
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(http_port)],
+            env=env, stdout=log, stderr=subprocess.STDOUT,
+        ),
+        subprocess.Popen(
+            [sys.executable, "-m", "dynamo.mocker", "--model-path", str(folder), "--model-name", MODEL,
+             "--max-model-len", "131072", "--response-replay-trace-path", str(replay_trace)],
+            env={**env, "DYN_SYSTEM_PORT": str(system_port)}, stdout=log, stderr=subprocess.STDOUT,
+        ),
+    ]  # fmt: skip
+    url = f"http://127.0.0.1:{http_port}/v1"
+
+    def served() -> bool:
+        try:
+            return MODEL in httpx.get(f"{url}/models", timeout=2).text
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for(served, 60, "the stock mocker to be served")
+        yield url
+    finally:
+        for process in processes:
+            process.terminate()
+        for process in processes:
+            try:
+                process.wait(30)
+            except subprocess.TimeoutExpired:
+                process.kill()
+        log.close()
+
+
+def test_conformance_fails_a_server_that_leaks_harmony_tokens(stock_mocker_endpoint: str) -> None:
+    code, results = conformance(stock_mocker_endpoint)
+    assert code == 1
+    by_case = {r["case"]: r for r in results}
+    assert by_case["final-answer"]["verdict"] == "fail"
+    assert any("leak into content" in reason for reason in by_case["final-answer"]["reasons"])
+    assert by_case["tool-call"]["verdict"] == "fail"
+    assert any("no tool call returned" in reason for reason in by_case["tool-call"]["reasons"])

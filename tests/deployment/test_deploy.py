@@ -1,0 +1,231 @@
+"""`dynamo deploy`: the shipped graphs as Kubernetes manifests for Dynamo's operator, validated offline
+against the DynamoGraphDeployment CRD and Kubernetes' own schemas, and equal to their copies in deploy/."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import dynamo.profiler
+import pytest
+import yaml
+
+from dynamo_oss.cli.check import plan_graph
+from dynamo_oss.deployment.kubernetes import CONFIG_MOUNT, ClusterTarget, render_manifests
+from dynamo_oss.deployment.model import build_deployment
+from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.planner.settings import planner_config
+from tests.support.commands import REPO, run_dynamo
+from tests.support.manifest_schemas import manifest_errors
+
+CHECKED_IN = REPO / "deploy" / "kubernetes"
+RENDERED = ["disagg.yaml", "agg.yaml"]  # the graphs whose manifests deploy/kubernetes holds
+SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
+
+
+def render(graph: Path, **target: object) -> list[dict]:
+    options = {"image": "registry.example/dynamo-oss:test", **target}
+    deployment = build_deployment(load_graph(graph))
+    return render_manifests(deployment, ClusterTarget(**options), planner_config(deployment))
+
+
+def by_kind(manifests: list[dict], kind: str) -> list[dict]:
+    return [manifest for manifest in manifests if manifest["kind"] == kind]
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_dynamo_deploy_prints_the_checked_in_manifests(name: str) -> None:
+    printed = run_dynamo("deploy", f"graphs/{name}")
+    assert printed.returncode == 0, printed.stderr
+    assert printed.stdout == (CHECKED_IN / name).read_text(), (
+        f"deploy/kubernetes/{name} is stale: run `uv run dynamo deploy graphs/disagg.yaml graphs/agg.yaml "
+        "--out deploy/kubernetes`"
+    )
+
+
+def test_check_reports_a_stale_copy(tmp_path: Path) -> None:
+    written = run_dynamo("deploy", "graphs/agg.yaml", "--out", str(tmp_path))
+    assert written.returncode == 0 and (tmp_path / "agg.yaml").is_file()
+    assert run_dynamo("deploy", "graphs/agg.yaml", "--out", str(tmp_path), "--check").returncode == 0
+    (tmp_path / "agg.yaml").write_text((tmp_path / "agg.yaml").read_text().replace("replicas: 2", "replicas: 3"))
+    stale = run_dynamo("deploy", "graphs/agg.yaml", "--out", str(tmp_path), "--check")
+    assert stale.returncode == 1 and "agg.yaml: out of date" in stale.stdout
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_checked_in_manifests_validate(name: str) -> None:
+    manifests = list(yaml.safe_load_all((CHECKED_IN / name).read_text()))
+    kinds = ["ConfigMap", "DynamoGraphDeployment", "PodMonitor", "ConfigMap", "PrometheusRule"]
+    assert [m["kind"] for m in manifests] == kinds
+    for manifest in manifests:
+        if manifest["kind"] not in ("PodMonitor", "PrometheusRule"):  # prometheus-operator's: no schema kept here
+            assert manifest_errors(manifest) == [], manifest["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", RENDERED)
+def test_the_prometheus_rule_holds_the_graphs_alert_rules_for_its_pods_series(name: str, tmp_path: Path) -> None:
+    """prometheus-operator loads the PrometheusRule's groups as a rule file: promtool checks them as one; the
+    rules select the graph's series by the `graph` label its PodMonitor gives every one of them."""
+    manifests = list(yaml.safe_load_all((CHECKED_IN / name).read_text()))
+    (rule,) = by_kind(manifests, "PrometheusRule")
+    graph = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump(rule["spec"]))
+    checked = subprocess.run(
+        ["promtool", "check", "rules", str(tmp_path / "rules.yml")], capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert f'graph="{graph}"' in rule["spec"]["groups"][0]["rules"][0]["expr"]
+    (monitor,) = by_kind(manifests, "PodMonitor")
+    assert all({"targetLabel": "graph", "replacement": graph} in endpoint["relabelings"]
+               for endpoint in monitor["spec"]["podMetricsEndpoints"])  # fmt: skip
+
+
+@pytest.mark.parametrize("graph", SHIPPED, ids=lambda path: path.name)
+def test_every_shipped_graph_renders_valid_manifests_with_every_option(graph: Path) -> None:
+    manifests = render(graph, namespace="llm", model_cache="gpt-oss-cache", dashboards={"a.json": "{}\n"})
+    for manifest in manifests:
+        assert manifest["metadata"]["namespace"] == "llm"
+        if manifest["kind"] not in ("PodMonitor", "PrometheusRule"):
+            assert manifest_errors(manifest) == [], manifest["metadata"]["name"]
+
+
+def test_the_validators_refuse_what_kubernetes_would_prune_or_reject() -> None:
+    graph = by_kind(render(REPO / "graphs" / "disagg.yaml"), "DynamoGraphDeployment")[0]
+    misspelt = json.loads(json.dumps(graph))
+    misspelt["spec"]["components"][1]["replica"] = 2
+    assert any("'replica' was unexpected" in error for error in manifest_errors(misspelt))
+    old_style = json.loads(json.dumps(graph))
+    old_style["spec"]["components"][1]["type"] = "main"  # v1alpha1's componentType
+    assert any("spec.components.1.type" in error for error in manifest_errors(old_style))
+    bad_container = json.loads(json.dumps(graph))
+    bad_container["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["gpus"] = 4
+    assert manifest_errors(bad_container)
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"a": 1}}
+    assert manifest_errors(config)
+
+
+def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files() -> None:
+    manifests = render(REPO / "graphs" / "disagg-1p1d.yaml", model_cache="gpt-oss-cache")
+    config_map, graph = manifests[0], by_kind(manifests, "DynamoGraphDeployment")[0]
+    components = {component["name"]: component for component in graph["spec"]["components"]}
+    assert [c["type"] for c in components.values()] == ["frontend", "prefill", "decode"]
+    for role in ("prefill", "decode"):
+        engine_file = (REPO / "graphs" / "engines" / "gpt-oss-120b" / f"b200-{role}.yaml").read_text()
+        assert config_map["data"][f"{role}.yaml"] == engine_file
+        component = components[role]
+        assert component["replicas"] == 1
+        container = component["podTemplate"]["spec"]["containers"][0]
+        assert container["resources"]["limits"] == {"nvidia.com/gpu": "4"}
+        env = {item["name"]: item["value"] for item in container["env"]}
+        assert env["TRTLLM_ENABLE_PDL"] == "1" and env["HF_HOME"] == "/opt/models"
+        volumes = {volume["name"]: volume for volume in component["podTemplate"]["spec"]["volumes"]}
+        assert volumes["model-cache"]["persistentVolumeClaim"]["claimName"] == "gpt-oss-cache"
+        assert volumes["dynamo-oss-config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    frontend = components["frontend"]["podTemplate"]["spec"]["containers"]
+    assert [c["name"] for c in frontend] == ["main", "gateway"]
+    args = frontend[0]["args"]
+    assert args[args.index("--router-mode") + 1] == "kv" and args[args.index("--migration-limit") + 1] == "3"
+    assert args[args.index("--http-host") + 1] == "127.0.0.1"  # only the gateway faces the Service
+
+
+def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names() -> None:
+    manifests = render(REPO / "graphs" / "agg.yaml")
+    monitor = by_kind(manifests, "PodMonitor")[0]
+    name = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
+    assert monitor["spec"]["selector"]["matchLabels"] == {"nvidia.com/dynamo-graph-deployment-name": name}
+    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {
+        "http",
+        "system",
+        "metrics",
+        "gateway-metrics",
+    }
+    # The frontend's traffic carries the namespace Dynamo's planner looks for: the operator's DYN_NAMESPACE.
+    http = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "http")
+    assert http["relabelings"][1:] == [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
+                                    "replacement": f"$1-{name}"}]  # fmt: skip
+
+
+def test_the_dashboards_ride_along_as_a_grafana_config_map() -> None:
+    printed = run_dynamo("deploy", "graphs/disagg.yaml")
+    (dashboards,) = [m for m in yaml.safe_load_all(printed.stdout) if m["metadata"]["name"].endswith("-dashboards")]
+    assert dashboards["metadata"]["labels"]["grafana_dashboard"] == "1"
+    for name, text in dashboards["data"].items():
+        assert text == (REPO / "deploy" / "grafana" / "dashboards" / name).read_text()
+
+
+def test_worker_command_lines_parse_with_dynamos_own_parser_against_the_mounted_files(
+    trtllm_parse_args,  # noqa: ANN001 - Dynamo's parse_args
+    tmp_path: Path,
+) -> None:
+    """What the pods run: the ConfigMap's files where the mount puts them, and $(DYN_NAMESPACE)
+    expanded from the operator's environment, the way the kubelet does."""
+    manifests = render(REPO / "graphs" / "disagg.yaml")
+    for name, text in manifests[0]["data"].items():
+        (tmp_path / name).write_text(text)
+    components = by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"]
+    workers = [component for component in components if component["type"] in ("prefill", "decode")]
+    assert len(workers) == 2
+    for component in workers:
+        argv = component["podTemplate"]["spec"]["containers"][0]["args"]
+        assert argv[:2] == ["-m", "dynamo.trtllm"]
+        mounted = [arg.replace(str(CONFIG_MOUNT), str(tmp_path)) for arg in argv[2:]]
+        expanded = [re.sub(r"\$\(DYN_NAMESPACE\)", "default-gpt-oss-120b-disagg", arg) for arg in mounted]
+        config = trtllm_parse_args(expanded)
+        assert config.namespace == "default-gpt-oss-120b-disagg"
+        assert config.disaggregation_mode.value == component["type"]
+        assert Path(config.extra_engine_args).read_text() == manifests[0]["data"][f"{component['type']}.yaml"]
+
+
+def test_the_readmes_graph_brings_the_sla_planner_with_its_kubernetes_connector(
+    graph_folder: Path, dynamo_planner_config: type
+) -> None:
+    graph = REPO / "graphs" / "disagg.yaml"
+    manifests = render(graph)
+    components = by_kind(manifests, "DynamoGraphDeployment")[0]["spec"]["components"]
+    planner = components[-1]
+    assert planner["type"] == "planner" and planner["replicas"] == 1
+    args = planner["podTemplate"]["spec"]["containers"][0]["args"]
+    assert args[:2] == ["-m", "dynamo_oss.planner"]  # the image carries the project, plugin included
+    config = json.loads(args[args.index("--config") + 1])
+    assert config["environment"] == "kubernetes" and config["mode"] == "disagg"
+    plugins = {p["class"]: p for p in config["plugin_registration"]["in_process_plugins"]}
+    assert plugins["SlaPropose"]["kwargs"]["ranges"] == {
+        "prefill": {"min": 1, "max": 4},
+        "decode": {"min": 1, "max": 6},
+    }
+    assert plugins["LoadForecast"]["plugin_type"] == "predict"
+    # Dynamo's own configuration model accepts it, plugins and all.
+    assert dynamo_planner_config.model_validate(config).plugin_registration.in_process_plugins[1].kwargs["itl_ms"] == 20
+    # Everything but the connector matches what the planner runs with on one host.
+    _, host = plan_graph(graph, graph_folder / "run")
+    host_config = json.loads(next(f for f in host.files if f.path.name == "planner.json").content)
+    assert {k: v for k, v in config.items() if k != "environment"}.items() <= host_config.items()
+    assert {c["name"]: c["replicas"] for c in components if c["type"] != "planner"} == {
+        "frontend": 1,
+        "prefill": 1,
+        "decode": 1,
+    }  # fmt: skip - the autoscale minimums
+    assert manifest_errors(by_kind(manifests, "DynamoGraphDeployment")[0]) == []
+
+
+def test_graphs_a_cluster_cannot_run_are_refused_naming_the_field(graph_folder: Path) -> None:
+    source = yaml.safe_load((REPO / "graphs" / "disagg.yaml").read_text())
+    source["pools"]["decode"] = {"workers": 1, "engine": "mocker"}
+    source["pools"]["prefill"]["engine_args"] = str(REPO / "graphs" / source["pools"]["prefill"]["engine_args"])
+    source["name"] = "a-name-kubernetes-would-cut-short-in-its-service-names-x"
+    graph = graph_folder / "local.yaml"
+    graph.write_text(yaml.safe_dump(source))
+    refused = run_dynamo("deploy", str(graph), "--out", str(graph_folder / "out"))
+    assert refused.returncode == 2
+    assert "pools.decode.engine: is mocker" in refused.stderr and "name: is 56 characters" in refused.stderr
+    assert not (graph_folder / "out").exists()  # nothing half-written
+
+
+def test_the_kept_crd_schema_accepts_the_dynamo_1_6_wheels_own_templates() -> None:
+    """A check on the schema's version: ai-dynamo 1.6.0 ships DynamoGraphDeployments of its own."""
+    templates = sorted((Path(dynamo.profiler.__file__).parent / "templates" / "dgd").glob("*/*.yaml"))
+    assert len(templates) >= 5
+    for template in templates:
+        assert manifest_errors(yaml.safe_load(template.read_text())) == [], template

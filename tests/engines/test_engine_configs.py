@@ -1,0 +1,59 @@
+"""Every TensorRT-LLM engine file the graphs ship, and every one `dynamo plan` writes, is one TensorRT-LLM
+would accept: checked against the LLM API arguments of the version ai-dynamo 1.6.0's trtllm extra pins
+(deploy/schemas/, see its README), where unknown keys are errors as they are in TensorRT-LLM
+(extra="forbid")."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from dynamo_oss.perf.graphs import graph_files, layout_from_file
+from tests.support.commands import REPO
+
+SCHEMA = json.loads((REPO / "deploy" / "schemas" / "trtllm-llm-args-1.3.0rc29.json").read_text())
+LLM_ARGS = jsonschema.Draft202012Validator(SCHEMA)
+ENGINE_FILES = sorted((REPO / "graphs" / "engines").rglob("*.yaml"))
+
+
+def errors(document: dict) -> list[str]:
+    return [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in LLM_ARGS.iter_errors(document)]
+
+
+@pytest.mark.parametrize("path", ENGINE_FILES, ids=lambda path: path.name)
+def test_engine_file_validates_against_tensorrt_llm_llm_args(path: Path) -> None:
+    assert errors(yaml.safe_load(path.read_text())) == []
+
+
+def test_every_graph_names_a_checked_engine_file() -> None:
+    named = set()
+    for graph in (REPO / "graphs").glob("*.yaml"):
+        for pool in yaml.safe_load(graph.read_text())["pools"].values():
+            named.add((graph.parent / pool["engine_args"]).resolve())
+    assert named and named <= {path.resolve() for path in ENGINE_FILES}
+
+
+def test_the_schema_refuses_what_tensorrt_llm_refuses() -> None:
+    engine = yaml.safe_load((REPO / "graphs" / "engines" / "gpt-oss-120b" / "b200-decode.yaml").read_text())
+    for change, where in [
+        ({"max_num_token": 8192}, "max_num_token"),  # a misspelt key
+        ({"kv_cache_config": {**engine["kv_cache_config"], "dtype": "fp4"}}, "kv_cache_config.dtype"),
+        ({"moe_config": {"backend": "cutlass"}}, "moe_config.backend"),  # the values are case-sensitive
+        ({"cache_transceiver_config": {"backend": "NIXL", "buffer_tokens": 1}}, "cache_transceiver_config"),
+        ({"tensor_parallel_size": "4"}, "tensor_parallel_size"),
+    ]:
+        found = errors({**engine, **change})
+        assert found and any(where in error for error in found), (change, found)
+
+
+@pytest.mark.parametrize("graph", ["disagg.yaml", "agg.yaml", "disagg-h200.yaml"])
+def test_the_engine_files_dynamo_plan_writes_validate_too(graph: str) -> None:
+    files = graph_files(layout_from_file(REPO / "graphs" / graph), "planned")
+    engine_files = {name: text for name, text in files.items() if name.startswith("engines/")}
+    assert engine_files
+    for name, text in engine_files.items():
+        assert errors(yaml.safe_load(text)) == [], name

@@ -1,0 +1,131 @@
+"""Hostile and malformed requests against a served graph: each gets a 4xx with an OpenAI error body
+(never a 5xx, never plain text), and the graph is as healthy afterwards as before. Named cases cover
+what a first fault run found; hypothesis then generates bodies of the same kinds."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.support.graphs import write_graph
+from tests.support.served import ServedGraph, serving
+
+MODEL = "openai/gpt-oss-20b"
+ROUTES = ["/chat/completions", "/completions", "/responses"]
+HUGE_TEXT = "word " * 220_000  # about 1.1 MB and past the 131,072-token context
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    folder = tmp_path_factory.mktemp("hostile")
+    with serving(write_graph(folder), folder / "run") as graph:
+        yield graph
+
+
+@pytest.fixture(scope="module")
+def client(served: ServedGraph) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=served.endpoint, timeout=60) as http:
+        yield http
+
+
+def assert_openai_4xx(reply: httpx.Response) -> None:
+    assert 400 <= reply.status_code < 500, (reply.status_code, reply.text[:300])
+    assert reply.headers["content-type"].startswith("application/json"), reply.text[:300]
+    error = reply.json()["error"]
+    assert isinstance(error["message"], str) and error["message"]
+    assert set(error) == {"message", "type", "param", "code"}
+
+
+def post(client: httpx.Client, route: str, content: bytes, **headers: str) -> httpx.Response:
+    return client.post(route, content=content, headers={"content-type": "application/json", **headers})
+
+
+def body(**fields: object) -> bytes:
+    return json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 8, **fields}).encode()
+
+
+NAMED_CASES = {
+    "deep nesting": ("/chat/completions", b"[" * 200_000 + b"]" * 200_000),
+    "deep nesting inside a message": ("/chat/completions", b'{"model": "' + MODEL.encode() + b'", "messages": '
+                                      + b"[" * 50_000 + b"]" * 50_000 + b"}"),
+    "invalid UTF-8": ("/chat/completions", b'{"model": "\xff\xfe", "messages": []}'),
+    "not JSON": ("/completions", b"{model: gpt}"),
+    "empty body": ("/chat/completions", b""),
+    "a JSON array": ("/chat/completions", b"[1, 2, 3]"),
+    "huge chat prompt": ("/chat/completions", body(messages=[{"role": "user", "content": HUGE_TEXT}])),
+    "huge completion prompt": ("/completions", json.dumps({"model": MODEL, "prompt": HUGE_TEXT}).encode()),
+    "huge completion prompt list": ("/completions", json.dumps({"model": MODEL, "prompt": ["a", HUGE_TEXT]}).encode()),
+    "huge responses input": ("/responses", json.dumps({"model": MODEL, "input": HUGE_TEXT}).encode()),
+    "messages of the wrong type": ("/chat/completions", body(messages="hello")),
+    "a message of the wrong type": ("/chat/completions", body(messages=[42])),
+    "max_tokens as a string": ("/chat/completions", body(max_tokens="8")),
+    "negative max_tokens": ("/chat/completions", body(max_tokens=-5)),
+    "huge max_tokens": ("/chat/completions", body(max_tokens=10**12)),
+    "temperature as a word": ("/chat/completions", body(temperature="hot")),
+    "n of 5": ("/chat/completions", body(n=5)),
+    "n of 5 on completions": ("/completions", json.dumps({"model": MODEL, "prompt": "hi", "n": 5}).encode()),
+    "thousands of tools": ("/chat/completions", body(tools=[
+        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object", "properties": {
+            "x": {"type": "banana"}}}}} for i in range(3000)])),
+    "a prompt of token ids past the vocabulary": ("/completions", json.dumps(
+        {"model": MODEL, "prompt": [10**9, -1], "max_tokens": 4}).encode()),
+    "no model": ("/chat/completions", json.dumps({"messages": MESSAGES}).encode()),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", NAMED_CASES)
+def test_a_hostile_request_gets_an_openai_4xx(client: httpx.Client, case: str) -> None:
+    route, content = NAMED_CASES[case]
+    assert_openai_4xx(post(client, route, content))
+
+
+def test_a_huge_header_gets_an_openai_4xx(client: httpx.Client) -> None:
+    assert_openai_4xx(post(client, "/chat/completions", body(), **{"x-padding": "a" * 200_000}))
+
+
+def test_a_body_past_the_limit_gets_an_openai_413(client: httpx.Client) -> None:
+    reply = post(client, "/chat/completions", b" " * (65 * 2**20))
+    assert reply.status_code == 413
+    assert_openai_4xx(reply)
+
+
+JSON_LEAVES = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False),
+    st.text(max_size=40),
+)  # fmt: skip
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=30,
+)
+FIELDS = ["model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens", "max_output_tokens",
+          "n", "tools", "tool_choice", "temperature", "stream", "stop", "response_format", "logprobs"]  # fmt: skip
+# A request with most fields right and a few wrong: it gets past the first checks to the deeper ones.
+HOSTILE_BODIES = st.fixed_dictionaries(
+    {"model": st.sampled_from([MODEL, "", "nope", 7])},
+    optional={field: JSON_VALUES for field in FIELDS[1:]},
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(route=st.sampled_from(ROUTES), request=HOSTILE_BODIES)
+def test_generated_requests_never_get_a_5xx_or_plain_text(client: httpx.Client, route: str, request: dict) -> None:
+    if request.get("stream") is True:
+        request["stream"] = False  # a streamed 200 has no JSON body to check; its errors are the same
+    reply = post(client, route, json.dumps(request).encode())
+    if reply.status_code == 200:
+        return  # a request hypothesis made valid by chance
+    assert_openai_4xx(reply)
+
+
+def test_the_graph_is_healthy_after_the_hostile_requests(served: ServedGraph, client: httpx.Client) -> None:
+    """Runs last in this module (pytest keeps file order): nothing above restarted a process."""
+    assert [p["restarts"] for p in served.state()["processes"]] == [0] * len(served.state()["processes"])
+    reply = client.post("/chat/completions", content=body(), headers={"content-type": "application/json"})
+    assert reply.status_code == 200 and reply.json()["choices"][0]["message"]

@@ -1,0 +1,147 @@
+"""Exposure: every listener a graph starts binds loopback, except the OpenAI endpoint, which follows
+`frontend.host`; an endpoint beyond loopback requires API keys, and `dynamo check` (and `serve`) warn
+when a graph leaves it open on purpose (`gateway.auth: none`).
+
+The live tests list the listening TCP sockets of the whole `dynamo serve` process tree (etcd, NATS,
+Prometheus, the gateway, Dynamo's frontend, workers and planner, the launcher's control API and metrics),
+on a graph with an autoscaled pool so that Dynamo's planner runs too.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import psutil  # installed with aiperf
+import pytest
+import yaml
+
+from dynamo_oss.cli import main
+from tests.support.graphs import observed, write_graph
+from tests.support.ports import free_ports
+from tests.support.served import ServedGraph, serving
+from tests.support.waiting import wait_for
+
+WARNING = "the endpoint is open to the network with no authentication in front"
+LOOPBACK = ("127.0.0.1", "::1")
+# Processes of the graph that listen at all; the actuator and the engines' helpers do not.
+LISTENING = {"launcher", "etcd", "nats", "prometheus", "gateway", "frontend", "prefill-0", "decode-0", "planner"}
+
+
+KEY = "sk-exposure-test"
+
+
+def autoscaled_graph(folder: Path, host: str) -> Path:
+    """write_graph's disaggregated mocker graph on free ports, its endpoint on `host` (behind an API
+    key), with decode autoscaled (so Dynamo's planner runs) and an embedded Prometheus."""
+    path = write_graph(folder)
+    graph = yaml.safe_load(path.read_text())
+    (folder / "api-keys").write_text(f"tests {KEY}\n")
+    graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
+    decode_port, _, prometheus, launcher = free_ports(4)  # decode workers take decode_port + 0..1
+    graph["hardware"]["gpus"] = 3
+    graph["frontend"]["host"] = host
+    graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": decode_port}
+    graph["planner"] = {"ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2}
+    graph["observability"] = observed(prometheus, launcher)
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+def listeners(served: ServedGraph) -> list[tuple[str, str, int]]:
+    """(process, address, port) for every TCP socket listening in `dynamo serve`'s process tree, each
+    named by the graph process it belongs to (state.json's names; "launcher" for serve itself)."""
+    launcher = psutil.Process(served.process.pid)
+    names = {p["pid"]: p["name"] for p in served.state().get("processes", []) if p.get("pid")}
+    names[launcher.pid] = "launcher"
+    rows = []
+    for process in [launcher, *launcher.children(recursive=True)]:
+        try:
+            sockets = process.net_connections(kind="tcp")
+            owner = next((names[p.pid] for p in [process, *process.parents()] if p.pid in names), process.name())
+        except psutil.NoSuchProcess:
+            continue  # exited since the listing began
+        rows += [(owner, s.laddr.ip, s.laddr.port) for s in sockets if s.status == psutil.CONN_LISTEN]
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module", params=["127.0.0.1", "0.0.0.0"])
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    folder = tmp_path_factory.mktemp("exposure")
+    with serving(autoscaled_graph(folder, request.param), folder / "run") as graph:
+        yield graph
+
+
+def test_every_listener_binds_loopback_but_the_endpoint(served: ServedGraph) -> None:
+    graph = yaml.safe_load(served.graph.read_text())
+    host, port = graph["frontend"]["host"], graph["frontend"]["port"]
+    # A request first, so anything opened on the request path is open; the planner opens its listener
+    # after the graph is ready.
+    reply = httpx.post(f"{served.endpoint}/chat/completions", timeout=60, headers={"authorization": f"Bearer {KEY}"},
+                       json={"model": "openai/gpt-oss-20b", "messages": [{"role": "user", "content": "hi"}],
+                             "max_tokens": 8})  # fmt: skip
+    assert reply.status_code == 200, reply.text
+    wait_for(lambda: any(name == "planner" for name, _, _ in listeners(served)), 60, "Dynamo's planner to listen")
+    found = listeners(served)
+    table = "\n".join(f"  {name:<10} {address}:{number}" for name, address, number in found)
+    assert {name for name, _, _ in found} >= LISTENING, f"a process of the graph is missing:\n{table}"
+    endpoint = [(name, address) for name, address, number in found if number == port]
+    assert endpoint == [("gateway", host)], f"the endpoint should be the gateway's, on {host}:\n{table}"
+    exposed = [row for row in found if row[2] != port and row[1] not in LOOPBACK]
+    assert exposed == [], f"listeners off loopback:\n{table}"
+    print(f"listeners of the graph (frontend.host {host}):\n{table}")
+
+
+def test_serve_does_not_warn_of_an_endpoint_behind_keys(served: ServedGraph) -> None:
+    assert "warning: frontend.port listens" not in served.output.read_text(), served.output.read_text()[-3000:]
+
+
+def check(capsys: pytest.CaptureFixture[str], graph: Path, *args: str) -> tuple[str, str]:
+    """`dynamo check GRAPH --engine mocker` in this process: (stdout, stderr)."""
+    code = main(["check", str(graph), "--engine", "mocker", *args])
+    out, err = capsys.readouterr()
+    assert code == 0, out + err
+    return out, err
+
+
+@pytest.mark.parametrize(("host", "open_to_network"), [("0.0.0.0", True), ("::", True), ("127.0.0.1", False),
+                                                       ("::1", False)])  # fmt: skip
+def test_check_warns_when_the_endpoint_is_open_to_the_network(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, host: str, open_to_network: bool
+) -> None:
+    graph = write_graph(tmp_path)
+    spec = yaml.safe_load(graph.read_text())
+    spec["frontend"]["host"] = host
+    spec["gateway"] = {"auth": "none"}  # open on purpose
+    graph.write_text(yaml.safe_dump(spec))
+    out, err = check(capsys, graph)
+    warnings = [line for line in (out + err).splitlines() if line.startswith("warning:")]
+    if open_to_network:
+        assert len(warnings) == 1 and WARNING in warnings[0], out + err
+        assert warnings[0].startswith(f"warning: frontend.port listens on {host}:{spec['frontend']['port']}")
+        assert "authenticating proxy or a firewall" in warnings[0]
+    else:
+        assert warnings == [], out + err
+
+
+def test_check_plans_every_internal_listener_on_loopback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    """With the endpoint open to the network, the plan keeps all else on loopback, spare worker slots
+    included, and gives every Dynamo process the loopback binds."""
+    out, _ = check(capsys, autoscaled_graph(tmp_path, "0.0.0.0"), "--json")
+    plan = json.loads(out)
+    processes = plan["processes"] + plan["spare_workers"]
+    assert [p["name"] for p in plan["spare_workers"]] == ["decode-1"]
+    uses = [use for p in processes for use in p["ports"]] + [plan["launcher_metrics"]]
+    assert [use["field"] for use in uses if use["host"] != "127.0.0.1"] == ["frontend.port"]
+    dynamo = [p for p in processes if p["kind"] in ("frontend", "worker", "planner")]
+    assert {p["name"] for p in dynamo} >= {"frontend", "prefill-0", "decode-0", "decode-1", "planner", "actuator"}
+    for process in dynamo:
+        env = process["env"]
+        binds = [env.get(key) for key in ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_SYSTEM_HOST")]
+        assert binds == ["127.0.0.1"] * 3 and env["DYN_REQUEST_PLANE"] == "tcp", process["name"]
+        assert env["DYN_EVENT_PLANE"] == "nats", process["name"]  # ZMQ publishers would bind 0.0.0.0
+    etcd = next(p["argv"] for p in processes if p["name"] == "etcd")
+    urls = [etcd[i + 1] for i, flag in enumerate(etcd) if flag.startswith("--listen-")]
+    assert len(urls) == 2 and all(url.startswith("http://127.0.0.1:") for url in urls)

@@ -1,0 +1,159 @@
+"""One graph over three nodes, each a network namespace of this machine running `dynamo serve
+GRAPH --node NAME` on the mocker: the infrastructure and frontend on `head`, prefill on `prefill`,
+decode on `decode`, etcd, NATS and Dynamo's request plane under mutual TLS. Traffic goes only to
+the namespaces' own addresses."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from dynamo_oss.bench.certificates import write_certificates
+from dynamo_oss.bench.multinode import PORT_FIELDS, ServedNodes, node_graph
+from dynamo_oss.bench.netns import Nodes
+from dynamo_oss.bench.streams import Outcome, read_outcomes
+from tests.support.ports import free_ports
+from tests.support.waiting import wait_for
+
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"), pytest.mark.graph]
+
+NODES = ["head", "prefill", "decode"]
+LEASE_S = 30  # the etcd lease Dynamo 1.6 grants a worker (etcdctl lease timetolive): a worker cut off leaves discovery within it
+MODEL = "openai/gpt-oss-20b"
+
+
+def three_node_graph(folder: Path, nodes: Nodes) -> Path:
+    ports = dict(zip(PORT_FIELDS, free_ports(len(PORT_FIELDS))))  # as every test's graph, though the nodes are private
+    tls = write_certificates(folder / "certs", nodes.addresses)
+    graph = node_graph("three-nodes", nodes, "head", {"prefill": ["prefill"], "decode": ["decode"]}, ports, tls)
+    path = folder / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[ServedNodes]:
+    with Nodes(NODES) as nodes:
+        served = ServedNodes(nodes, three_node_graph(tmp_path, nodes), tmp_path, center="head")
+        try:
+            yield served
+        finally:
+            served.stop()
+    assert nodes.left_behind() == []
+
+
+def decode_registered(served: ServedNodes) -> bool:
+    return served.instances("three-nodes", "backend") == 1
+
+
+# From the prefill node, with the graph's authority trusted but no certificate shown: what each of
+# etcd, NATS and the decode worker's request plane says (they must all refuse).
+WITHOUT_A_CERTIFICATE = """
+import asyncio, json, ssl, sys
+ca, targets = sys.argv[1], json.loads(sys.argv[2])
+async def attempt(host, port, greeting):
+    reader, writer = await asyncio.open_connection(host, port)
+    try:
+        if greeting:
+            await reader.readline()  # NATS's INFO, sent before TLS starts
+        await writer.start_tls(ssl.create_default_context(cafile=ca), server_hostname=host)
+        writer.write(b"PING\\r\\n")
+        await writer.drain()
+        return "answered" if await asyncio.wait_for(reader.read(100), 5) else "closed"
+    except (ssl.SSLError, ConnectionError) as error:
+        return type(error).__name__
+    finally:
+        writer.close()
+print(json.dumps({name: asyncio.run(attempt(*target)) for name, target in targets.items()}))
+"""
+
+
+def refused_without_a_certificate(served: ServedNodes) -> dict[str, str]:
+    spec = yaml.safe_load(served.graph.read_text())
+    head = served.nodes.addresses["head"]
+    registration = " ".join((served.registered("three-nodes", "backend") or {}).values())
+    decode = re.search(r'"tcp":"([\d.]+):(\d+)/', registration)
+    assert decode, registration
+    targets = {"etcd": [head, spec["infrastructure"]["etcd"]["client_port"], False],
+               "nats": [head, spec["infrastructure"]["nats"]["port"], True],
+               "decode request plane": [decode[1], int(decode[2]), False]}  # fmt: skip
+    argv = [sys.executable, "-c", WITHOUT_A_CERTIFICATE, spec["infrastructure"]["tls"]["ca"], json.dumps(targets)]
+    result = subprocess.run(served.nodes.command("prefill", argv), capture_output=True, text=True, timeout=60)
+    return json.loads(result.stdout or "{}") if result.returncode == 0 else {"error": result.stderr}
+
+
+def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(served: ServedNodes) -> None:
+    # A node started before the infrastructure node waits for it, and says so.
+    served.start("decode")
+    wait_for(lambda: "waiting for the infrastructure on node head" in served.output("decode"), 60,
+             "the decode node to wait for the head node")  # fmt: skip
+    served.start("head")
+    served.start("prefill")
+    for node in NODES:
+        wait_for(lambda node=node: served.ready(node), 180, f"node {node} ready")
+    # Every listener binds the node's address or loopback, never 0.0.0.0.
+    for node in NODES:
+        listening = subprocess.run(served.nodes.command(node, ["ss", "-Hltn"]), capture_output=True, text=True).stdout
+        local = {line.split()[3].rsplit(":", 1)[0] for line in listening.splitlines()}
+        assert local <= {served.nodes.addresses[node], "127.0.0.1"}, (node, listening)
+    # Nothing answers a client the graph's authority did not certify, and no key is in a state file.
+    refused = refused_without_a_certificate(served)
+    assert set(refused) == {"etcd", "nats", "decode request plane"} and "answered" not in refused.values(), refused
+    assert "PRIVATE KEY" not in (served.run_dir("head") / "state.json").read_text()
+
+    spec = yaml.safe_load(served.graph.read_text())
+    endpoint = f"http://{served.nodes.addresses['head']}:{spec['frontend']['port']}/v1"
+    outcomes = served.folder / "outcomes.jsonl"
+    until = served.folder / "stop-load"
+    load_argv = [sys.executable, "-m", "dynamo_oss.bench.streams", endpoint, MODEL, "--out", str(outcomes),
+                 "--until", str(until), "--users", "3", "--tokens", "32", "--timeout-s", "30"]  # fmt: skip
+    load = served.nodes.start("head", load_argv, served.folder / "load.out")
+    try:
+        wait_for(lambda: sum(o.error is None for o in read_outcomes(outcomes)) >= 6, 60, "requests served")
+        cut = time.time()
+        served.nodes.cut("decode")
+        wait_for(lambda: not decode_registered(served), LEASE_S + 15, "the cut decode worker to leave discovery")
+        left = time.time() - cut
+        # `dynamo status` on any node that still reaches etcd shows the whole graph, and what is missing.
+        status = served.status("prefill")
+        assert re.search(r"decode +10\.77\.0\.3 +registered: none; MISSING: backend 1", status), status
+        assert re.search(r"prefill +10\.77\.0\.2 +registered: prefill 1\n", status), status
+        served.nodes.reconnect("decode")
+        back = time.time()
+        wait_for(lambda: decode_registered(served), 120, "the decode worker to register again")
+        wait_for(lambda: any(o.error is None and o.started > back for o in read_outcomes(outcomes)), 120,
+                 "a request served after the decode node came back")  # fmt: skip
+        assert "MISSING" not in served.status("decode")
+        restarted = {node: served.restarts(node) for node in ("head", "prefill")}
+        # The infrastructure node cut off briefly: the other nodes say so, and that it is back.
+        served.nodes.cut("head")
+        for node in ("prefill", "decode"):
+            wait_for(lambda node=node: "lost the infrastructure on node head" in served.output(node), 30,
+                     f"node {node} to report the head node lost")  # fmt: skip
+        served.nodes.reconnect("head")
+        head_back = time.time()
+        for node in ("prefill", "decode"):
+            wait_for(lambda node=node: "the infrastructure on node head answers again" in served.output(node), 30,
+                     f"node {node} to report the head node back")  # fmt: skip
+        wait_for(lambda: any(o.error is None and o.started > head_back for o in read_outcomes(outcomes)), 120,
+                 "a request served after the head node came back")  # fmt: skip
+    finally:
+        until.touch()
+        load.wait(60)
+    results: list[Outcome] = read_outcomes(outcomes)
+    before = [o for o in results if o.ended < cut]
+    assert before and all(o.error is None and o.tokens == 32 for o in before)
+    failed = [o for o in results if o.error]
+    assert all(o.ended >= cut for o in failed), failed  # only the cut failed requests
+    assert left <= LEASE_S + 15
+    # The other nodes carried on through the decode node's loss: nothing of theirs restarted.
+    assert all(count == 0 for node in restarted.values() for count in node.values()), restarted

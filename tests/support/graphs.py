@@ -1,0 +1,98 @@
+"""The small graphs tests serve, on free ports: the two-worker mocker graph, its sla-autoscaled
+variant, and the shipped graphs moved off the shipped ports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from tests.support.commands import REPO
+from tests.support.ports import free_port_run, free_ports
+
+
+def exact_stream(content: str, tokens: int) -> dict:
+    """A streaming chat request to a gpt-oss-20b graph that generates exactly `tokens` tokens,
+    counted in the usage of its last chunk."""
+    return {
+        "model": "openai/gpt-oss-20b",
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": tokens,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "extra_body": {"ignore_eos": True, "min_tokens": tokens},
+    }
+
+
+def observed(prometheus_port: int, launcher_port: int) -> dict:
+    """A graph's observability section: an embedded Prometheus scraping every second, the launcher's
+    metrics, and the gateway's on a free port."""
+    return {"prometheus": {"mode": "embedded", "port": prometheus_port, "scrape_interval_s": 1},
+            "launcher_port": launcher_port, "gateway_port": free_ports(1)[0]}  # fmt: skip
+
+
+def write_graph(folder: Path, **sections: object) -> Path:
+    """A small disaggregated mocker graph on free ports, with `sections` replacing top-level keys."""
+    etcd_client, etcd_peer, nats, nats_monitoring, frontend, dynamo, prefill, decode = free_ports(8)
+    graph = {
+        "name": "test-graph",
+        "model": "gpt-oss-20b",
+        "hardware": {"gpu": "h200", "gpus": 2},
+        "infrastructure": {
+            "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
+            "nats": {"mode": "embedded", "port": nats, "monitoring_port": nats_monitoring},
+        },
+        "frontend": {"port": frontend, "dynamo_port": dynamo},
+        "pools": {
+            "prefill": {"workers": 1, "engine": "mocker", "system_port": prefill},
+            "decode": {"workers": 1, "engine": "mocker", "system_port": decode},
+        },
+    }
+    graph.update(sections)
+    path = folder / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+# The sla mode on prompts long enough that prefill queues, the mocker 10x slower than modelled: at
+# SLA_LOW requests/s the model predicts one worker of each pool keeps TTFT p90 <= 1.5 s and ITL <=
+# 40 ms (in the slowed time), at SLA_HIGH it takes two of each (tests/test_planner_sizing.py).
+SLA_PROMPT_WORDS, SLA_TOKENS, SLA_LOW, SLA_HIGH, SLA_SLOW = 3000, 100, 0.2, 2.5, 10.0
+
+
+def write_sla_graph(folder: Path) -> Path:
+    """write_graph's graph with both pools autoscaled 1-2 by the sla planner, on free ports."""
+    path = write_graph(folder)
+    graph = yaml.safe_load(path.read_text())
+    prometheus, launcher, metrics = free_ports(3)
+    graph["hardware"]["gpus"] = 4
+    graph["pools"] = {role: {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": free_port_run(2)}
+                      for role in ("prefill", "decode")}  # fmt: skip
+    graph["planner"] = {"ttft_ms": 1500, "itl_ms": 40, "interval_s": 2, "scale_down_after_s": 20,
+                        "metrics_port": metrics}  # mode sla: the default, with 20% headroom  # fmt: skip
+    graph["observability"] = observed(prometheus, launcher)
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
+    """A copy of graphs/NAME in `folder` with every port it would listen on moved to a free one,
+    so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone."""
+    source = REPO / "graphs" / name
+    graph = yaml.safe_load(source.read_text())
+    etcd_client, etcd_peer, nats, monitoring, frontend, dynamo, prometheus, launcher, planner = free_ports(9)
+    graph["infrastructure"] = {
+        "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
+        "nats": {"mode": "embedded", "port": nats, "monitoring_port": monitoring},
+    }
+    if "observability" in graph:
+        graph["observability"] = observed(prometheus, launcher)
+    graph["frontend"].update(port=frontend, dynamo_port=dynamo)
+    if "planner" in graph:
+        graph["planner"]["metrics_port"] = planner
+    for pool in graph["pools"].values():
+        pool["system_port"] = free_port_run(pool.get("workers") or pool["autoscale"]["max"])  # worker i: port + i
+        pool["engine_args"] = str((source.parent / pool["engine_args"]).resolve())
+    path = folder / name
+    path.write_text(yaml.safe_dump(graph))
+    return path

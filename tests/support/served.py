@@ -1,0 +1,91 @@
+"""`dynamo serve GRAPH --engine mocker` as a subprocess, and what it reports about itself."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support.commands import DYNAMO, REPO
+from tests.support.waiting import wait_for
+
+# `dynamo serve` arguments for tests that judge answers' shape, not speed: mocker steps 20x faster than modelled.
+FAST_MOCKER = ("--mocker-time-scale", "0.05")
+
+
+@dataclass
+class ServedGraph:
+    """A `dynamo serve` process and what it reports about itself."""
+
+    process: subprocess.Popen
+    graph: Path
+    run_dir: Path
+    output: Path
+
+    def state(self) -> dict:
+        path = self.run_dir / "state.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+
+    @property
+    def endpoint(self) -> str:
+        return self.state()["endpoint"]
+
+    @property
+    def etcd_endpoint(self) -> str:
+        etcd = next(p for p in self.state()["processes"] if p["name"] == "etcd")
+        return f"http://127.0.0.1:{etcd['ports'][0]}"
+
+    def pid_of(self, name: str) -> int:
+        return next(p["pid"] for p in self.state()["processes"] if p["name"] == name)
+
+    def log_of(self, name: str) -> str:
+        return (self.run_dir / "logs" / f"{name}.log").read_text()
+
+    def stop(self, timeout_s: float = 90) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                return self.process.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+        return self.process.wait()
+
+
+def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
+    output = run_dir.parent / f"{run_dir.name}.out"
+    with output.open("w") as sink:
+        process = subprocess.Popen(
+            [*DYNAMO, "serve", str(graph), "--engine", "mocker", "--run-dir", str(run_dir), *extra],
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=REPO,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+    return ServedGraph(process=process, graph=graph, run_dir=run_dir, output=output)
+
+
+@contextmanager
+def serving(graph: Path, run_dir: Path, *extra: str) -> Iterator[ServedGraph]:
+    """`dynamo serve GRAPH --engine mocker` for the with-block: ready when it starts, stopped when it ends."""
+    served = start_serving(graph, run_dir, *extra)
+    try:
+        wait_ready(served)
+        yield served
+    finally:
+        served.stop()
+
+
+def wait_ready(served: ServedGraph, timeout_s: float = 120) -> None:
+    def ready() -> bool:
+        if served.process.poll() is not None:
+            pytest.fail(f"dynamo serve exited with {served.process.returncode}:\n{served.output.read_text()[-4000:]}")
+        return served.state().get("ready", False)
+
+    wait_for(ready, timeout_s, "the graph to be served")
