@@ -15,11 +15,13 @@ from dynamo_oss.deployment.model import Deployment
 from dynamo_oss.engines import engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.perf.graphs import layout_from_deployment
+from dynamo_oss.perf.layout import Role
 from dynamo_oss.planner.sizing import Load, Range, Sizer, SizingSpec
 
 PlannerConfig = dict[str, Any]  # Dynamo's PlannerConfig fields, as its `--config` reads them
 PREDICTOR = "kalman"  # Dynamo's load predictor the sla mode forecasts with: it follows a rising trend
 PLUGIN_MODULE = "dynamo_oss.planner.plugin"
+RANGES_MODULE = "dynamo_oss.planner.ranges"
 SCRAPES_PER_WINDOW = 4  # a rate over fewer scrapes than this is mostly extrapolation (or nothing, below two)
 EXTERNAL_SCRAPE_S = 15.0  # the scrape interval assumed of a Prometheus the graph does not start
 
@@ -63,12 +65,23 @@ def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> Pl
         **({"prefill_min_endpoint": mins["prefill"]} if "prefill" in mins else {}),
         **({"decode_min_endpoint": mins["decode"]} if "decode" in mins else {}),
     }
+    plugins = [range_plugin(deployment)]
     if planner.mode == "sla":
         window = traffic_window_s(deployment)
         config["throughput_adjustment_interval_seconds"] = window  # Dynamo reads the traffic over this window
         time_scale = mocker_time_scale if engines == {"mocker"} else 1.0
-        config["plugin_registration"] = {"in_process_plugins": sla_plugins(deployment, window, time_scale)}
+        plugins += sla_plugins(deployment, window, time_scale)
+    config["plugin_registration"] = {"in_process_plugins": plugins}
     return config
+
+
+def range_plugin(deployment: Deployment) -> dict[str, Any]:
+    """The pools' `autoscale` ranges as a constrain stage (`ranges.PoolRanges`), in either mode."""
+    assert deployment.planner is not None
+    ranges = {role: bounds.model_dump() for role, bounds in pool_ranges(deployment).items()}
+    return {"module": RANGES_MODULE, "class": "PoolRanges", "plugin_id": "dynamo_oss_pool_ranges",
+            "plugin_type": "constrain", "priority": 0, "execution_interval_seconds": deployment.planner.interval_s,
+            "kwargs": {"ranges": ranges}}  # fmt: skip
 
 
 def traffic_window_s(deployment: Deployment) -> int:
@@ -99,6 +112,12 @@ def sla_plugins(deployment: Deployment, window_s: int, time_scale: float) -> lis
     ]  # fmt: skip
 
 
+def pool_ranges(deployment: Deployment) -> dict[Role, Range]:
+    """Each autoscaled pool's `autoscale: {min, max}`."""
+    return {pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max) for pool in deployment.pools
+            if pool.autoscale}  # fmt: skip
+
+
 def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
     """What the sla mode sizes with; GraphError when the model cannot time the graph or no size can
     meet its targets."""
@@ -116,11 +135,7 @@ def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
         raise GraphError(source, problems) from None
     spec = SizingSpec(
         layout=layout,
-        ranges={
-            pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max)
-            for pool in deployment.pools
-            if pool.autoscale
-        },  # fmt: skip
+        ranges=pool_ranges(deployment),
         ttft_ms=planner.ttft_ms,
         itl_ms=planner.itl_ms,
         time_scale=time_scale,

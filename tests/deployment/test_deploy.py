@@ -195,9 +195,11 @@ def test_the_readmes_graph_brings_the_sla_planner_with_its_kubernetes_connector(
         "prefill": {"min": 1, "max": 4},
         "decode": {"min": 1, "max": 6},
     }
+    assert plugins["PoolRanges"]["kwargs"]["ranges"] == plugins["SlaPropose"]["kwargs"]["ranges"]
     assert plugins["LoadForecast"]["plugin_type"] == "predict"
     # Dynamo's own configuration model accepts it, plugins and all.
-    assert dynamo_planner_config.model_validate(config).plugin_registration.in_process_plugins[1].kwargs["itl_ms"] == 20
+    entries = dynamo_planner_config.model_validate(config).plugin_registration.in_process_plugins
+    assert next(entry for entry in entries if entry.class_ == "SlaPropose").kwargs["itl_ms"] == 20
     # Everything but the connector matches what the planner runs with on one host.
     _, host = plan_graph(graph, graph_folder / "run")
     host_config = json.loads(next(f for f in host.files if f.path.name == "planner.json").content)
