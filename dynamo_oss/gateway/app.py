@@ -458,6 +458,9 @@ class UpstreamConnection(asyncio.Protocol):
         except Exception as err:  # noqa: BLE001 - a transform's bug: the exchange logs it and answers a JSON 500
             self._finish(err)
             return
+        if self.transform is not None and self.transform.done and self.error_body is None and not self.complete:
+            self._end_early()
+            return
         if self.transform is not None:  # a stream's output goes out read by read; a whole body at the end
             if self.transform.streaming and self.transformed and self.error_body is None:
                 output, self.transformed = b"".join(self.transformed), []
@@ -515,6 +518,17 @@ class UpstreamConnection(asyncio.Protocol):
 
     def on_message_complete(self) -> None:
         self.complete = True
+
+    def _end_early(self) -> None:
+        """The transform's answer is whole before the frontend's (a stop sequence): the client gets
+        its last bytes now, and the connection is dropped, which stops the generation upstream."""
+        assert self.done is not None and self.client is not None and self.transform is not None
+        output, self.transformed = b"".join([*self.transformed, self.transform.end()]), []
+        if not self.client.transport.is_closing():
+            self.client.write_transformed(self.transform, output, last=True)
+        self.parser = None
+        self.transport.abort()
+        self.done.set_result(None)
 
     def _finish(self, error: Exception | None) -> None:
         assert self.done is not None and self.client is not None and self.parser is not None

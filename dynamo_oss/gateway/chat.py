@@ -81,6 +81,7 @@ class ReasoningStream:
 
     content_type = b"text/event-stream"
     streaming = True
+    done = False
 
     def __init__(self, exclude: bool) -> None:
         self.exclude = exclude

@@ -21,6 +21,12 @@ class Transform(Protocol):
     content_type: bytes
     streaming: bool
 
+    @property
+    def done(self) -> bool:
+        """The client's answer is whole before the frontend's is (a stop sequence met): the shell
+        sends `end()` and drops the frontend's connection, which stops the generation."""
+        ...
+
     def feed(self, body: bytes) -> bytes:
         """The client's bytes for the next piece of the frontend's body (b"" while it waits for more)."""
         ...
@@ -39,6 +45,7 @@ class WholeBody:
 
     content_type = b"application/json"
     streaming = False
+    done = False
 
     def __init__(self) -> None:
         self.body: list[bytes] = []

@@ -55,6 +55,7 @@ class ResponseBuilder:
         self.harmony = HarmonyText()
         self.reasoning_tokens = 0
         self.final: dict[str, Any] | None = None  # the whole response, once finished
+        self.done = False  # a Responses answer ends only with its completion
 
     # the completion's text in, events out
     def start(self) -> bytes:

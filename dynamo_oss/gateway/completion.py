@@ -1,0 +1,157 @@
+"""The plain completion an API the gateway owns asks of Dynamo's frontend, and its stream read back.
+
+The Responses and Messages APIs render their conversation into harmony token ids here (with
+openai-harmony, over the Responses models as the shared conversation), so routing,
+disaggregation and KV reuse stay Dynamo's. Dynamo's frontend gets a plain completion of those
+ids, streamed whether or not the client streams, so one reader serves both; each API only says
+how the completion's text is written back (its `Builder`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Protocol
+
+import orjson
+
+from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequest
+from dynamo_oss.gateway.responses.conversation import FUNCTIONS, Prompt, render
+from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+
+COMPLETIONS_URL = b"/v1/completions"
+RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
+
+
+async def rendered(request: ResponsesRequest, seal: ReasoningSeal, size: int) -> Prompt:
+    """The request's harmony prompt; off the event loop for a body of `size` bytes past the limit."""
+    if size > RENDER_OFF_LOOP_BYTES:
+        return await asyncio.to_thread(render, request, seal)
+    return render(request, seal)
+
+
+def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_field: str, limit_field: str) -> None:
+    """The prompt and the tokens asked for must fit the model's context; the error names the API's fields."""
+    wanted = len(prompt.token_ids) + (max_tokens or 0)
+    if context and (wanted > context or len(prompt.token_ids) >= context):
+        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, your input is "
+                       f"{len(prompt.token_ids)} tokens and {max_tokens or 0} more are asked for the output. Please "
+                       f"reduce the length of the input or of {limit_field}.", param=input_field,
+                       code="context_length_exceeded")  # fmt: skip
+
+
+def completion_request(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any]:
+    """The plain completion Dynamo's frontend runs for the rendered prompt: streamed whether or not
+    the client streams, so one reader serves both (and counts reasoning tokens as they come)."""
+    completion: dict[str, Any] = {"model": request.model, "prompt": prompt.token_ids, "stream": True,
+                                  "stream_options": {"include_usage": True}}  # fmt: skip
+    optional = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
+                "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens, "nvext": request.nvext}  # fmt: skip
+    completion.update({key: value for key, value in optional.items() if value is not None})
+    guided = _guided_tool_choice(request, prompt)
+    if guided is not None:
+        completion["guided_json"] = guided
+    return completion
+
+
+def _guided_tool_choice(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any] | None:
+    """A required or named tool choice, passed to the engine as Dynamo's own chat path passes it:
+    the named tool's argument schema, or an array of {name, parameters} over every tool."""
+    choice = request.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        recipient = next((r for r, tool in prompt.tools.items() if tool.name == choice.name), None)
+        if recipient is None:
+            raise ApiError(400, f"Invalid 'tool_choice.name': no tool named '{choice.name}' is offered in 'tools'.",
+                           param="tool_choice.name")  # fmt: skip
+        return prompt.function_schemas[recipient]
+    if choice == "required" and prompt.tools:
+        options = [
+            {"type": "object", "properties": {"name": {"type": "string", "enum": [recipient.removeprefix(f"{FUNCTIONS}.")]},
+                                              "parameters": prompt.function_schemas[recipient]},
+             "required": ["name", "parameters"]}
+            for recipient in prompt.tools
+        ]  # fmt: skip
+        return {"type": "array", "minItems": 1, "items": {"anyOf": options}}
+    return None
+
+
+class Builder(Protocol):
+    """One API's answer, built from the completion's text as it streams."""
+
+    final: dict[str, Any] | None  # the whole answer, once finished: the body of an answer not streamed
+    done: bool  # the answer ended before the completion did (a stop sequence): the rest is not read
+
+    def start(self) -> bytes:
+        """The events that open a stream (b"" for an answer not streamed)."""
+        ...
+
+    def feed(self, text: str) -> bytes:
+        """The events for the next piece of completion text."""
+        ...
+
+    def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
+        """The events that close the answer, once the completion has ended."""
+        ...
+
+    def error(self, message: str) -> bytes:
+        """The event that ends a stream the frontend cut."""
+        ...
+
+
+class CompletionAnswer:
+    """The completion's SSE chunks in; the API's events out as they come (text/event-stream), or,
+    for a client that does not stream, its one answer object at the end (application/json)."""
+
+    def __init__(self, builder: Builder, streaming: bool) -> None:
+        self.builder = builder
+        self.streaming = streaming
+        self.content_type = b"text/event-stream" if streaming else b"application/json"
+        self.buffer = b""
+        self.started = False
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.builder.done
+
+    def feed(self, body: bytes) -> bytes:
+        if self.builder.done:
+            return b""
+        out = b"" if self.started else self._start()
+        data = self.buffer + body if self.buffer else body
+        if data.endswith(b"\n\n") and data.count(b"\n\n") == 1:  # one whole chunk a read: most reads
+            self.buffer = b""
+            return out + self._chunk(data[:-2])
+        events = data.split(b"\n\n")
+        self.buffer = events.pop()
+        return out + b"".join([self._chunk(event) for event in events])
+
+    def _chunk(self, event: bytes) -> bytes:
+        if not event.startswith(b"data: {") or self.builder.done:
+            return b""  # [DONE], comments, and whatever follows an answer that ended early
+        chunk = orjson.loads(event[6:])
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        choices = chunk.get("choices")
+        if not choices:
+            return b""
+        choice = choices[0]
+        if choice.get("finish_reason"):
+            self.finish_reason = choice["finish_reason"]
+        text = choice.get("text")
+        return self.builder.feed(text) if text else b""
+
+    def _start(self) -> bytes:
+        self.started = True
+        return self.builder.start()
+
+    def end(self) -> bytes:
+        out = b"" if self.started else self._start()
+        if not self.builder.done:
+            out += self.builder.finish(self.finish_reason, self.usage)
+        return out if self.streaming else orjson.dumps(self.builder.final)
+
+    def cut(self) -> bytes:
+        head = b"" if self.started else self._start()
+        return head + self.builder.error("Dynamo's frontend stopped mid-stream; retry the request.")
