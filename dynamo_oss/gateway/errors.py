@@ -81,12 +81,23 @@ def from_validation(err: ValidationError, body: object) -> ApiError:
 
 
 def _field_path(body: object, loc: tuple) -> str:
+    """The field's path as OpenAI writes it: `input[3].call_id`."""
+    path = ""
+    for segment in field_segments(body, loc):
+        path = f"{path}[{segment}]" if isinstance(segment, int) else f"{path}.{segment}" if path else segment
+    return path or "body"
+
+
+def field_segments(body: object, loc: tuple) -> list[str | int]:
     """pydantic's location with the union members it tried (tags, type names) left out: only the
     keys and indexes that exist in the body, and a missing field's name at the end."""
-    path, value = "", body
+    segments: list[str | int] = []
+    value = body
     for position, segment in enumerate(loc):
         if isinstance(segment, int) and isinstance(value, list) and segment < len(value):
-            path, value = f"{path}[{segment}]", value[segment]
+            segments.append(segment)
+            value = value[segment]
         elif isinstance(segment, str) and isinstance(value, dict) and (segment in value or position == len(loc) - 1):
-            path, value = f"{path}.{segment}" if path else segment, value.get(segment)
-    return path or "body"
+            segments.append(segment)
+            value = value.get(segment)
+    return segments

@@ -9,8 +9,15 @@ turns the answer into the client's, piece by piece as it streams (`Transform`). 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from dynamo_oss.gateway.errors import ApiError
+
+Request = TypeVar("Request", bound=BaseModel)
 
 
 class Transform(Protocol):
@@ -112,6 +119,19 @@ class CheckedPassThrough:
     async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
         await checks.check(self.api, parse_json(body), len(body))
         return Upstream(url=url, body=body)
+
+
+async def typed_request(
+    checks: Checks, api: str, body: bytes, model: type[Request], refusal: Callable[[ValidationError, object], ApiError]
+) -> tuple[Request, int]:
+    """A request to an API the gateway owns: the shared checks, then its typed model (pydantic's
+    complaint worded by `refusal`, as the API words errors); and the model's context window."""
+    raw = parse_json(body)
+    context = await checks.check(api, raw, len(body))
+    try:
+        return model.model_validate(raw), context
+    except ValidationError as err:
+        raise refusal(err, raw) from None
 
 
 def route_for(table: dict[bytes, Route], method: bytes, url: bytes) -> Route:

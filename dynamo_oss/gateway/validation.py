@@ -13,13 +13,14 @@ TOKEN_LIMIT_FIELDS = {
     "chat": ("max_tokens", "max_completion_tokens"),
     "completions": ("max_tokens",),
     "responses": ("max_output_tokens",),
+    "messages": ("max_tokens",),
 }
 
 
 def check_request(api: str, body: object, models: dict[str, int], counter: PromptCounter | None) -> int:
-    """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses);
-    return the model's context window. A Responses request's input and tools are the Responses
-    route's to check (it renders them): only what every API shares is checked here for it."""
+    """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses,
+    messages); return the model's context window. A Responses or Messages request's input and tools
+    are its route's to check (it renders them): only what every API shares is checked here for it."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     context = _check_model(body, models)
@@ -103,14 +104,20 @@ def check_parameters(parameters: object, param: str) -> None:
     """A tool's arguments must be described by a JSON Schema of an object, as OpenAI requires."""
     if not isinstance(parameters, dict):
         raise ApiError(400, f"Invalid '{param}': expected a JSON Schema object.", param=param)
+    problem = parameters_problem(parameters)
+    if problem is not None:
+        raise ApiError(400, f"Invalid '{param}': {problem}.", param=param, code="invalid_function_parameters")
+
+
+def parameters_problem(parameters: dict) -> str | None:
+    """What keeps a tool's argument schema from being a JSON Schema of an object, if anything."""
     try:
         Draft202012Validator.check_schema(parameters)
     except SchemaError as err:
-        raise ApiError(400, f"Invalid '{param}': not a valid JSON Schema: {err.message}.",
-                       param=param, code="invalid_function_parameters") from None  # fmt: skip
+        return f"not a valid JSON Schema: {err.message}"
     if parameters.get("type", "object") != "object":
-        raise ApiError(400, f"Invalid '{param}': function parameters must be a schema of type 'object'.",
-                       param=param, code="invalid_function_parameters")  # fmt: skip
+        return "function parameters must be a schema of type 'object'"
+    return None
 
 
 def _check_context(body: dict, counter: PromptCounter, context: int, limit: int) -> None:

@@ -9,7 +9,6 @@ are all Dynamo's; and the completion's text comes back as the Responses answer (
 from __future__ import annotations
 
 import orjson
-from pydantic import ValidationError
 
 from dynamo_oss.gateway.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request, rendered
 from dynamo_oss.gateway.errors import ApiError, from_validation
@@ -17,7 +16,7 @@ from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import Prompt
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
-from dynamo_oss.gateway.routes import Checks, Upstream, parse_json
+from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
 
 
 class ResponsesRoute:
@@ -27,12 +26,7 @@ class ResponsesRoute:
         self.seal = seal
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
-        raw = parse_json(body)
-        context = await checks.check(self.api, raw, len(body))
-        try:
-            request = ResponsesRequest.model_validate(raw)
-        except ValidationError as err:
-            raise from_validation(err, raw) from None
+        request, context = await typed_request(checks, self.api, body, ResponsesRequest, from_validation)
         if request.previous_response_id is not None:
             raise ApiError(400, "Invalid 'previous_response_id': this endpoint keeps no responses; send the whole "
                            "conversation as 'input' (with store: false).", param="previous_response_id",
