@@ -6,7 +6,8 @@ Why not a web framework: a framework re-frames every streamed chunk (parse, re-c
 drain) and spends CPU per token on a machine whose cores the engine and frontend need. Here
 requests are parsed by httptools (C), and a passed-through response is only parsed to find where it
 ends, while its bytes go to the client as they arrive. A response of 400 or more is held back and
-rewritten in OpenAI's error shape. Back-pressure: a slow client pauses reading from the frontend.
+rewritten in OpenAI's error shape (Anthropic's on /v1/messages). Back-pressure: a slow client
+pauses reading from the frontend.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from http import HTTPStatus
 from typing import Any
 
@@ -27,6 +28,8 @@ from dynamo_oss.gateway.auth import ApiKeys
 from dynamo_oss.gateway.chat import ChatRoute
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
 from dynamo_oss.gateway.limits import ConnectionCount, Deadline, Limits
+from dynamo_oss.gateway.messages import errors as anthropic_errors
+from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
@@ -39,7 +42,7 @@ log = logging.getLogger("dynamo_oss.gateway")
 # Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
 # The client's API key stays here: Dynamo's frontend neither needs nor should log it.
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
-                 b"content-length", b"expect", b"authorization"}  # fmt: skip
+                 b"content-length", b"expect", b"authorization", b"x-api-key"}  # fmt: skip
 MAX_HEADER_BYTES = 64 * 1024  # names and values together; well past any real client's, cookies included
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
@@ -47,6 +50,10 @@ QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 THREAD_CHECK_BYTES = 64 * 1024
 LINGER_S = 2.0  # how long a refused request's connection keeps reading (and dropping) before it closes
 MODELS_TTL_S = 2.0  # how long the frontend's model list is trusted (workers come and go)
+
+ErrorShape = Callable[[int, dict], dict]  # an error in OpenAI's shape, rewritten in an API's own
+# The paths whose errors are not OpenAI's: Anthropic's API, and any path under it.
+ERROR_SHAPES: dict[bytes, ErrorShape] = {b"/v1/messages": anthropic_errors.from_openai}
 
 
 class Gateway:
@@ -73,6 +80,7 @@ class Gateway:
             b"/v1/chat/completions": ChatRoute(),
             b"/v1/completions": CheckedPassThrough("completions"),
             b"/v1/responses": ResponsesRoute(seal),
+            b"/v1/messages": MessagesRoute(seal),
         }
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte
@@ -115,6 +123,12 @@ class Gateway:
             return await asyncio.to_thread(check_request, api, request, models, self.counter)
         return check_request(api, request, models, self.counter)
 
+    def error_shape(self, url: bytes) -> ErrorShape | None:
+        """How errors are written on `url`: None for OpenAI's shape, the gateway's own."""
+        path = url.split(b"?", 1)[0].rstrip(b"/")
+        return next((shape for prefix, shape in ERROR_SHAPES.items()
+                     if path == prefix or path.startswith(prefix + b"/")), None)  # fmt: skip
+
     def forget_models(self) -> None:
         self._models = {}
 
@@ -155,6 +169,7 @@ class ClientConnection(asyncio.Protocol):
         self.started = False  # bytes of the current exchange's response went out: no other response may
         self.api: str | None = None  # the current exchange's generation API, when the gateway checked it
         self.key: str | None = None  # the name of the API key the current exchange showed
+        self.error_shape: ErrorShape | None = None  # the current exchange's error shape (None: OpenAI's)
         self.status = 0  # the current exchange's response status, once sent
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
@@ -180,6 +195,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:
+            self.error_shape = None  # which API it was for is not known
             self.respond(400, openai_error(400, f"Malformed HTTP request: {err}"), keep_alive=False)
             self.transport.close()
 
@@ -217,7 +233,8 @@ class ClientConnection(asyncio.Protocol):
         try:
             if self.gateway.keys is not None:
                 authorization = next((v for n, v in self._headers if n.lower() == b"authorization"), None)
-                self._key = self.gateway.keys.name_of(self._url, authorization)
+                api_key = next((v for n, v in self._headers if n.lower() == b"x-api-key"), None)
+                self._key = self.gateway.keys.name_of(self._url, authorization, api_key)
             if self.gateway.limits.declared_too_large(self._headers):
                 raise self.gateway.limits.too_large()
         except ApiError as err:
@@ -246,6 +263,7 @@ class ClientConnection(asyncio.Protocol):
         self.deadline.stop()
         if self._header_size > MAX_HEADER_BYTES:
             message = f"The request's headers are larger than {MAX_HEADER_BYTES // 1024} KiB."
+            self.error_shape = self.gateway.error_shape(self._url)
             self.respond(431, openai_error(431, message), keep_alive=False)
             self.transport.close()
             return
@@ -265,11 +283,13 @@ class ClientConnection(asyncio.Protocol):
         self.refused = True
         self.deadline.stop()
         key = REFUSED if err.status == 401 else self._key
+        shape = self.gateway.error_shape(self._url)
 
         async def answer() -> None:
             async with self.turn:
                 count_request(key, None, err.status)
                 self.started = False  # the exchange ahead of it is over: this is a response of its own
+                self.error_shape = shape
                 self.respond(err.status, err.body(), keep_alive=False)
                 if not self.transport.is_closing() and self.transport.can_write_eof():
                     self.transport.write_eof()
@@ -287,6 +307,7 @@ class ClientConnection(asyncio.Protocol):
             if self.transport.is_closing():
                 return  # the client left while the request waited its turn: the frontend never sees it
             self.key, self.status = key, 0
+            self.error_shape = self.gateway.error_shape(url)
             await self._exchange(method, url, headers, body, keep_alive)
             count_request(key, self.api, self.status)
 
@@ -336,6 +357,7 @@ class ClientConnection(asyncio.Protocol):
             return  # an answer is under way: its request arrived whole
         seconds = self.gateway.limits.header_timeout_s if not self._headers else self.gateway.limits.body_timeout_s
         message = f"The request was not received in full within {seconds:g} s."
+        self.error_shape = self.gateway.error_shape(self._url)
         self.respond(408, openai_error(408, message, code="request_timeout"), keep_alive=False)
         self.transport.close()
 
@@ -360,12 +382,15 @@ class ClientConnection(asyncio.Protocol):
             await self.upstream.exchange(self, request, head_only, upstream.transform)
 
     def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None:
+        """An error (in OpenAI's shape, rewritten in the exchange's own) or another whole JSON answer."""
         if self.transport.is_closing():
             return
         self.status = status
         if self.started:  # part of another response went out: a second one would corrupt it
             self.transport.close()
             return
+        if self.error_shape is not None and status >= 400:
+            body = self.error_shape(status, body)
         payload = json.dumps(body).encode()
         head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
                 f"content-length: {len(payload)}"] + ([] if keep_alive else ["connection: close"])  # fmt: skip

@@ -1,9 +1,10 @@
 """API keys at the gateway: who may call the endpoint, and the name their usage is counted under.
 
 Keys come from a file of `NAME KEY` lines or from one environment variable; the graph says which,
-never the keys. A request shows one as `Authorization: Bearer KEY`. The key shown is compared with
-every key, always all of them, through digests of equal length (hmac.compare_digest), so the
-time a refusal takes says nothing about how close a guess came. No key reaches a log line.
+never the keys. A request shows one as `Authorization: Bearer KEY`, as OpenAI's clients do, or as
+`x-api-key: KEY`, as Anthropic's do. The key shown is compared with every key, always all of them,
+through digests of equal length (hmac.compare_digest), so the time a refusal takes says nothing
+about how close a guess came. No key reaches a log line.
 """
 
 from __future__ import annotations
@@ -67,14 +68,17 @@ class ApiKeys:
             raise KeysUnusable(f"the environment variable {variable} is not set or empty")
         return cls({variable: key})
 
-    def name_of(self, path: bytes, authorization: bytes | None) -> str | None:
-        """The name of the key a request shows (None for a path that needs none); ApiError 401 otherwise."""
+    def name_of(self, path: bytes, authorization: bytes | None, api_key: bytes | None = None) -> str | None:
+        """The name of the key a request shows, as a bearer token or in `x-api-key` (None for a path
+        that needs none); ApiError 401 otherwise."""
         if path.split(b"?", 1)[0] in OPEN_PATHS:
             return None
         scheme, _, shown = (authorization or b"").strip().partition(b" ")
-        if scheme.lower() != b"bearer" or not shown.strip():
-            raise ApiError(401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY`.",
-                           code="invalid_api_key")  # fmt: skip
+        if api_key is not None and api_key.strip():
+            shown = api_key
+        elif scheme.lower() != b"bearer" or not shown.strip():
+            raise ApiError(401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY` (or "
+                           "`x-api-key: KEY`).", code="invalid_api_key")  # fmt: skip
         digest = _digest(shown.strip())
         found = None
         for name, known in self._digests:  # all of them, whichever matches

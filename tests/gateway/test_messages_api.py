@@ -1,0 +1,192 @@
+"""Anthropic's Messages API as the pinned `anthropic` SDK sees it, against one served disaggregated
+mocker graph with API keys, shown as Anthropic's clients show them."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import anthropic
+import httpx
+import pytest
+from anthropic.types import Message, RawMessageStreamEvent
+from pydantic import TypeAdapter
+
+from tests.support.graphs import write_graph
+from tests.support.served import FAST_MOCKER, ServedGraph, serving
+
+MODEL = "openai/gpt-oss-20b"
+KEYS = {"alice": "sk-alice-7f3a"}
+WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
+           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+EVENT = TypeAdapter(RawMessageStreamEvent)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    folder = tmp_path_factory.mktemp("messages")
+    keys = folder / "api-keys"
+    keys.write_text("".join(f"{name} {key}\n" for name, key in KEYS.items()))
+    graph = write_graph(folder, gateway={"auth": {"keys_file": str(keys)}})
+    with serving(graph, folder / "run", *FAST_MOCKER) as graph_process:
+        yield graph_process
+
+
+def base_url(served: ServedGraph) -> str:
+    return served.endpoint.removesuffix("/v1")
+
+
+@pytest.fixture(scope="module")
+def client(served: ServedGraph) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=base_url(served), api_key=KEYS["alice"], max_retries=0, timeout=60)
+
+
+def lossless(model: object, raw: dict) -> None:
+    """Every field the endpoint wrote is one the SDK's typed model knows, with its value."""
+    assert model.model_dump(mode="json", exclude_unset=True) == raw  # type: ignore[attr-defined]
+
+
+def post(served: ServedGraph, body: dict, key: str = KEYS["alice"]) -> httpx.Response:
+    """A Messages request as Claude Code sends its key: `x-api-key`."""
+    return httpx.post(f"{served.endpoint}/messages", json=body, headers={"x-api-key": key}, timeout=60)
+
+
+def test_a_message_has_thinking_then_text_and_parses_into_the_sdk_s_model_without_loss(
+    served: ServedGraph, client: anthropic.Anthropic
+) -> None:
+    reply = post(served, {"model": MODEL, "max_tokens": 400, "messages": [{"role": "user", "content": "Say hello."}]})
+    assert reply.status_code == 200, reply.text
+    raw = reply.json()
+    lossless(Message.model_validate(raw), raw)
+    message = client.messages.create(model=MODEL, max_tokens=400, system="Be brief.",
+                                     messages=[{"role": "user", "content": "Say hello."}])  # fmt: skip
+    thinking, text = message.content
+    assert thinking.type == "thinking" and thinking.thinking and thinking.signature
+    assert text.type == "text" and text.text and message.stop_reason == "end_turn"
+    assert message.id.startswith("msg_") and message.role == "assistant" and message.model == MODEL
+    usage = message.usage
+    assert usage.input_tokens > 0 and usage.output_tokens > usage.output_tokens_details.thinking_tokens > 0
+
+
+def test_a_stream_has_anthropic_s_events_in_order_and_the_stream_helper_accumulates_them(
+    served: ServedGraph, client: anthropic.Anthropic
+) -> None:
+    body = {"model": MODEL, "max_tokens": 400, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
+    with httpx.stream("POST", f"{served.endpoint}/messages", json=body, headers={"x-api-key": KEYS["alice"]},
+                      timeout=60) as reply:  # fmt: skip
+        assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
+        lines = list(reply.iter_lines())
+    names = [line[7:] for line in lines if line.startswith("event: ")]
+    events = [json.loads(line[6:]) for line in lines if line.startswith("data: ")]
+    assert names == [event["type"] for event in events]  # each event's name is its type, as the SDK reads it
+    for raw in events:
+        lossless(EVENT.validate_python(raw), raw)
+    kinds = [event["type"] for event in events]
+    assert kinds[0] == "message_start" and kinds[-2:] == ["message_delta", "message_stop"]
+    for index in {event["index"] for event in events if "index" in event}:
+        own = [event["type"] for event in events if event.get("index") == index]
+        assert own[0] == "content_block_start" and own[-1] == "content_block_stop"
+    thinking = [e["delta"]["type"] for e in events if e["type"] == "content_block_delta" and e["index"] == 0]
+    assert thinking[0] == "thinking_delta" and thinking[-1] == "signature_delta"
+    assert events[-2]["delta"]["stop_reason"] == "end_turn" and events[-2]["usage"]["output_tokens"] > 0
+
+    with client.messages.stream(model=MODEL, max_tokens=400, messages=[{"role": "user", "content": "Hi."}]) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text and text == final.content[-1].text and final.content[0].signature
+
+
+def test_a_tool_loop_runs_with_its_thinking_handed_back_and_an_altered_one_is_refused(
+    client: anthropic.Anthropic,
+) -> None:
+    ask = {"role": "user", "content": "Use get_weather for Paris."}
+    with client.messages.stream(model=MODEL, max_tokens=400, messages=[ask], tools=[WEATHER]) as stream:
+        first = stream.get_final_message()
+    thinking, call = first.content
+    assert first.stop_reason == "tool_use" and thinking.type == "thinking"
+    assert call.type == "tool_use" and call.name == "get_weather" and call.input["city"]
+    assert call.id.startswith("toolu_")
+    result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 C"}]}
+    turn = [ask, {"role": "assistant", "content": first.content}, result]
+    second = client.messages.create(model=MODEL, max_tokens=400, messages=turn, tools=[WEATHER])
+    assert second.stop_reason == "end_turn" and second.content[-1].type == "text" and second.content[-1].text
+    altered = {"type": "thinking", "thinking": thinking.thinking + " (edited)", "signature": thinking.signature}
+    with pytest.raises(anthropic.BadRequestError) as refused:
+        client.messages.create(model=MODEL, max_tokens=400, tools=[WEATHER],
+                               messages=[ask, {"role": "assistant", "content": [altered, call]}, result])  # fmt: skip
+    error = refused.value.body["error"]  # type: ignore[index]
+    assert error["type"] == "invalid_request_error" and error["message"].startswith("messages.1.content.0.signature")
+
+
+def test_tool_choice_forces_a_named_tool_or_none(client: anthropic.Anthropic) -> None:
+    ask = [{"role": "user", "content": "What should I wear today?"}]
+    forced = client.messages.create(model=MODEL, max_tokens=400, messages=ask, tools=[WEATHER],
+                                    tool_choice={"type": "tool", "name": "get_weather"})  # fmt: skip
+    assert forced.stop_reason == "tool_use" and forced.content[-1].name == "get_weather"
+    assert isinstance(forced.content[-1].input["city"], str)
+    refused = client.messages.create(model=MODEL, max_tokens=400, tools=[WEATHER], tool_choice={"type": "none"},
+                                     messages=[{"role": "user", "content": "Use get_weather for Paris."}])  # fmt: skip
+    assert refused.stop_reason == "end_turn" and all(block.type != "tool_use" for block in refused.content)
+
+
+def test_a_stop_sequence_ends_the_answer_where_it_appears(served: ServedGraph, client: anthropic.Anthropic) -> None:
+    ask = [{"role": "user", "content": "Tell me about the sea."}]
+    whole = client.messages.create(model=MODEL, max_tokens=400, messages=ask).content[-1].text
+    stop = whole.split()[2]  # the answer's third word: the mocker answers a prompt the same way each time
+    cut = client.messages.create(model=MODEL, max_tokens=400, messages=ask, stop_sequences=[stop])
+    assert cut.stop_reason == "stop_sequence" and cut.stop_sequence == stop
+    assert cut.content[-1].text == whole[: whole.index(stop)]
+
+
+def frontend_requests(served: ServedGraph) -> float:
+    port = next(p for p in served.state()["processes"] if p["name"] == "frontend")["ports"][0]
+    metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+               if line.startswith("dynamo_frontend_requests_total"))  # fmt: skip
+
+
+HI = [{"role": "user", "content": "hi"}]
+
+
+@pytest.mark.parametrize(
+    ("body", "named"),
+    [
+        ({"messages": HI, "max_tokens": 10, "frequency_penalty": 1}, "frequency_penalty: Extra inputs"),
+        ({"messages": HI}, "max_tokens: Field required"),
+        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}],
+          "max_tokens": 10}, "messages.0.content.0.type: 'image'"),
+        ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x"}]}],
+          "max_tokens": 10}, "messages.0.content.0.tool_use_id"),
+        ({"messages": [{"role": "user", "content": [{"type": "texte", "text": "hi"}]}], "max_tokens": 10},
+         "messages.0.content.0"),
+        ({"messages": [*HI, {"role": "assistant", "content": "Sure"}], "max_tokens": 10}, "messages.1: "),
+        ({"messages": HI, "max_tokens": 10, "tools": [{**WEATHER, "input_schema": {"type": "string"}}]},
+         "tools.0.input_schema"),
+        ({"messages": HI, "max_tokens": 10, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
+         "tool_choice.name"),
+    ],
+)  # fmt: skip
+def test_a_request_anthropic_would_refuse_is_a_400_in_anthropic_s_shape_and_reaches_no_worker(
+    served: ServedGraph, body: dict, named: str
+) -> None:
+    before = frontend_requests(served)
+    reply = post(served, {"model": MODEL, **body})
+    assert reply.status_code == 400, reply.text
+    error = reply.json()
+    assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+    assert error["error"]["message"].startswith(named), error
+    assert frontend_requests(served) == before
+
+
+def test_keys_and_unknown_models_are_refused_as_anthropic_s_sdk_expects(
+    served: ServedGraph, client: anthropic.Anthropic
+) -> None:
+    wrong = anthropic.Anthropic(base_url=base_url(served), api_key="sk-wrong", max_retries=0, timeout=30)
+    with pytest.raises(anthropic.AuthenticationError) as unauthenticated:
+        wrong.messages.create(model=MODEL, max_tokens=10, messages=HI)
+    assert unauthenticated.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
+    with pytest.raises(anthropic.NotFoundError) as unknown:
+        client.messages.create(model="no-such-model", max_tokens=10, messages=HI)
+    assert "no-such-model" in unknown.value.body["error"]["message"]  # type: ignore[index]
+    chat = httpx.post(f"{served.endpoint}/chat/completions", json={"model": MODEL, "messages": HI}, timeout=30)
+    assert chat.status_code == 401 and chat.json()["error"]["code"] == "invalid_api_key"  # OpenAI's shape there
