@@ -56,6 +56,7 @@ def gateway_args(
             "--header-timeout-s", f"{limits.header_timeout_s:g}", "--body-timeout-s", f"{limits.body_timeout_s:g}",
             "--keep-alive-timeout-s", f"{limits.keep_alive_timeout_s:g}",
             "--max-connections", str(limits.max_connections), "--max-body-mib", str(limits.max_body_mib),
+            *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
             *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else [])]  # fmt: skip
 
 

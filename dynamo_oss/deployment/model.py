@@ -71,6 +71,7 @@ class Gateway(Frozen):
     keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
+    shared_cache: bool = Field(default=False, description="keys' tenants share cached prefixes (no cache salt)")
 
     @property
     def requires_keys(self) -> bool:
@@ -248,6 +249,7 @@ def _gateway(graph: Graph, pools: list[Pool]) -> Gateway:
         keys_env=auth.keys_env if auth else None,
         limits=section.limits,
         open_on_purpose=section.auth == "none",
+        shared_cache=section.cache_isolation == "shared",
     )
 
 

@@ -17,6 +17,12 @@ timing and every KV block; the handler only chooses the ids and, since a model s
 `<|return|>`, asks the engine for as many tokens as the completion has (this also serves
 requests without max_tokens, which the engine rejects).
 
+A request's cache salt (`nvext.cache_salt`, or the `x-tenant-id` the gateway sets per tenant)
+reaches the worker, but the stock mocker keys its KV blocks by token ids alone, where
+TensorRT-LLM keys them by ids and salt: so the handler shifts the prompt's ids the engine sees
+by an offset the salt decides (`_salted`), and the mocker's prefix cache, and the `cached_tokens`
+it reports, isolate tenants as a real worker's do.
+
 Requests that carry `output_replay_id:KEY` for a KEY of the loaded --response-replay-trace-path
 pass through untouched: the engine replays that recorded stream (the conformance suite's).
 The frontend takes its reasoning and tool-call parsers from the model card, which the stock
@@ -29,6 +35,7 @@ own `main`, with three of its names replaced.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import time
@@ -41,7 +48,7 @@ from typing import Any
 import dynamo.mocker.main as mocker_main
 from dynamo.llm import ModelInput, ModelRuntimeConfig, ModelType, WorkerType, register_model
 
-from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
+from dynamo_oss.catalog.models import GPT_OSS_120B, REASONING_PARSER, TOOL_CALL_PARSER
 from dynamo_oss.engines.harmony.answers import Completion, completion_for
 from dynamo_oss.engines.mocker import CORE_NAMESPACE_PREFIX
 
@@ -117,12 +124,12 @@ async def _start(runtime: Any, public: str, engine_config: Any, worker: _Pending
 
     async def generate(request: dict[str, Any], context: Any) -> AsyncIterator[dict[str, Any]]:
         if _replays(request, replayable):  # --response-replay-trace-path rows are already real tokens
-            stream = await client.direct(request, instance_id, context=context)
+            stream = await client.direct(_salted(request), instance_id, context=context)
             async for chunk in _within_max_tokens(stream, request):
                 yield chunk
             return
         completion = completion_for(request, context_length)
-        stream = await client.direct(_asking_for(request, completion), instance_id, context=context)
+        stream = await client.direct(_salted(_asking_for(request, completion)), instance_id, context=context)
         async for chunk in _with_harmony_ids(
             stream, completion, prompt_tokens=len(request.get("token_ids") or []), ignore_eos=_ignores_eos(request)
         ):
@@ -155,6 +162,28 @@ async def _serve(runtime: Any, public: str, engine_config: Any, worker: _Pending
         log.exception("harmony mocker: the worker for %s did not start", public)
         raise
     await serving
+
+
+def _salted(request: dict[str, Any]) -> dict[str, Any]:
+    """The request as the engine's prefix cache should see it: every prompt id shifted (modulo the
+    vocabulary) by an offset its cache salt decides. A tenant's turns still share their prefix, two
+    tenants' never do; the prompt's length, and so the engine's timing, are unchanged."""
+    salt = cache_salt(request)
+    if not salt:
+        return request
+    vocabulary = GPT_OSS_120B.vocab_size
+    offset = int.from_bytes(hashlib.sha256(salt.encode()).digest()[:8], "big") % (vocabulary - 1) + 1
+    return {**request, "token_ids": [(token + offset) % vocabulary for token in request.get("token_ids") or []]}
+
+
+def cache_salt(request: Mapping[str, Any]) -> str | None:
+    """Where Dynamo's frontend puts a request's salt, and TensorRT-LLM's worker reads it (dynamo.trtllm's
+    request_cache_salt): the routing hints, else the request's nvext."""
+    routing = request.get("routing")
+    if isinstance(routing, Mapping) and routing.get("cache_salt"):
+        return str(routing["cache_salt"])
+    nvext = (request.get("extra_args") or {}).get("nvext")
+    return str(nvext["cache_salt"]) if isinstance(nvext, Mapping) and nvext.get("cache_salt") else None
 
 
 def _asking_for(request: dict[str, Any], completion: Completion) -> dict[str, Any]:

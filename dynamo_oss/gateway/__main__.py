@@ -1,5 +1,5 @@
 """`python -m dynamo_oss.gateway --port P --upstream URL [--model-folder DIR | --model NAME] [--reasoning-key-file F]
-[--keys-file F | --keys-env VAR] [--metrics HOST:PORT] [limits]`."""
+[--keys-file F | --keys-env VAR] [--cache-isolation tenant|shared] [--metrics HOST:PORT] [limits]`."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ async def run(args: argparse.Namespace) -> None:
                     keep_alive_timeout_s=args.keep_alive_timeout_s, max_connections=args.max_connections,
                     max_body_bytes=args.max_body_mib * 2**20)  # fmt: skip
     gateway = Gateway(args.upstream, counter, reasoning_seal(args.reasoning_key_file), args.max_in_flight,
-                      api_keys(args), limits)  # fmt: skip
+                      api_keys(args), limits, cache_isolation=args.cache_isolation == "tenant")  # fmt: skip
     await serve(gateway, args.host, args.port, DRAIN_TIMEOUT_S, stop)
 
 
@@ -77,8 +77,15 @@ def main() -> None:
         "their base64; every gateway of a graph reads the same file",
     )
     keys = parser.add_mutually_exclusive_group()
-    keys.add_argument("--keys-file", type=Path, help="API keys it requires, a `NAME KEY` line each")
+    keys.add_argument("--keys-file", type=Path, help="API keys it requires, a `NAME KEY [TENANT]` line each")
     keys.add_argument("--keys-env", metavar="VAR", help="the environment variable holding the one API key it requires")
+    parser.add_argument(
+        "--cache-isolation",
+        choices=("tenant", "shared"),
+        default="tenant",
+        help="with keys: each key's tenant gets its own cache salt, so tenants never reuse each other's cached "
+        "prefixes (tenant, the default), or all share one cache (shared)",
+    )
     parser.add_argument("--metrics", metavar="HOST:PORT", help="where to serve /metrics: requests and tokens per key")
     defaults = Limits()
     parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s)

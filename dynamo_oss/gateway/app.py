@@ -34,6 +34,7 @@ from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
+from dynamo_oss.gateway.tenancy import salted
 from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
 
@@ -67,6 +68,7 @@ class Gateway:
         max_in_flight: int | None = None,
         keys: ApiKeys | None = None,
         limits: Limits = Limits(),
+        cache_isolation: bool = True,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         host_port = self.upstream.split("://", 1)[1]
@@ -74,6 +76,7 @@ class Gateway:
         self.port = int(port or 80)
         self.counter = counter
         self.keys = keys  # None: no key is asked for
+        self.cache_isolation = cache_isolation and keys is not None  # each key's tenant caches apart (tenancy.py)
         self.limits = limits
         self.connections = ConnectionCount(limits)
         self.routes: dict[bytes, Route] = {
@@ -322,6 +325,8 @@ class ClientConnection(asyncio.Protocol):
                 self.gateway.admit()
                 admitted = True
             upstream = await route.prepare(url, body, self.gateway)
+            if self.gateway.cache_isolation and self.key is not None and self.gateway.keys is not None:
+                headers = salted(headers, self.gateway.keys.tenant_of(self.key))
             await self.forward(method, headers, upstream)
         except ApiError as err:
             if self.api is not None and err.status < 500:

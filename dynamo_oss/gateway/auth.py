@@ -1,10 +1,13 @@
-"""API keys at the gateway: who may call the endpoint, and the name their usage is counted under.
+"""API keys at the gateway: who may call the endpoint, the name their usage is counted under, and
+the tenant whose cached prefixes they share.
 
-Keys come from a file of `NAME KEY` lines or from one environment variable; the graph says which,
-never the keys. A request shows one as `Authorization: Bearer KEY`, as OpenAI's clients do, or as
-`x-api-key: KEY`, as Anthropic's do. The key shown is compared with every key, always all of them,
-through digests of equal length (hmac.compare_digest), so the time a refusal takes says nothing
-about how close a guess came. No key reaches a log line.
+Keys come from a file of `NAME KEY [TENANT]` lines or from one environment variable; the graph
+says which, never the keys. A key without a TENANT is a tenant of its own name: only keys that
+name the same tenant share cached prefixes (tenancy.py). A request shows a key as
+`Authorization: Bearer KEY`, as OpenAI's clients do, or as `x-api-key: KEY`, as Anthropic's do.
+The key shown is compared with every key, always all of them, through digests of equal length
+(hmac.compare_digest), so the time a refusal takes says nothing about how close a guess came.
+No key reaches a log line.
 """
 
 from __future__ import annotations
@@ -29,14 +32,15 @@ class KeysUnusable(ValueError):
 class ApiKeys:
     """The keys a gateway accepts, by name."""
 
-    def __init__(self, keys: dict[str, str]) -> None:
+    def __init__(self, keys: dict[str, str], tenants: dict[str, str] | None = None) -> None:
         if not keys:
             raise KeysUnusable("no keys: give at least one")
         self._digests = [(name, _digest(key.encode())) for name, key in keys.items()]
+        self._tenants = {name: (tenants or {}).get(name, name) for name in keys}
 
     @classmethod
     def from_file(cls, path: Path) -> ApiKeys:
-        """`NAME KEY` a line; blank lines and lines starting with # are skipped."""
+        """`NAME KEY [TENANT]` a line; blank lines and lines starting with # are skipped."""
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
@@ -44,21 +48,26 @@ class ApiKeys:
                 f"{path}: cannot be read ({error}); give gateway.auth.keys_file a readable file of `NAME KEY` lines"
             ) from None
         keys: dict[str, str] = {}
+        tenants: dict[str, str] = {}
         for number, line in enumerate(text.splitlines(), start=1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             parts = line.split()
-            if len(parts) != 2 or not set(parts[0]) <= NAME_CHARACTERS:
-                raise KeysUnusable(f"{path}, line {number}: expected `NAME KEY` (a name of letters, digits, - _ .)")
-            name, key = parts
+            names = [parts[0], *parts[2:]]  # the key's name and its tenant, if given
+            if len(parts) not in (2, 3) or any(not set(name) <= NAME_CHARACTERS for name in names):
+                raise KeysUnusable(f"{path}, line {number}: expected `NAME KEY` or `NAME KEY TENANT` (a name and a "
+                                   "tenant of letters, digits, - _ .)")  # fmt: skip
+            name, key = parts[:2]
+            if len(parts) == 3:
+                tenants[name] = parts[2]
             if name in RESERVED_NAMES:
                 raise KeysUnusable(f"{path}, line {number}: the name {name} is the metrics' label for requests "
                                    "without a key or refused; give the key another name")  # fmt: skip
             if name in keys:
                 raise KeysUnusable(f"{path}, line {number}: the name {name} is given twice")
             keys[name] = key
-        return cls(keys)
+        return cls(keys, tenants)
 
     @classmethod
     def from_env(cls, variable: str) -> ApiKeys:
@@ -87,6 +96,10 @@ class ApiKeys:
         if found is None:
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
         return found
+
+    def tenant_of(self, name: str) -> str:
+        """The tenant of the key named `name`: its own name unless the keys file names one."""
+        return self._tenants[name]
 
 
 def _digest(key: bytes) -> bytes:

@@ -216,12 +216,14 @@ class FrontendSection(Strict):
 
 
 class GatewayAuthSection(Strict):
-    """API keys the gateway requires as `Authorization: Bearer KEY`: where they are, never the keys."""
+    """API keys the gateway requires as `Authorization: Bearer KEY` (or `x-api-key: KEY`): where they
+    are, never the keys."""
 
     keys_file: FilePath | None = Field(
         default=None,
-        description="File of keys, a `NAME KEY` line each (# starts a comment): NAME labels the "
-        "key's usage in metrics and logs, never the key.",
+        description="File of keys, a `NAME KEY` or `NAME KEY TENANT` line each (# starts a comment): NAME "
+        "labels the key's usage in metrics and logs, never the key; TENANT (default: NAME) is whose cached "
+        "prefixes the key shares (cache_isolation).",
     )
     keys_env: str | None = Field(
         default=None,
@@ -276,6 +278,12 @@ class GatewaySection(Strict):
         "unless this says `none`.",
     )
     limits: GatewayLimitsSection = Field(default_factory=GatewayLimitsSection)
+    cache_isolation: Literal["tenant", "shared"] = Field(
+        default="tenant",
+        description="With API keys: `tenant` gives each key's tenant its own cache salt, so tenants never "
+        "reuse each other's cached prefixes (a shared prefix is prefilled once per tenant, not once); "
+        "`shared` lets every key reuse every cached prefix. Without keys, all requests share the cache.",
+    )
 
     @model_validator(mode="after")
     def _limits_need_the_gateway(self) -> GatewaySection:

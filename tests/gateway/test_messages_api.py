@@ -1,13 +1,15 @@
-"""Anthropic's Messages API as the pinned `anthropic` SDK sees it, against one served disaggregated
-mocker graph with API keys, shown as Anthropic's clients show them."""
+"""Anthropic's Messages API as the pinned `anthropic` SDK sees it, and per-tenant cache isolation
+through every API's usage, against one served disaggregated mocker graph with API keys (one graph
+for both: the keys the Messages API is called with are the tenants the cache is salted by)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import anthropic
 import httpx
+import openai
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
@@ -16,7 +18,9 @@ from tests.support.graphs import write_graph
 from tests.support.served import FAST_MOCKER, ServedGraph, serving
 
 MODEL = "openai/gpt-oss-20b"
-KEYS = {"alice": "sk-alice-7f3a"}
+# alice and carol are one tenant; bob, dave and erin one each, unused until the isolation test.
+KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e", "dave": "sk-dave-0b77",
+        "erin": "sk-erin-5e18"}  # fmt: skip
 WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
 EVENT = TypeAdapter(RawMessageStreamEvent)
@@ -26,7 +30,7 @@ EVENT = TypeAdapter(RawMessageStreamEvent)
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     folder = tmp_path_factory.mktemp("messages")
     keys = folder / "api-keys"
-    keys.write_text("".join(f"{name} {key}\n" for name, key in KEYS.items()))
+    keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''}\n" for name, key in KEYS.items()))
     graph = write_graph(folder, gateway={"auth": {"keys_file": str(keys)}})
     with serving(graph, folder / "run", *FAST_MOCKER) as graph_process:
         yield graph_process
@@ -190,3 +194,42 @@ def test_keys_and_unknown_models_are_refused_as_anthropic_s_sdk_expects(
     assert "no-such-model" in unknown.value.body["error"]["message"]  # type: ignore[index]
     chat = httpx.post(f"{served.endpoint}/chat/completions", json={"model": MODEL, "messages": HI}, timeout=30)
     assert chat.status_code == 401 and chat.json()["error"]["code"] == "invalid_api_key"  # OpenAI's shape there
+
+
+Cached = Callable[[ServedGraph, str, str], tuple[int, int]]  # (prompt tokens, of which cached) for a key
+LONG = " ".join(f"ledger entry {i} reconciled" for i in range(300))  # about 1,500 prompt tokens
+
+
+def cached_chat(served: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
+    body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
+    usage = httpx.post(f"{served.endpoint}/chat/completions", json=body, timeout=60,
+                       headers={"Authorization": f"Bearer {key}"}).json()["usage"]  # fmt: skip
+    return usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
+
+
+def cached_responses(served: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
+    client = openai.OpenAI(base_url=served.endpoint, api_key=key, max_retries=0, timeout=60)
+    usage = client.responses.create(model=MODEL, input=prompt, max_output_tokens=4).usage
+    return usage.input_tokens, usage.input_tokens_details.cached_tokens
+
+
+def cached_messages(served: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
+    usage = post(served, {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]},
+                 key).json()["usage"]  # fmt: skip
+    return usage["input_tokens"] + usage["cache_read_input_tokens"], usage["cache_read_input_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("api", "other"), [(cached_chat, "bob"), (cached_responses, "dave"), (cached_messages, "erin")]
+)
+def test_a_tenant_reuses_its_own_cached_prefix_and_never_another_s(
+    served: ServedGraph, api: Cached, other: str
+) -> None:
+    """The same long prompt: most of it cached on a tenant's second request, none of it for a
+    tenant that has sent nothing yet, and as much for another key of the first tenant."""
+    prompt = f"{api.__name__}: {LONG}"
+    api(served, KEYS["alice"], prompt)
+    tokens, cached = api(served, KEYS["alice"], prompt)
+    assert cached >= 0.9 * tokens, (tokens, cached)
+    assert api(served, KEYS[other], prompt)[1] == 0
+    assert api(served, KEYS["carol"], prompt)[1] >= 0.9 * tokens

@@ -1,6 +1,6 @@
 """The Messages route's pieces without a graph: the conversation it renders (the Responses
 rendering's), the Message and events it writes back as the `anthropic` SDK types them, stop
-sequences, signed thinking, errors in Anthropic's shape, and keys shown as Anthropic's clients do."""
+sequences, signed thinking, errors in Anthropic's shape; and the keys' tenants and cache salt."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
+from dynamo_oss.deployment.commands import gateway_args
+from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.app import Gateway
-from dynamo_oss.gateway.auth import ApiKeys
+from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.completion import CompletionAnswer
 from dynamo_oss.gateway.errors import ApiError, openai_error
 from dynamo_oss.gateway.messages.conversation import conversation
@@ -25,6 +27,9 @@ from dynamo_oss.gateway.protocol.messages import MessagesRequest
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import Prompt, render
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.tenancy import salted
+from dynamo_oss.graph.loader import load_graph
+from tests.support.graphs import write_graph
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 SEAL = ReasoningSeal(b"m" * 32)
@@ -217,11 +222,37 @@ def test_errors_on_anthropic_s_paths_are_written_in_its_shape() -> None:
     assert from_openai(503, openai_error(503, "busy"))["error"]["type"] == "overloaded_error"
 
 
-def test_a_key_is_shown_as_a_bearer_token_or_x_api_key(tmp_path: Path) -> None:
+def test_a_key_is_shown_as_a_bearer_token_or_x_api_key_and_names_its_tenant(tmp_path: Path) -> None:
     path = tmp_path / "keys"
-    path.write_text("alice sk-a\nbob sk-b\n")
+    path.write_text("alice sk-a\nbob sk-b team-1\ncarol sk-c team-1\n")
     keys = ApiKeys.from_file(path)
     assert keys.name_of(b"/v1/messages", None, b"sk-b") == "bob"
     assert keys.name_of(b"/v1/messages", b"Bearer sk-a", None) == "alice"
+    assert [keys.tenant_of(name) for name in ("alice", "bob", "carol")] == ["alice", "team-1", "team-1"]
     with pytest.raises(ApiError):
         keys.name_of(b"/v1/messages", None, b"sk-wrong")
+    path.write_text("dave sk-d team/1\n")
+    with pytest.raises(KeysUnusable, match="line 1: expected `NAME KEY` or `NAME KEY TENANT`"):
+        ApiKeys.from_file(path)
+
+
+def test_the_cache_salt_is_the_tenant_s_and_a_client_s_own_only_divides_it() -> None:
+    headers = [(b"content-type", b"application/json"), (b"X-Tenant-Id", b"someone-else")]
+    assert salted(headers, "team-1") == [
+        (b"content-type", b"application/json"),
+        (b"x-tenant-id", b"team-1/someone-else"),
+    ]
+    assert salted([], "alice") == [(b"x-tenant-id", b"alice")]
+
+
+@pytest.mark.parametrize(
+    ("isolation", "flag"), [(None, []), ("tenant", []), ("shared", ["--cache-isolation", "shared"])]
+)
+def test_the_graph_turns_tenant_isolation_off_on_the_gateway_s_command_line(
+    tmp_path: Path, isolation: str | None, flag: list[str]
+) -> None:
+    (tmp_path / "keys").write_text("alice sk-a\n")
+    gateway = {"auth": {"keys_file": str(tmp_path / "keys")}} | ({"cache_isolation": isolation} if isolation else {})
+    deployment = build_deployment(load_graph(write_graph(tmp_path, gateway=gateway)), engine_override="mocker")
+    args = gateway_args(deployment, ("127.0.0.1", 8000), "http://127.0.0.1:8001", [], tmp_path / "k", tmp_path / "keys")
+    assert [arg for arg in args if arg in ("--cache-isolation", "shared", "tenant")] == flag
