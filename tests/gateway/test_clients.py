@@ -11,13 +11,9 @@ arguments, and answers once the prompt ends with a tool's output.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
 import os
 import re
-import shutil
-import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,8 +35,8 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from dynamo_oss.assets.cache import build_once, resolve_cache_root
 from tests.support.graphs import write_graph
+from tests.support.npm_clients import npm_client, run_in_own_group
 from tests.support.served import FAST_MOCKER, ServedGraph, serving
 
 CLIENTS = Path(__file__).resolve().parent / "clients"  # package.json and package-lock.json: the npm clients
@@ -88,54 +84,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
 
 @pytest.fixture(scope="module")
 def codex() -> Path:
-    """The codex binary of tests/gateway/clients/package-lock.json, installed once by `npm ci` into a cache
-    folder named by the lock file's hash; build_once's file lock and rename keep two xdist workers
-    from installing into one folder, and an interrupted install from leaving half a folder."""
-    npm = shutil.which("npm")
-    if npm is None:
-        pytest.fail("npm is not on PATH: the Codex CLI test installs @openai/codex from "
-                    "tests/gateway/clients/package-lock.json with `npm ci`; install Node.js (>= 16) with npm")  # fmt: skip
-    lock = (CLIENTS / "package-lock.json").read_bytes()
-    target = resolve_cache_root() / "clients" / f"npm-{hashlib.sha256(lock).hexdigest()[:16]}"
-
-    def install(folder: Path) -> None:
-        for name in ("package.json", "package-lock.json"):
-            shutil.copy(CLIENTS / name, folder / name)
-        command = [npm, "ci", "--prefix", str(folder), "--no-audit", "--no-fund"]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=600)
-        except subprocess.TimeoutExpired:
-            pytest.fail(f"`{' '.join(command)}` did not finish in 600 s")
-        if done.returncode != 0:
-            pytest.fail(f"`{' '.join(command)}` failed with exit status {done.returncode}:\n"
-                        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")  # fmt: skip
-
-    binary = build_once(target, install) / "node_modules" / ".bin" / "codex"
-    assert binary.exists(), f"{binary} is missing: remove {target} and run again to reinstall"
-    return binary
-
-
-def run_in_own_group(command: list[str], timeout_s: float, **popen: Any) -> tuple[int | None, str, str]:
-    """Run `command` in a process group of its own, so everything it starts (Codex's node wrapper
-    starts the native binary, which starts shells) is killed at the deadline or if the test stops.
-    Returns (exit status, or None at the deadline; stdout; stderr)."""
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True, **popen)  # fmt: skip
-    try:
-        stdout, stderr = process.communicate(timeout=timeout_s)
-        return process.returncode, stdout, stderr
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        stdout, stderr = process.communicate()
-        return None, stdout, stderr
-    finally:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)  # whatever of the group outlived it
-        except ProcessLookupError:
-            pass
-        if process.poll() is None:
-            process.kill()
-            process.wait()
+    """The codex binary of tests/gateway/clients/package-lock.json."""
+    return npm_client(CLIENTS, "codex")
 
 
 def test_codex_runs_the_named_command_and_answers_its_output(served: ServedGraph, codex: Path, tmp_path: Path) -> None:

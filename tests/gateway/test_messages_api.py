@@ -5,7 +5,9 @@ for both: the keys the Messages API is called with are the tenants the cache is 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anthropic
 import httpx
@@ -15,6 +17,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from tests.support.graphs import write_graph
+from tests.support.npm_clients import npm_client, run_in_own_group
 from tests.support.served import FAST_MOCKER, ServedGraph, serving
 
 MODEL = "openai/gpt-oss-20b"
@@ -24,6 +27,8 @@ KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e"
 WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
 EVENT = TypeAdapter(RawMessageStreamEvent)
+CLAUDE_CODE = Path(__file__).resolve().parent / "clients" / "claude-code"  # its package.json and lock file
+CLIENT_TIMEOUT_S = 120
 
 
 @pytest.fixture(scope="module")
@@ -233,3 +238,39 @@ def test_a_tenant_reuses_its_own_cached_prefix_and_never_another_s(
     assert cached >= 0.9 * tokens, (tokens, cached)
     assert api(served, KEYS[other], prompt)[1] == 0
     assert api(served, KEYS["carol"], prompt)[1] >= 0.9 * tokens
+
+
+@pytest.fixture(scope="module")
+def claude() -> Path:
+    """Claude Code's binary, pinned in tests/gateway/clients/claude-code/package-lock.json."""
+    return npm_client(CLAUDE_CODE, "claude")
+
+
+def test_claude_code_runs_the_named_tool_and_answers_its_result(
+    served: ServedGraph, claude: Path, tmp_path: Path
+) -> None:
+    """`claude -p` against the graph, offline: the model calls Glob, Claude Code runs it and sends its
+    tool_result back with the turn's (signed, text-omitted) thinking, and the answer ends the turn;
+    the gateway refuses none of its requests (beta fields and all)."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    home.mkdir()
+    work.mkdir()
+    env = {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url(served), "ANTHROPIC_API_KEY": KEYS["alice"],
+           "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
+           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}  # fmt: skip
+    command = [str(claude), "-p", "Use Glob to find python files.", "--allowedTools", "Glob",
+               "--output-format", "stream-json", "--verbose"]  # fmt: skip
+    logged = len(served.log_of("gateway"))
+    status, stdout, stderr = run_in_own_group(command, CLIENT_TIMEOUT_S, cwd=work, env=env)
+    gateway_log = served.log_of("gateway")[logged:]  # what the gateway logged during Claude Code's run
+    report = f"claude exited with {status}\n--- stdout:\n{stdout[-4000:]}\n--- stderr:\n{stderr[-3000:]}"
+    assert status == 0, report
+    events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
+    blocks = [(event["type"], block) for event in events if event.get("type") in ("assistant", "user")
+              for block in event["message"]["content"] if isinstance(block, dict)]  # fmt: skip
+    calls = [block for kind, block in blocks if kind == "assistant" and block["type"] == "tool_use"]
+    results = [block for kind, block in blocks if kind == "user" and block["type"] == "tool_result"]
+    assert calls and calls[0]["name"] == "Glob" and results and results[0]["tool_use_id"] == calls[0]["id"], report
+    assert blocks[-1][0] == "assistant" and blocks[-1][1]["type"] == "text", report
+    assert events[-1]["type"] == "result" and events[-1]["subtype"] == "success" and not events[-1]["is_error"]
+    assert "refused POST /v1/messages" not in gateway_log, gateway_log[-3000:]
