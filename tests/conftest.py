@@ -26,10 +26,22 @@ GRAPH_FIXTURES = {"disagg", "autoscaled", "sla_scaled", "served", "stock_mocker_
                   "own_graph", "sweep_folder", "frontend_prompts"}  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if GRAPH_FIXTURES & set(getattr(item, "fixturenames", ())):
+        graphs = GRAPH_FIXTURES & set(getattr(item, "fixturenames", ()))
+        if graphs:
             item.add_marker(pytest.mark.graph)
+        if _shares_a_fixture(item):
+            # One worker runs the module's tests, so its shared graph or model folder is made once;
+            # every other test goes to whichever worker is free (`--dist loadgroup`).
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+
+
+def _shares_a_fixture(item: pytest.Item) -> bool:
+    """The test uses a module- or session-scoped fixture of the suite's own (not pytest's)."""
+    definitions = item._fixtureinfo.name2fixturedefs.values()
+    return any(chain[-1].scope != "function" and chain[-1].baseid for chain in definitions)
 
 
 @pytest.fixture

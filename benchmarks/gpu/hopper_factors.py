@@ -1,7 +1,8 @@
 """The performance model's Hopper efficiencies, derived from the H200 measurements.
 
-Reads kernels/results.json (gpt-oss-120b layer building blocks on one H200) and
-kv_handoff/results.json (NIXL KV handoff between two NVLinked H200s) and writes
+Reads kernels/results.json (gpt-oss-120b layer building blocks on one H200),
+kv_handoff/results.json (NIXL KV handoff between two NVLinked H200s) and mxfp4_experts/factor.json
+(the checkpoint's MXFP4 expert GEMMs on one H200, as factor.py derives them) and writes
 dynamo_oss/perf/hopper_measured.json, which `dynamo_oss.perf.costs` loads for the H200 (the
 H100 was not measured and keeps the priors). Datasheet rates come from `dynamo_oss.catalog.hardware` (H200). Run from
 the repository root:
@@ -28,12 +29,14 @@ from dynamo_oss.catalog.hardware import H200
 HERE = Path(__file__).parent
 KERNELS = HERE / "kernels" / "results.json"
 HANDOFF = HERE / "kv_handoff" / "results.json"
+MXFP4 = HERE / "mxfp4_experts" / "factor.json"
 DIGITS = 4
 
 MOE_OPS = ("moe_gate_up_grouped_mm", "moe_down_grouped_mm")
 MOE_MEMORY_TOKENS = (16, 64, 256, 1024)  # memory-bound; 1 token is launch-bound, 4096 sits where both limits meet
 MOE_COMPUTE_TOKENS = (16384,)  # the one compute-bound size
 ATTENTION_MIN_TOKENS = 8192  # full-attention prefill from 8k tokens, where it is compute-bound and settled
+MXFP4_ROUTING = "uniform"  # the routing the model's experts-touched formula assumes
 
 
 def _share(rows: list[dict[str, Any]]) -> float:
@@ -50,7 +53,14 @@ def _describe(rows: list[dict[str, Any]], *keys: str) -> list[str]:
     ]
 
 
-def derive(kernels: dict[str, Any], handoff: dict[str, Any]) -> dict[str, Any]:
+def _mxfp4_runs(mxfp4: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Each MXFP4 run's shares under uniform routing, by results file (factor.json's `runs`)."""
+    runs = {name: next(r for r in table if r["routing"] == MXFP4_ROUTING) for name, table in mxfp4["runs"].items()}
+    assert runs and len({tuple(r["memory_dominated_tokens"]) for r in runs.values()}) == 1
+    return runs
+
+
+def derive(kernels: dict[str, Any], handoff: dict[str, Any], mxfp4: dict[str, Any]) -> dict[str, Any]:
     """The document hopper_measured.json holds: efficiencies and how each was derived."""
     peak_flops, hbm, nvlink = H200.tensor_flops["bf16"], H200.hbm_bandwidth, H200.nvlink_bandwidth
     ceilings = kernels["ceilings"]
@@ -66,6 +76,9 @@ def derive(kernels: dict[str, Any], handoff: dict[str, Any]) -> dict[str, Any]:
     ]
     assert all(r["bound"] == "memory" for r in moe_memory) and all(r["bound"] == "compute" for r in moe_compute)
     assert all(r["bound"] == "compute" for r in attention) and moe_memory and moe_compute and attention
+
+    mxfp4_runs = _mxfp4_runs(mxfp4)
+    mxfp4_tokens = ", ".join(str(t) for t in next(iter(mxfp4_runs.values()))["memory_dominated_tokens"])
 
     top = max(r["tokens"] for r in handoff["rows"])
     contiguous = [r for r in handoff["rows"] if r["allocation"] == "contiguous" and r["tokens"] == top]
@@ -100,6 +113,9 @@ def derive(kernels: dict[str, Any], handoff: dict[str, Any]) -> dict[str, Any]:
         "kv_handoff": r4(nixl / nvlink),
         "expert_compute": r4(_share(moe_compute)),
         "expert_memory": r4(_share(moe_memory)),
+        # Memory-dominated rows only: at 1024 tokens MXFP4's four-times-smaller weights put the GEMM at its
+        # ridge, where neither floor is approached and max(compute, memory) says nothing about either share.
+        "expert_memory_mxfp4": r4(np.mean([r["expert_memory_memory_dominated"] for r in mxfp4_runs.values()])),
         "attention_compute": r4(_share(attention)),
     }
     derivation = {
@@ -121,6 +137,18 @@ def derive(kernels: dict[str, Any], handoff: dict[str, Any]) -> dict[str, Any]:
         "expert_memory": "MoE grouped GEMMs (torch._grouped_mm, BF16 weights), memory-bound rows 16-1024 tokens, floor "
         "(weights read once) over time against the copy ceiling: "
         + "; ".join(_describe(moe_memory, "tokens", "experts_touched")),
+        "expert_memory_mxfp4": "MoE grouped GEMMs with the checkpoint's MXFP4 weights (triton_kernels matmul_ogs, "
+        f"vLLM 0.33.0's copy, Hopper layouts), {MXFP4_ROUTING} routing, gate-up and down rows at {mxfp4_tokens} "
+        "tokens (memory floor at least twice the compute floor; 1024 tokens sits at MXFP4's ridge), floor (touched "
+        "experts' MXFP4 weights at 4.25 bits + bf16 activations) over time against the copy ceiling, time-weighted; "
+        f"mean of {len(mxfp4_runs)} runs: "
+        + ", ".join(
+            f"{r['expert_memory_memory_dominated']:.4f} (mxfp4_experts/{name}.json)" for name, r in mxfp4_runs.items()
+        )
+        + " (factor.py, written to mxfp4_experts/factor.json). Charged for MXFP4 experts only; BF16 and FP8 experts "
+        "keep expert_memory. expert_memory's own rows (16-1024 tokens) would give "
+        + " / ".join(f"{r['expert_memory_same_rows']:.4f}" for r in mxfp4_runs.values())
+        + ", which whole gpt-oss-120b decode steps on one H200 do not support (forward_step/RESULTS.md)",
         "attention_compute": f"prefill attention of full layers with sinks (FlexAttention), rows from "
         f"{ATTENTION_MIN_TOKENS} tokens, floor (causal FLOPs) over time against the GEMM ceiling: "
         + "; ".join(_describe(attention, "tokens")),
@@ -128,8 +156,10 @@ def derive(kernels: dict[str, Any], handoff: dict[str, Any]) -> dict[str, Any]:
     return {
         "about": "Efficiencies of the H200 measured on H200s (H100 keeps the priors); dynamo_oss.perf.costs.Efficiencies "
         "says what each means. Written by `uv run python benchmarks/gpu/hopper_factors.py` from "
-        "benchmarks/gpu/kernels/results.json and benchmarks/gpu/kv_handoff/results.json; do not edit by hand.",
-        "measured_on": f"{kernels['device']}, PyTorch {kernels['torch']} (kernels); two NVLinked H200s (kv_handoff)",
+        "benchmarks/gpu/kernels/results.json, benchmarks/gpu/kv_handoff/results.json and "
+        "benchmarks/gpu/mxfp4_experts/factor.json; do not edit by hand.",
+        "measured_on": f"{kernels['device']}, PyTorch {kernels['torch']} (kernels); two NVLinked H200s (kv_handoff); "
+        "one H200, MXFP4 experts through triton_kernels (mxfp4_experts)",
         "efficiencies": efficiencies,
         "derivation": derivation,
         "not_used": {
@@ -147,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="compare with the committed file instead of writing")
     args = parser.parse_args(argv)
-    document = derive(json.loads(KERNELS.read_text()), json.loads(HANDOFF.read_text()))
+    document = derive(*(json.loads(path.read_text()) for path in (KERNELS, HANDOFF, MXFP4)))
     text = json.dumps(document, indent=2) + "\n"
     if args.check:
         same = HOPPER_MEASURED_PATH.exists() and json.loads(HOPPER_MEASURED_PATH.read_text()) == document

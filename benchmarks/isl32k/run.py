@@ -7,7 +7,8 @@ concurrency swept, replayed in Dynamo's offline simulator at the calibrated mode
 Then the published recipes as they are, the comparison over ISL, and the sensitivity to
 prefill speed, the one input no published figure pins down. Last, the H200 cases once more
 with the efficiencies the model had for Hopper before the H200 measurements (the Blackwell
-priors; `Factors(hopper=None)`), to show what the measurements moved.
+priors; `Factors(hopper=None)`), to show what the measurements moved, and once more with the
+H200's MXFP4 expert weight reads at BF16's share (`expert_memory_mxfp4=None`), as before issue 27.
 
 Run from the repository root; writes results.json, results.csv, results.md and pareto.png
 beside this file:
@@ -28,7 +29,7 @@ import matplotlib
 import numpy as np
 
 from dynamo_oss.catalog.hardware import HARDWARE
-from dynamo_oss.perf.costs import Factors, fitted_factors
+from dynamo_oss.perf.costs import Factors, fitted_factors, hopper_measured
 from dynamo_oss.perf.graphs import layout_from_file
 from dynamo_oss.perf.layout import Layout, Precision, Workload
 from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
@@ -278,6 +279,7 @@ def write_markdown(
     extra: list[dict],
     sweep_cases: list[dict],
     before: list[dict],
+    before_mxfp4: list[dict],
     baseline_rows: list[dict],
     seconds: float,
 ) -> str:
@@ -335,10 +337,11 @@ def write_markdown(
         "| case | aggregated | disaggregated |",
         "|---|---|---|",
     ]
-    for c in cases + extra + before:
+    for c in cases + extra + before + before_mxfp4:
         f = c["limited"]["mean"]["fronts"]
         lines.append(f"| {c['label']} | {_front_text(f['agg'])} | {_front_text(f['disagg'])} |")
     after = {c["osl"]: c for c in cases if c["hardware"] == "h200"}
+    measured = hopper_measured()
     lines += [
         "",
         "## H200 before and after the H200 measurements",
@@ -357,6 +360,24 @@ def write_markdown(
         *head,
         *[_row(c) for c in before],
         *[_row(after[c["osl"]]) for c in before],
+        "",
+        "## H200 before and after the MXFP4 expert factor",
+        "",
+        (
+            f"Before: MXFP4 expert weight reads at the share BF16 grouped GEMMs reach (expert_memory "
+            f"{measured.expert_memory}; `expert_memory_mxfp4=None`). After: at the share the checkpoint's MXFP4 "
+            f"experts reach in triton_kernels' W4A16 GEMMs (expert_memory_mxfp4 {measured.expert_memory_mxfp4}, "
+            "benchmarks/gpu/mxfp4_experts). Everything else as committed; same search, same replay, "
+            f"{LIMIT}, tok/s/user at the same kind of fixed tok/s/GPU levels."
+        ),
+        "",
+        "| case | figure | before | after |",
+        "|---|---|---|---|",
+        *[row for c in before_mxfp4 for row in before_after(c, after[c["osl"]])],
+        "",
+        *head,
+        *[_row(c) for c in before_mxfp4],
+        *[_row(after[c["osl"]]) for c in before_mxfp4],
     ]
     lines += ["", f"Runtime: {seconds:.0f} s on this machine (2 cores)."]
     return "\n".join(lines) + "\n"
@@ -462,6 +483,8 @@ def main() -> None:
     # Hopper as the model had it before the H200 measurements: the priors of `Factors`, not the fit.
     priors = factors.model_copy(update={"hopper": None, "compute_efficiency": Factors().compute_efficiency})
     slow_factors = factors.model_copy(update={"compute_efficiency": SLOW_PREFILL})
+    # ... and with the measurements but MXFP4 experts read at BF16's share, as before issue 27.
+    bf16_share = factors.model_copy(update={"hopper": factors.hopper.model_copy(update={"expert_memory_mxfp4": None})})
 
     def done(job: Future) -> dict:
         case = job.result()
@@ -475,24 +498,23 @@ def main() -> None:
         slow_job = pool.submit(run_case, "b200", ISL, OSLS[0], CONCURRENCIES, slow_factors,
                                f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}")  # fmt: skip
         sweep_jobs = [pool.submit(run_case, "b200", isl, OSLS[0], SWEEP_CONCURRENCIES, factors) for isl in ISL_SWEEP]
-        before_jobs = [
-            pool.submit(
-                run_case,
-                "h200",
-                ISL,
-                osl,
-                CONCURRENCIES,
-                priors,
-                f"H200 before the H200 measurements, ISL 32,768 / OSL {osl}",
-            )  # fmt: skip
-            for osl in OSLS
-        ]
+
+        def h200_again(other: Factors, label: str) -> list[Future]:
+            """The H200 cases once more under `other` factors, one per OSL."""
+            return [
+                pool.submit(run_case, "h200", ISL, osl, CONCURRENCIES, other, f"{label}, ISL 32,768 / OSL {osl}")
+                for osl in OSLS
+            ]
+
+        before_jobs = h200_again(priors, "H200 before the H200 measurements")
+        mxfp4_jobs = h200_again(bf16_share, "H200 before the MXFP4 expert factor")
         cases = [done(job) for job in case_jobs]
         recipes = {key: done(job) for key, job in recipe_jobs.items()}
         reference, slow = recipes[("b200", OSLS[0])], done(slow_job)
         main_b200 = cases[HARDWARES.index("b200") * len(OSLS)]
         sweep_cases = sorted([done(job) for job in sweep_jobs] + [main_b200], key=lambda c: c["isl"])
         before = [done(job) for job in before_jobs]
+        before_mxfp4 = [done(job) for job in mxfp4_jobs]
     searched = {(c["hardware"], c["osl"]): c for c in cases}
     baseline_rows = [row for key, recipe in recipes.items() for row in baselines(searched[key], recipe)]
     seconds = time.monotonic() - start
@@ -504,13 +526,14 @@ def main() -> None:
         "slow_prefill": slow,
         "isl_sweep": sweep_cases,
         "h200_before_measurements": before,
+        "h200_before_mxfp4_factor": before_mxfp4,
         "seconds": round(seconds),
     }
     (HERE / "results.json").write_text(json.dumps(_rounded(everything)) + "\n")
     others = [c for c in sweep_cases if c is not main_b200]
-    write_csv(cases + list(recipes.values()) + [slow] + others + before, HERE / "results.csv")
+    write_csv(cases + list(recipes.values()) + [slow] + others + before + before_mxfp4, HERE / "results.csv")
     (HERE / "results.md").write_text(
-        write_markdown(cases, [*recipes.values(), slow], sweep_cases, before, baseline_rows, seconds)
+        write_markdown(cases, [*recipes.values(), slow], sweep_cases, before, before_mxfp4, baseline_rows, seconds)
     )
     plot(cases, reference, sweep_cases, before, HERE / "pareto.png")
     print((HERE / "results.md").read_text().split("## Pareto fronts")[0])

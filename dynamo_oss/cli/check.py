@@ -6,6 +6,7 @@ import argparse
 import shlex
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from dynamo_oss.cli.arguments import positive_float
 from dynamo_oss.catalog.addresses import is_loopback
@@ -145,6 +146,18 @@ def exposure_warnings(plan: HostPlan) -> list[str]:
         for process in plan.processes
         for use in process.ports
         if not is_loopback(use.host) and use.field not in secured
+    ] + clear_infrastructure_warnings(plan)
+
+
+def clear_infrastructure_warnings(plan: HostPlan) -> list[str]:
+    """A line for etcd or NATS reached beyond this host in clear: the graph's discovery and events,
+    and whoever can reach them can register a worker or read the KV events."""
+    reached = [("infrastructure.etcd", url) for url in plan.etcd_endpoints] + [("infrastructure.nats", plan.nats_url)]
+    return [
+        f"warning: {field} is reached at {url} in clear, with no client certificate; give infrastructure.tls "
+        "{ca, cert, key} (and https:// or tls:// URLs), or keep it on a private network behind a firewall"
+        for field, url in reached
+        if urlsplit(url).scheme in ("http", "nats") and not is_loopback(urlsplit(url).hostname or "")
     ]
 
 

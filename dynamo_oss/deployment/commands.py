@@ -41,23 +41,33 @@ def gateway_args(
     key_file: Path,
     api_keys_file: Path | None,
     metrics: tuple[str, int] | None = None,
+    responses_store: list[str] | None = None,
 ) -> list[str]:
     """dynamo-oss's request gateway on `listen`, in front of Dynamo's frontend at `upstream`; `model`
     says where its tokenizer comes from (`--model-folder DIR` or `--model NAME`); `key_file` holds the
     reasoning key and `api_keys_file` (where the graph's API keys file is, here) the clients' keys;
-    `metrics` is where it serves /metrics."""
+    `metrics` is where it serves /metrics; `responses_store` where the graph's NATS is and the bucket
+    its responses go in (`--responses-nats URL` or `--responses-nats-file F`, `--responses-bucket B`),
+    used when the graph stores responses."""
     gateway = deployment.gateway
     assert gateway is not None
-    limits = gateway.limits
+    limits, responses = gateway.limits, gateway.responses
     keys = (["--keys-file", str(api_keys_file)] if api_keys_file else []) + (
         ["--keys-env", gateway.keys_env] if gateway.keys_env else [])  # fmt: skip
+    store = [*responses_store, "--responses-retention-s", str(responses.retention_s), "--responses-max-mib",
+             str(responses.max_mib)] if responses.store and responses_store else []  # fmt: skip
     return ["-m", "dynamo_oss.gateway", "--host", listen[0], "--port", str(listen[1]), "--upstream", upstream,
             *model, "--max-in-flight", str(gateway.max_in_flight), "--reasoning-key-file", str(key_file), *keys,
             "--header-timeout-s", f"{limits.header_timeout_s:g}", "--body-timeout-s", f"{limits.body_timeout_s:g}",
             "--keep-alive-timeout-s", f"{limits.keep_alive_timeout_s:g}",
             "--max-connections", str(limits.max_connections), "--max-body-mib", str(limits.max_body_mib),
             *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
-            *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else [])]  # fmt: skip
+            *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else []), *store]  # fmt: skip
+
+
+def responses_bucket(graph: str) -> str:
+    """The NATS key-value bucket a graph's responses are stored in: its own, beside other graphs'."""
+    return f"responses-{graph}"
 
 
 def worker_context(

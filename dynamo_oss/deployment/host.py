@@ -20,7 +20,7 @@ from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
-from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, worker_context
+from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, responses_bucket, worker_context
 from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.placement import Node
@@ -158,7 +158,7 @@ def plan_host(
         processes, elsewhere = [*workers], []
         launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
     else:
-        processes = [*infra, *_frontend_processes(deployment, shared_env, model_folder), *workers]
+        processes = [*infra, *_frontend_processes(deployment, shared_env, model_folder, nats_url, tls), *workers]
         processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
         elsewhere = [process for other in deployment.placement.nodes if other.name != here.name
                      for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]]  # fmt: skip
@@ -315,9 +315,16 @@ def _prometheus_url(deployment: Deployment) -> str | None:
     return deployment.observability.prometheus_url
 
 
-def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], model_folder: Path) -> list[ProcessPlan]:
+def _frontend_processes(
+    deployment: Deployment,
+    shared_env: dict[str, str],
+    model_folder: Path,
+    nats_url: str,
+    tls: InfrastructureTls | None,
+) -> list[ProcessPlan]:
     """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`: what they do
-    comes from the deployment's frontend component, where they listen from the graph's frontend section."""
+    comes from the deployment's frontend component, where they listen from the graph's frontend section;
+    the gateway stores responses in the graph's NATS at `nats_url`."""
     listen = deployment.spec.frontend
     dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
@@ -340,9 +347,16 @@ def _frontend_processes(deployment: Deployment, shared_env: dict[str, str], mode
                                  port=deployment.spec.observability.gateway_port))  # fmt: skip
         args = gateway_args(deployment, (listen.host, listen.port), f"http://{LOOPBACK}:{dynamo_port}",
                             ["--model-folder", str(model_folder)], reasoning_key_file(deployment),
-                            deployment.gateway.keys_file, (ports[1].host, ports[1].port) if ports[1:] else None)  # fmt: skip
+                            deployment.gateway.keys_file, (ports[1].host, ports[1].port) if ports[1:] else None,
+                            _responses_store(deployment, nats_url, tls))  # fmt: skip
         processes.append(ProcessPlan(name="gateway", kind="gateway", argv=[sys.executable, *args], env={}, ports=ports))
     return processes
+
+
+def _responses_store(deployment: Deployment, nats_url: str, tls: InfrastructureTls | None) -> list[str]:
+    """Where the gateway stores responses: the graph's NATS, with the node's certificate when NATS asks for one."""
+    files = ["--responses-nats-tls", str(tls.ca), str(tls.cert), str(tls.key)] if tls else []
+    return ["--responses-nats", nats_url, "--responses-bucket", responses_bucket(deployment.name), *files]
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:

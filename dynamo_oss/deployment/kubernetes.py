@@ -9,6 +9,10 @@ The same graph that `dynamo serve` runs on one host becomes, the way `helm templ
   spans it, is a multinode component: `multinode.nodeCount` pods of GPUs per node each), and
   Dynamo's planner with its Kubernetes connector when a pool autoscales;
 - a PodMonitor, so a prometheus-operator Prometheus scrapes the frontend, workers and planner;
+- the gateway stores responses in the NATS the operator gives Dynamo's frontend: the operator sets
+  NATS_SERVER in the frontend's own container only, so that container writes it to a volume the
+  two share before it starts Dynamo's frontend, and the gateway reads it there. The bucket is named
+  after the Kubernetes namespace and the graph, as one NATS may serve every graph of a cluster;
 - nothing secret: the gateway reads the graph's key for the Responses API's encrypted reasoning
   from a Secret the operator of the cluster creates (`reasoning_key_secret`; README says how), so
   every frontend replica opens what another sealed and no key is ever written into a manifest;
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +36,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
-from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, worker_context
+from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, responses_bucket, worker_context
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
@@ -45,6 +50,7 @@ DYNAMO_FRONTEND_PORT = 8001  # Dynamo's frontend behind the gateway, on the pod'
 GATEWAY_METRICS_PORT = 9093  # the gateway's /metrics (usage per API key), container port "gateway-metrics"
 REASONING_KEY_MOUNT = Path("/etc/dynamo-oss/reasoning")  # the Secret holding the reasoning key, as file `key`
 API_KEYS_MOUNT = Path("/etc/dynamo-oss/api-keys")  # the Secret holding the clients' API keys, as file `keys`
+NATS_ADDRESS_MOUNT = Path("/run/dynamo-oss/nats")  # where the frontend's container writes NATS_SERVER, as `server`
 # /dev/shm for NCCL and NIXL buffers: the published gpt-oss-120b TensorRT-LLM recipe's size.
 WORKER_SHARED_MEMORY = "80Gi"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -161,26 +167,41 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     front, Dynamo's frontend listens on the pod's loopback and the gateway takes the Service's port."""
     listen = (LOOPBACK, DYNAMO_FRONTEND_PORT) if deployment.gateway else None
     args = frontend_args(deployment, listen, namespace=None)  # the operator sets DYN_NAMESPACE
-    containers = [{"name": "main", "image": target.image, "command": ["python3"], "args": args,
-                   "env": [{"name": "DYN_LOG", "value": FRONTEND_LOG}]}]  # fmt: skip
+    main: dict[str, Any] = {"name": "main", "image": target.image, "command": ["python3"], "args": args,
+                            "env": [{"name": "DYN_LOG", "value": FRONTEND_LOG}]}  # fmt: skip
+    containers = [main]
     if deployment.gateway:
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
         keys = deployment.gateway
+        stores = keys.responses.store
+        store_at = ["--responses-nats-file", str(NATS_ADDRESS_MOUNT / "server"), "--responses-bucket",
+                    responses_bucket(f"$(POD_NAMESPACE)-{deployment.name}")]  # fmt: skip
         gateway = gateway_args(deployment, ("0.0.0.0", FRONTEND_PORT), f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
                                ["--model", deployment.model.builtin], REASONING_KEY_MOUNT / "key",
                                API_KEYS_MOUNT / "keys" if keys.keys_file else None,
-                               ("0.0.0.0", GATEWAY_METRICS_PORT))  # fmt: skip
+                               ("0.0.0.0", GATEWAY_METRICS_PORT), store_at if stores else None)  # fmt: skip
         mounts = [{"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}]
         volumes = [{"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}]
         container: dict[str, Any] = {"name": "gateway", "image": target.image, "command": ["python3"],
                                      "args": gateway, "volumeMounts": mounts,
                                      "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}]}  # fmt: skip
+        env: list[dict[str, Any]] = []
         if keys.keys_file:  # the API keys: the Secret's `keys`, a `NAME KEY` line each, as a file
             mounts.append({"name": "api-keys", "mountPath": str(API_KEYS_MOUNT), "readOnly": True})
             volumes.append({"name": "api-keys", "secret": {"secretName": api_keys_secret(deployment)}})
         if keys.keys_env:  # the one API key: the Secret's key of the variable's name
             secret_key = {"secretKeyRef": {"name": api_keys_secret(deployment), "key": keys.keys_env}}
-            container["env"] = [{"name": keys.keys_env, "valueFrom": secret_key}]
+            env.append({"name": keys.keys_env, "valueFrom": secret_key})
+        if stores:  # the NATS the operator gives the frontend's container, passed on through a shared volume
+            main["command"] = ["/bin/sh", "-c"]
+            main["args"] = [f"printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'} && exec python3 "
+                            + shlex.join(args)]  # fmt: skip
+            main["volumeMounts"] = [{"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT)}]
+            mounts.append({"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT), "readOnly": True})
+            volumes.append({"name": "nats-address", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
+            env.append({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})
+        if env:
+            container["env"] = env
         containers.append(container)
         spec: dict[str, Any] = {"containers": containers, "volumes": volumes}
     else:

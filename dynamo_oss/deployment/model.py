@@ -29,6 +29,7 @@ from dynamo_oss.graph.schema import (
     EmbeddedPrometheus,
     GatewayAuthSection,
     GatewayLimitsSection,
+    GatewayResponsesSection,
     GraphSpec,
 )
 
@@ -70,6 +71,7 @@ class Gateway(Frozen):
     keys_file: Path | None = Field(default=None, description="the file of API keys it requires, resolved")
     keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
+    responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
     shared_cache: bool = Field(default=False, description="keys' tenants share cached prefixes (no cache salt)")
 
@@ -248,6 +250,7 @@ def _gateway(graph: Graph, pools: list[Pool]) -> Gateway:
         keys_file=graph.resolve(auth.keys_file) if auth and auth.keys_file else None,
         keys_env=auth.keys_env if auth else None,
         limits=section.limits,
+        responses=section.responses,
         open_on_purpose=section.auth == "none",
         shared_cache=section.cache_isolation == "shared",
     )

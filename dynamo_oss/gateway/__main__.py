@@ -1,5 +1,7 @@
 """`python -m dynamo_oss.gateway --port P --upstream URL [--model-folder DIR | --model NAME] [--reasoning-key-file F]
-[--keys-file F | --keys-env VAR] [--cache-isolation tenant|shared] [--metrics HOST:PORT] [limits]`."""
+[--keys-file F | --keys-env VAR] [--cache-isolation tenant|shared] [--metrics HOST:PORT] [limits]
+[--responses-nats URL | --responses-nats-file F --responses-bucket B [--responses-retention-s S] [--responses-max-mib M]
+[--responses-nats-tls CA CERT KEY]]`."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.prompt import PromptCounter
+from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
 from dynamo_oss.gateway.responses.sealed_reasoning import KEY_BYTES, ReasoningSeal
 
 DRAIN_TIMEOUT_S = 30.0  # how long streams in flight may take to finish after SIGTERM
@@ -33,9 +36,24 @@ async def run(args: argparse.Namespace) -> None:
     limits = Limits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
                     keep_alive_timeout_s=args.keep_alive_timeout_s, max_connections=args.max_connections,
                     max_body_bytes=args.max_body_mib * 2**20)  # fmt: skip
+    store = response_store(args)
+    if store is not None:
+        store.start()
     gateway = Gateway(args.upstream, counter, reasoning_seal(args.reasoning_key_file), args.max_in_flight,
-                      api_keys(args), limits, cache_isolation=args.cache_isolation == "tenant")  # fmt: skip
+                      api_keys(args), limits, store, cache_isolation=args.cache_isolation == "tenant")  # fmt: skip
     await serve(gateway, args.host, args.port, DRAIN_TIMEOUT_S, stop)
+
+
+def response_store(args: argparse.Namespace) -> NatsResponseStore | None:
+    """The graph's store of responses, when the graph keeps them (a NATS to keep them in is named)."""
+    if not args.responses_nats and not args.responses_nats_file:
+        return None
+    tls = NatsTls(*args.responses_nats_tls) if args.responses_nats_tls else None
+    try:
+        return NatsResponseStore(args.responses_bucket, args.responses_retention_s, args.responses_max_mib * 2**20,
+                                 args.responses_nats, args.responses_nats_file, tls)  # fmt: skip
+    except ValueError as error:
+        raise SystemExit(f"gateway: response store: {error}") from None
 
 
 def api_keys(args: argparse.Namespace) -> ApiKeys | None:
@@ -98,6 +116,16 @@ def main() -> None:
         type=int,
         help="generation requests admitted at once; past it, 503 with Retry-After (default: no limit)",
     )
+    store = parser.add_argument_group("stored responses (the Responses API's store and previous_response_id)")
+    where = store.add_mutually_exclusive_group()
+    where.add_argument("--responses-nats", metavar="URL", help="the graph's NATS, whose JetStream keeps them")
+    where.add_argument("--responses-nats-file", type=Path, metavar="FILE",
+                       help="a file holding that URL, read once it is written (another container writes it)")  # fmt: skip
+    store.add_argument("--responses-bucket", default="responses", help="the key-value bucket, one per graph")
+    store.add_argument("--responses-retention-s", type=float, default=30 * 24 * 3600.0)
+    store.add_argument("--responses-max-mib", type=int, default=1024)
+    store.add_argument("--responses-nats-tls", nargs=3, type=Path, metavar=("CA", "CERT", "KEY"),
+                       help="PEM files for a NATS that asks clients for a certificate")  # fmt: skip
     args = parser.parse_args()
     if args.model:
         args.model_folder = model_folder(BUILTIN_MODELS[args.model])

@@ -33,7 +33,19 @@ from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
-from dynamo_oss.gateway.routes import CheckedPassThrough, Route, Transform, Upstream, parse_json, route_for
+from dynamo_oss.gateway.responses.store import ResponseStore
+from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
+from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
+from dynamo_oss.gateway.routes import (
+    CheckedPassThrough,
+    LocalRoute,
+    Route,
+    Settling,
+    Transform,
+    Upstream,
+    parse_json,
+    route_for,
+)
 from dynamo_oss.gateway.tenancy import salted
 from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
@@ -68,6 +80,7 @@ class Gateway:
         max_in_flight: int | None = None,
         keys: ApiKeys | None = None,
         limits: Limits = Limits(),
+        store: ResponseStore | None = None,
         cache_isolation: bool = True,
     ) -> None:
         self.upstream = upstream.rstrip("/")
@@ -82,9 +95,11 @@ class Gateway:
         self.routes: dict[bytes, Route] = {
             b"/v1/chat/completions": ChatRoute(),
             b"/v1/completions": CheckedPassThrough("completions"),
-            b"/v1/responses": ResponsesRoute(seal),
+            b"/v1/responses": ResponsesRoute(seal, store),
             b"/v1/messages": MessagesRoute(seal),
         }
+        self.local_routes: dict[bytes, LocalRoute] = {STORED_RESPONSES: StoredResponsesRoute(store)}
+        self.store = store  # None: the graph keeps no responses
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte
         self.max_in_flight = max_in_flight
@@ -157,6 +172,8 @@ class Gateway:
             connection.transport.close()
         if self._session is not None:
             await self._session.close()
+        if self.store is not None:
+            await self.store.close()
 
 
 class ClientConnection(asyncio.Protocol):
@@ -319,15 +336,19 @@ class ClientConnection(asyncio.Protocol):
         self.started = admitted = False
         self.api = None
         try:
-            route = route_for(self.gateway.routes, method, url)
+            route = route_for(self.gateway.routes, method, url, self.gateway.local_routes)
             self.api = route.api
-            if self.api is not None:
-                self.gateway.admit()
-                admitted = True
-            upstream = await route.prepare(url, body, self.gateway)
-            if self.gateway.cache_isolation and self.key is not None and self.gateway.keys is not None:
-                headers = salted(headers, self.gateway.keys.tenant_of(self.key))
-            await self.forward(method, headers, upstream)
+            if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
+                status, answer = await route.answer(method, url, self.key)
+                self.respond(status, answer, keep_alive)
+            else:
+                if self.api is not None:
+                    self.gateway.admit()
+                    admitted = True
+                upstream = await route.prepare(url, body, self.gateway, self.key)
+                if self.gateway.cache_isolation and self.key is not None and self.gateway.keys is not None:
+                    headers = salted(headers, self.gateway.keys.tenant_of(self.key))
+                await self.forward(method, headers, upstream)
         except ApiError as err:
             if self.api is not None and err.status < 500:
                 log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
@@ -453,6 +474,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.transform: Transform | None = None  # the route's, for this exchange; None: bytes pass through
         self.transformed: list[bytes] = []  # a transform's output from one read, written at once
         self.usage_tail = b""  # the end of the last read, where a usage object may have begun
+        self.settling: asyncio.Task | None = None  # a Settling transform's last bytes, under way
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -506,6 +528,8 @@ class UpstreamConnection(asyncio.Protocol):
             self._finish(None)
 
     def connection_lost(self, exc: Exception | None) -> None:
+        if self.settling is not None:
+            return  # the frontend's answer was whole: the exchange ends in _settle
         if self.done is not None and not self.done.done():
             if self.status and self.error_body is None and self.transform is not None and self.transform.streaming:
                 if self.client is not None and not self.client.transport.is_closing():
@@ -583,6 +607,11 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.error_body is not None:
             payload = parse_json(b"".join(self.error_body))
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
+        elif isinstance(self.transform, Settling) and not self.client.transport.is_closing():
+            # The answer's last bytes wait on I/O (the response store): the exchange ends once they are out.
+            keep_alive = self.parser.should_keep_alive() and not self.head_only
+            self.parser, self.settling = None, asyncio.get_running_loop().create_task(self._settle(keep_alive))
+            return
         elif self.transform is not None and not self.client.transport.is_closing():
             try:
                 output, self.transformed = b"".join([*self.transformed, self.transform.end()]), []
@@ -597,6 +626,25 @@ class UpstreamConnection(asyncio.Protocol):
         else:
             self.transport.close()
         self.parser = None
+        self.done.set_result(None)
+
+    async def _settle(self, keep_alive: bool) -> None:
+        """The rest of _finish for a Settling transform: its last bytes, then the connection kept or closed."""
+        assert self.done is not None and self.client is not None and isinstance(self.transform, Settling)
+        try:
+            output, self.transformed = b"".join([*self.transformed, await self.transform.settle()]), []
+        except Exception as err:  # noqa: BLE001 - as in data_received
+            self.transport.abort()
+            self.done.set_exception(err)
+            return
+        finally:
+            self.settling = None
+        if not self.client.transport.is_closing():
+            self.client.write_transformed(self.transform, output, last=True)
+        if keep_alive and not self.transport.is_closing():
+            self.gateway.idle.append(self)
+        else:
+            self.transport.close()
         self.done.set_result(None)
 
 

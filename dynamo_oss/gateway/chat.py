@@ -38,7 +38,7 @@ class ReasoningOptions(BaseModel):
 class ChatRoute:
     api = "chat"
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         request = parse_json(body)
         await checks.check(self.api, request, len(body))
         assert isinstance(request, dict)  # the checks refuse anything else

@@ -21,11 +21,13 @@ from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 
 COMPLETIONS_URL = b"/v1/completions"
 RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
+RENDER_OFF_LOOP_ITEMS = 64  # as does a continuation of more stored items than this
 
 
-async def rendered(request: ResponsesRequest, seal: ReasoningSeal, size: int) -> Prompt:
-    """The request's harmony prompt; off the event loop for a body of `size` bytes past the limit."""
-    if size > RENDER_OFF_LOOP_BYTES:
+async def rendered(request: ResponsesRequest, seal: ReasoningSeal, size: int, stored_items: int = 0) -> Prompt:
+    """The request's harmony prompt; off the event loop for a body of `size` bytes past the limit,
+    or for a continuation that prepends `stored_items` items past theirs (previous_response_id)."""
+    if size > RENDER_OFF_LOOP_BYTES or stored_items > RENDER_OFF_LOOP_ITEMS:
         return await asyncio.to_thread(render, request, seal)
     return render(request, seal)
 

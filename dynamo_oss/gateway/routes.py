@@ -2,8 +2,9 @@
 
 A route either passes a request through (the frontend's answer goes to the client byte for
 byte, the fast path) or transforms it: the route sends the frontend a request of its own and
-turns the answer into the client's, piece by piece as it streams (`Transform`). The HTTP shell
-(app.py) owns sockets, framing and back-pressure; a route owns only its API.
+turns the answer into the client's, piece by piece as it streams (`Transform`). A few requests
+are the gateway's alone (`LocalRoute`: stored responses by id), answered without the frontend.
+The HTTP shell (app.py) owns sockets, framing and back-pressure; a route owns only its API.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
@@ -45,6 +46,14 @@ class Transform(Protocol):
     def cut(self) -> bytes:
         """The frontend went away mid-answer: the bytes that end the client's stream well-formed."""
         ...
+
+
+@runtime_checkable
+class Settling(Protocol):
+    """A transform whose last bytes wait on I/O (a Responses answer stored before it is sent): the
+    shell awaits `settle()` for them, in place of `end()`."""
+
+    async def settle(self) -> bytes: ...
 
 
 class WholeBody:
@@ -96,8 +105,20 @@ class Route(Protocol):
 
     api: str | None
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
-        """Check the request (raising ApiError for the client's mistakes) and say what goes upstream."""
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
+        """Check the request (raising ApiError for the client's mistakes) and say what goes upstream.
+        `key` is the name of the API key the request showed (None without keys)."""
+        ...
+
+
+@runtime_checkable
+class LocalRoute(Protocol):
+    """Requests the gateway answers itself, from what it keeps: nothing goes to the frontend."""
+
+    api: str | None
+
+    async def answer(self, method: bytes, url: bytes, key: str | None) -> tuple[int, dict[str, Any]]:
+        """The status and JSON body for the request (ApiError for the client's mistakes)."""
         ...
 
 
@@ -106,7 +127,7 @@ class PassThrough:
 
     api = None
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         return Upstream(url=url, body=body)
 
 
@@ -116,7 +137,7 @@ class CheckedPassThrough:
     def __init__(self, api: str) -> None:
         self.api = api
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         await checks.check(self.api, parse_json(body), len(body))
         return Upstream(url=url, body=body)
 
@@ -134,11 +155,15 @@ async def typed_request(
         raise refusal(err, raw) from None
 
 
-def route_for(table: dict[bytes, Route], method: bytes, url: bytes) -> Route:
-    """The route of a POST to a path the table has; every other request passes through."""
+def route_for(
+    table: dict[bytes, Route], method: bytes, url: bytes, local: dict[bytes, LocalRoute] | None = None
+) -> Route | LocalRoute:
+    """The route of a POST to a path the table has; of any other method to a path under a prefix
+    `local` has; every other request passes through."""
+    path = url.split(b"?", 1)[0]
     if method != b"POST":
-        return PASS_THROUGH
-    return table.get(url.split(b"?", 1)[0], PASS_THROUGH)
+        return next((route for prefix, route in (local or {}).items() if path.startswith(prefix)), PASS_THROUGH)
+    return table.get(path, PASS_THROUGH)
 
 
 def parse_json(raw: bytes) -> object:

@@ -254,6 +254,32 @@ class GatewayLimitsSection(Strict):
                               "Content-Length gets a 413 before the body is read.")  # fmt: skip
 
 
+class GatewayResponsesSection(Strict):
+    """Stored responses of the Responses API (`store`, `previous_response_id`, GET and DELETE
+    /v1/responses/{id}): kept in a JetStream key-value bucket of the graph's NATS, which every
+    gateway of the graph shares, so a conversation continues on any of them and across restarts."""
+
+    store: bool = Field(
+        default=True,
+        description="Keep each response unless its request says `store: false` (OpenAI's default). Off: "
+        "nothing is kept, and `previous_response_id` gets a 400 saying to send the whole conversation.",
+    )
+    retention_s: int = Field(
+        default=30 * 24 * 3600,
+        ge=1,
+        le=365 * 24 * 3600,
+        description="Seconds a stored response is kept (OpenAI keeps them 30 days, the default); past "
+        "it, GET and previous_response_id get a 404 naming it, and NATS drops it.",
+    )
+    max_mib: int = Field(
+        default=1024,
+        ge=1,
+        le=1024 * 1024,
+        description="Most MiB the stored responses take in NATS (JetStream's own store, which Dynamo's "
+        "KV router shares); past it the oldest are dropped first.",
+    )
+
+
 class GatewaySection(Strict):
     """dynamo-oss's request gateway, which clients meet at frontend.host:port."""
 
@@ -284,6 +310,7 @@ class GatewaySection(Strict):
         "reuse each other's cached prefixes (a shared prefix is prefilled once per tenant, not once); "
         "`shared` lets every key reuse every cached prefix. Without keys, all requests share the cache.",
     )
+    responses: GatewayResponsesSection = Field(default_factory=GatewayResponsesSection)
 
     @model_validator(mode="after")
     def _limits_need_the_gateway(self) -> GatewaySection:

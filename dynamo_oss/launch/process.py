@@ -65,6 +65,23 @@ class ManagedProcess:
         self.started_at = time.monotonic()
         self._pump = asyncio.create_task(self._pump_output(self.process))
 
+    async def restart_after(self, delay_s: float, max_delay_s: float, stopping: asyncio.Event) -> bool:
+        """Start again after `delay_s`. While a file it takes a secret from cannot be read (a TLS file
+        mid-rotation), say why and try again, waiting twice as long each time up to `max_delay_s`.
+        False when `stopping` is set first."""
+        while True:
+            try:
+                await asyncio.wait_for(stopping.wait(), delay_s)
+                return False
+            except asyncio.TimeoutError:
+                pass  # the wait is the backoff
+            try:
+                await self.start()
+                return True
+            except OSError as error:
+                delay_s = min(delay_s * 2, max_delay_s)
+                self.say(f"cannot start: {error}; trying again in {delay_s:.0f} s")
+
     def _environment(self) -> dict[str, str]:
         inherited = {name: value for name, value in os.environ.items() if name not in self.plan.env_unset}
         from_files = {name: path.read_text() for name, path in self.plan.env_from_files.items()}

@@ -281,10 +281,8 @@ class Supervisor:
                 return
             process.say(f"exited with {reason}; restarting in {backoff:.0f} s (restart {process.restarts})")
             before = await self._instances(process)
-            await asyncio.sleep(backoff)  # the backoff itself, not a synchronisation
-            if self.stopping.is_set():
+            if not await process.restart_after(backoff, BACKOFF_MAX_S, self.stopping):
                 return
-            await process.start()
             self._write_state()
             if self.ready:
                 watch = asyncio.create_task(self._announce_recovery(process, before))

@@ -95,9 +95,9 @@ _VLLM_SHORT_PREFILL = (
     "cannot fit them all, and a profile of vLLM's prefill steps on a Hopper GPU would pin it"
 )
 _MARLIN_PREFILL = (
-    "Hopper's MXFP4 experts run in vLLM 0.13's Marlin W4A16 kernels (VLLM_MXFP4_USE_MARLIN=1) while the H200 "
-    "efficiencies were measured on BF16 grouped GEMMs; prefill on Marlin is slower, and only a Marlin "
-    "measurement on an H200 can pin by how much"
+    "Hopper's MXFP4 experts run in vLLM 0.13's Marlin W4A16 kernels (VLLM_MXFP4_USE_MARLIN=1) while the H200's "
+    "expert efficiencies were measured on BF16 grouped GEMMs and triton_kernels' MXFP4 GEMMs; prefill on Marlin "
+    "is slower, and only a Marlin measurement on an H200 can pin by how much"
 )
 
 

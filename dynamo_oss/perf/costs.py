@@ -64,6 +64,12 @@ class Efficiencies(BaseModel):
         1.0, description="MoE expert GEMMs when compute-bound, share of `compute`", **_FRACTION
     )
     expert_memory: float = Field(1.0, description="MoE expert weight reads, share of `memory`", **_FRACTION)
+    expert_memory_mxfp4: float | None = Field(
+        None,
+        description="MoE expert weight reads when the experts are MXFP4, share of `memory` (on Hopper they run "
+        "W4A16: the kernel unpacks FP4 to BF16 tiles); None: as `expert_memory`",
+        **_FRACTION,
+    )
     attention_compute: float = Field(1.0, description="attention FLOPs (prefill), share of `compute`", **_FRACTION)
 
 
@@ -271,6 +277,15 @@ class CostModel:
         return experts
 
     @property
+    def _expert_memory(self) -> float:
+        """Expert weight reads' share of `memory`: MXFP4 experts (the checkpoint's) have their own where it
+        was measured (the H200); other dtypes, and MXFP4 elsewhere, the BF16-derived `expert_memory`."""
+        e = self.efficiency
+        if self.precision.experts == "mxfp4" and e.expert_memory_mxfp4 is not None:
+            return e.expert_memory_mxfp4
+        return e.expert_memory
+
+    @property
     def _attention_dtype(self) -> ComputeDtype:
         return "fp8" if self.precision.kv_cache == "fp8" else "bf16"
 
@@ -358,7 +373,7 @@ class CostModel:
                 touched * expert_bytes * s.num_layers / pool.tp,
                 self._moe_dtype,
                 compute=self.efficiency.expert_compute,
-                memory=self.efficiency.expert_memory,
+                memory=self._expert_memory,
             ),
             "output_head": self._roofline(
                 2 * self.vocab_params * head_rows / shards,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -125,9 +126,20 @@ def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files(
         assert volumes["dynamo-oss-config"]["configMap"]["name"] == config_map["metadata"]["name"]
     frontend = components["frontend"]["podTemplate"]["spec"]["containers"]
     assert [c["name"] for c in frontend] == ["main", "gateway"]
-    args = frontend[0]["args"]
+    # The frontend's container hands the operator's NATS_SERVER to the gateway (stored responses), then runs Dynamo's.
+    assert frontend[0]["command"] == ["/bin/sh", "-c"]
+    handed, _, started = frontend[0]["args"][0].partition(" && exec ")
+    assert handed == "printf '%s' \"$NATS_SERVER\" > /run/dynamo-oss/nats/server"
+    args = shlex.split(started)[1:]
+    assert args[:2] == ["-m", "dynamo.frontend"]
     assert args[args.index("--router-mode") + 1] == "kv" and args[args.index("--migration-limit") + 1] == "3"
     assert args[args.index("--http-host") + 1] == "127.0.0.1"  # only the gateway faces the Service
+    gateway = frontend[1]["args"]
+    assert gateway[gateway.index("--responses-nats-file") + 1] == "/run/dynamo-oss/nats/server"
+    assert gateway[gateway.index("--responses-bucket") + 1] == "responses-$(POD_NAMESPACE)-gpt-oss-120b-disagg-1p1d"
+    assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in frontend[1][
+        "env"
+    ]
 
 
 def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names() -> None:

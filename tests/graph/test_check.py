@@ -282,6 +282,9 @@ def test_external_infrastructure_starts_nothing_and_is_passed_on(
     worker = next(p for p in plan["processes"] if p["name"] == "decode-0")
     assert worker["env"]["ETCD_ENDPOINTS"] == "http://etcd.example:2379"
     assert worker["env"]["NATS_SERVER"] == "nats://nats.example:4222"
+    # Reached over the network in clear: said, not refused.
+    assert "warning: infrastructure.etcd is reached at http://etcd.example:2379 in clear" in err
+    assert "warning: infrastructure.nats is reached at nats://nats.example:4222 in clear" in err
 
 
 def test_mocker_time_scale_slows_steps_and_kv_handoff_alike(capsys: pytest.CaptureFixture[str]) -> None:

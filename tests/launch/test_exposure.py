@@ -40,11 +40,11 @@ def autoscaled_graph(folder: Path, host: str) -> Path:
     graph = yaml.safe_load(path.read_text())
     (folder / "api-keys").write_text(f"tests {KEY}\n")
     graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
-    decode_port, _, prometheus, launcher = free_ports(4)  # decode workers take decode_port + 0..1
+    decode_port, _, prometheus, launcher, planner = free_ports(5)  # decode workers take decode_port + 0..1
     graph["hardware"]["gpus"] = 3
     graph["frontend"]["host"] = host
     graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": decode_port}
-    graph["planner"] = {"ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2}
+    graph["planner"] = {"ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2, "metrics_port": planner}
     graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
     return path

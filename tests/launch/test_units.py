@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from dynamo_oss.deployment.processes import ProcessPlan
+from dynamo_oss.launch.process import ManagedProcess
 from dynamo_oss.launch.run_dirs import new_run_dir, newest_run_dir, runs_root
 from dynamo_oss.launch.terminal import for_terminal
 
@@ -70,3 +75,40 @@ def test_status_finds_the_newest_run(tmp_path: Path) -> None:
     newer = new_run_dir("b", cache_root=tmp_path)
     os.utime(older, (1, 1))
     assert newest_run_dir(tmp_path) == newer
+
+
+def test_a_restart_waits_out_a_secret_file_that_cannot_be_read(tmp_path: Path) -> None:
+    """A TLS file mid-rotation when a process restarts: the launcher says why and tries again,
+    instead of leaving the process down for good."""
+    secret = tmp_path / "client.key"
+    plan = ProcessPlan(name="worker-0", kind="worker", env={}, env_from_files={"SECRET": secret},
+                       argv=[sys.executable, "-c", "import os; print('has', len(os.environ['SECRET']))"])  # fmt: skip
+    process = ManagedProcess(plan, tmp_path, name_width=8)
+
+    async def restart() -> bool:
+        stopping = asyncio.Event()
+        restarted = asyncio.create_task(process.restart_after(0.05, 0.2, stopping))
+        deadline = time.monotonic() + 30
+        while "cannot start" not in (process.log_path.read_text() if process.log_path.exists() else ""):
+            assert time.monotonic() < deadline and not restarted.done(), "no word of the unreadable file"
+            await asyncio.sleep(0.05)  # polling the log, with the deadline above
+        secret.write_text("PEM")
+        started = await asyncio.wait_for(restarted, 30)
+        assert await process.wait() == 0
+        return started
+
+    assert asyncio.run(restart())
+    log = process.log_path.read_text()
+    assert f"cannot start: [Errno 2] No such file or directory: '{secret}'" in log and "has 3" in log
+
+
+def test_a_restart_gives_up_when_the_graph_stops(tmp_path: Path) -> None:
+    plan = ProcessPlan(name="worker-0", kind="worker", env={}, argv=[sys.executable, "-c", "pass"])
+    process = ManagedProcess(plan, tmp_path, name_width=8)
+
+    async def restart() -> bool:
+        stopping = asyncio.Event()
+        stopping.set()
+        return await process.restart_after(30, 60, stopping)
+
+    assert asyncio.run(restart()) is False and process.process is None

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from benchmarks.gpu.hopper_factors import HANDOFF, KERNELS, derive
+from benchmarks.gpu.hopper_factors import HANDOFF, KERNELS, MXFP4, derive
 from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.models import GPT_OSS_120B
 from dynamo_oss.perf.costs import (
@@ -30,7 +30,7 @@ PRIORS = MEASURED_FACTORS.model_copy(update={"hopper": None, "compute_efficiency
 
 
 def test_committed_file_is_what_the_measurements_give():
-    derived = derive(json.loads(KERNELS.read_text()), json.loads(HANDOFF.read_text()))
+    derived = derive(*(json.loads(path.read_text()) for path in (KERNELS, HANDOFF, MXFP4)))
     assert json.loads(HOPPER_MEASURED_PATH.read_text()) == derived
     assert MEASURED == Efficiencies(**derived["efficiencies"])
     kernels = json.loads(KERNELS.read_text())
@@ -41,6 +41,8 @@ def test_committed_file_is_what_the_measurements_give():
     assert 0.60 <= MEASURED.expert_memory <= 0.66 and MEASURED.expert_compute == pytest.approx(0.67, abs=0.01)
     assert 0.51 <= MEASURED.attention_compute <= 0.56
     assert 0.71 <= MEASURED.kv_handoff / MEASURED.link <= 0.77
+    # mxfp4_experts/RESULTS.md: the W4A16 kernel's memory-dominated rows (16-256 tokens), 0.565 and 0.586 in two runs.
+    assert MEASURED.expert_memory_mxfp4 == pytest.approx((0.5652 + 0.5858) / 2, abs=1e-4)
 
 
 def test_the_h200_runs_at_the_measured_efficiencies_and_the_others_at_the_fit_and_priors():
@@ -50,6 +52,7 @@ def test_the_h200_runs_at_the_measured_efficiencies_and_the_others_at_the_fit_an
         others = factors.efficiencies(HARDWARE[name])
         assert (others.memory, others.link) == (0.90, 0.87)  # priors
         assert others.expert_memory == others.attention_compute == 1.0
+        assert others.expert_memory_mxfp4 is None  # MXFP4 experts there read at expert_memory
     assert factors.efficiencies(HARDWARE["h100"]).compute == 0.76  # the prior: no long-input H100 rows
     for name in ("b200", "gb200"):  # fitted on Blackwell's 8k-input rows
         assert factors.efficiencies(HARDWARE[name]).compute == factors.compute_efficiency
@@ -73,10 +76,16 @@ def test_h200_step_terms_scale_by_the_measured_efficiencies():
         0.76 / (MEASURED.compute * MEASURED.attention_compute)
     )
     assert after["attention_projections"] / before["attention_projections"] == pytest.approx(0.76 / MEASURED.compute)
-    # A decode step at batch 64 reads the experts' weights: memory-bound.
+    # A decode step at batch 64 reads the experts' weights: memory-bound, at the MXFP4 kernels' own share.
     decode = {"decode_seqs": 64, "decode_context": 32768}
     after, before = _terms("h200", MEASURED_FACTORS, **decode), _terms("h200", PRIORS, **decode)
-    assert after["experts"] / before["experts"] == pytest.approx(0.90 / (MEASURED.memory * MEASURED.expert_memory))
+    assert after["experts"] / before["experts"] == pytest.approx(
+        0.90 / (MEASURED.memory * MEASURED.expert_memory_mxfp4)
+    )
+    bf16 = CostModel(GPT_OSS_120B, HARDWARE["h200"], PoolLayout(), Precision(experts="bf16"), factors=MEASURED_FACTORS)
+    bf16_before = CostModel(GPT_OSS_120B, HARDWARE["h200"], PoolLayout(), Precision(experts="bf16"), factors=PRIORS)
+    ratio = bf16.step_terms(**decode)["experts"] / bf16_before.step_terms(**decode)["experts"]
+    assert ratio == pytest.approx(0.90 / (MEASURED.memory * MEASURED.expert_memory))  # BF16 experts: BF16's share
     assert after["layer_overhead"] == before["layer_overhead"]  # overheads are not efficiencies
     # The H200 measurements do not move Blackwell's step times.
     without_hopper = MEASURED_FACTORS.model_copy(update={"hopper": None})

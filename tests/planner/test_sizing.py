@@ -78,7 +78,7 @@ def test_the_queue_model_matches_textbook_values() -> None:
 
 
 def test_the_live_ramp_is_sized_one_then_two_of_each(tmp_path: Path) -> None:
-    """What tests/planner/test_autoscale.py's sla ramp relies on, predicted offline for its graph."""
+    """What tests/planner/test_autoscale_sla.py's ramp relies on, predicted offline for its graph."""
     sizer = sizer_of(write_sla_graph(tmp_path), SLA_SLOW)
     isl = SLA_PROMPT_WORDS + 80  # the words are a token each, beside the chat template's
     low, high = (Load(requests_per_s=rate, isl=isl, osl=SLA_TOKENS) for rate in (SLA_LOW, SLA_HIGH))

@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.support.commands import DYNAMO, REPO
@@ -44,6 +45,13 @@ class ServedGraph:
 
     def pid_of(self, name: str) -> int:
         return next(p["pid"] for p in self.state()["processes"] if p["name"] == name)
+
+    def frontend_requests(self) -> float:
+        """Requests Dynamo's frontend has counted: unchanged across a request no worker should see."""
+        port = next(p for p in self.state()["processes"] if p["name"] == "frontend")["ports"][0]
+        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
+                   if line.startswith("dynamo_frontend_requests_total"))  # fmt: skip
 
     def log_of(self, name: str) -> str:
         return (self.run_dir / "logs" / f"{name}.log").read_text()

@@ -11,13 +11,13 @@ chunks: 32k as 2 x 16384 where the engine cuts 20000 + 12768; same count of chun
 steps are CUDA-graph replays with no host work, so beside the model's whole step stands its step
 without `sequence_overhead` (host time per sequence: scheduling, sampling, streaming).
 
-With `--mxfp4-share S`, a second prediction replaces the H200's expert_memory efficiency with S
-(what a separate MXFP4 factor would do) to show before and after.
+The model charges MXFP4 expert weight reads at the H200's expert_memory_mxfp4 (hopper_measured.json,
+from ../mxfp4_experts); beside it stands the model as it was before that factor ("before": MXFP4
+experts at expert_memory, the share BF16 grouped GEMMs reach), so the ratios show what it moved.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -38,9 +38,10 @@ def cost_model(factors: Factors) -> CostModel:
     return CostModel(GPT_OSS_120B, HARDWARE["h200"], pool, precision, "trtllm", factors)
 
 
-def with_expert_memory(share: float) -> Factors:
+def before_mxfp4_factor() -> Factors:
+    """The committed factors with MXFP4 experts read at BF16's expert_memory, as before issue 27."""
     factors = fitted_factors()
-    return factors.model_copy(update={"hopper": factors.hopper.model_copy(update={"expert_memory": share})})
+    return factors.model_copy(update={"hopper": factors.hopper.model_copy(update={"expert_memory_mxfp4": None})})
 
 
 def predicted_terms_ms(cost: CostModel, row: dict) -> dict[str, float]:
@@ -57,11 +58,10 @@ def predicted_terms_ms(cost: CostModel, row: dict) -> dict[str, float]:
     return {name: 1e3 * chunks * float(value) for name, value in terms.items()}
 
 
-def compare(rows: list[dict], mxfp4_share: float | None) -> list[dict]:
-    """Each measured step beside the model's; the measured experts' part is the step less its `_no_experts` twin."""
-    models = {"model": cost_model(fitted_factors())}
-    if mxfp4_share is not None:
-        models["mxfp4_factor"] = cost_model(with_expert_memory(mxfp4_share))
+def compare(rows: list[dict]) -> list[dict]:
+    """Each measured step beside the model's, now and before the MXFP4 factor; the measured experts' part
+    is the step less its `_no_experts` twin."""
+    models = {"model": cost_model(fitted_factors()), "before": cost_model(before_mxfp4_factor())}
     without = {(r["kind"].removesuffix("_no_experts"), r["batch"], r["context"]): r["time_ms"]
                for r in rows if r["kind"].endswith("_no_experts") and "time_ms" in r}  # fmt: skip
     out = []
@@ -78,39 +78,44 @@ def compare(rows: list[dict], mxfp4_share: float | None) -> list[dict]:
             entry[f"{prefix}_device_ms"] = total - terms[HOST]
             entry[f"{prefix}_over_measured"] = total / row["time_ms"]
             entry[f"{prefix}_device_over_measured"] = (total - terms[HOST]) / row["time_ms"]
+            measured_experts = entry["measured_experts_ms"]
+            entry[f"{prefix}_experts_over_measured"] = None if measured_experts is None else (
+                terms["experts"] / measured_experts
+            )  # fmt: skip
             entry[f"{prefix}_terms_ms"] = terms
         out.append(entry)
     return out
 
 
-def table(rows: list[dict], mxfp4: bool) -> str:
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def table(rows: list[dict]) -> str:
     headers = ["step", "batch", "context / prompt", "measured (ms)", "model (ms)", "model / measured",
-               "model without host (ms)", "without host / measured", "measured experts (ms)", "model experts (ms)"]  # fmt: skip
-    if mxfp4:
-        headers += ["model experts, MXFP4 factor (ms)", "with MXFP4 factor, without host (ms)", "/ measured"]
+               "model without host (ms)", "without host / measured", "before: without host / measured",
+               "measured experts (ms)", "model experts (ms)", "model / measured experts", "before: model experts (ms)",
+               "before: model / measured experts"]  # fmt: skip
     cells = []
     for r in rows:
-        line = [r["kind"], r["batch"], r["context"], f"{r['time_ms']:.2f}", f"{r['model_ms']:.2f}",
-                f"{r['model_over_measured']:.2f}", f"{r['model_device_ms']:.2f}", f"{r['model_device_over_measured']:.2f}",
-                "-" if r["measured_experts_ms"] is None else f"{r['measured_experts_ms']:.2f}",
-                f"{r['model_terms_ms']['experts']:.2f}"]  # fmt: skip
-        if mxfp4:
-            line += [f"{r['mxfp4_factor_terms_ms']['experts']:.2f}", f"{r['mxfp4_factor_device_ms']:.2f}",
-                     f"{r['mxfp4_factor_device_over_measured']:.2f}"]  # fmt: skip
-        cells.append(line)
+        cells.append([r["kind"], r["batch"], r["context"], f"{r['time_ms']:.2f}", f"{r['model_ms']:.2f}",
+                      f"{r['model_over_measured']:.2f}", f"{r['model_device_ms']:.2f}",
+                      f"{r['model_device_over_measured']:.2f}", f"{r['before_device_over_measured']:.2f}",
+                      "-" if r["measured_experts_ms"] is None else f"{r['measured_experts_ms']:.2f}",
+                      f"{r['model_terms_ms']['experts']:.2f}", _ratio(r["model_experts_over_measured"]),
+                      f"{r['before_terms_ms']['experts']:.2f}", _ratio(r["before_experts_over_measured"])])  # fmt: skip
     return markdown_table(headers, cells)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--mxfp4-share", type=float, help="an expert_memory efficiency for MXFP4 experts to try")
-    args = parser.parse_args()
     measured = json.loads((HERE / "results.json").read_text())
-    rows = compare(measured["rows"], args.mxfp4_share)
-    document = {"about": __doc__, "measured_on": measured["device"], "mxfp4_share": args.mxfp4_share, "rows": rows}
+    rows = compare(measured["rows"])
+    efficiencies = {"model": fitted_factors().hopper, "before": before_mxfp4_factor().hopper}
+    document = {"about": __doc__, "measured_on": measured["device"],
+                "hopper": {name: e.model_dump() for name, e in efficiencies.items()}, "rows": rows}  # fmt: skip
     (HERE / "comparison.json").write_text(json.dumps(document, indent=1) + "\n")
     write_csv(HERE / "comparison.csv", [{k: v for k, v in r.items() if not k.endswith("terms_ms")} for r in rows])
-    print(table(rows, args.mxfp4_share is not None))
+    print(table(rows))
 
 
 if __name__ == "__main__":

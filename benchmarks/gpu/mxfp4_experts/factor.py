@@ -1,4 +1,4 @@
-"""The MXFP4 expert efficiency the performance model would need, derived from the measured rows two ways.
+"""The MXFP4 expert efficiency the performance model charges, derived from the measured rows two ways.
 
     PYTHONPATH=. python benchmarks/gpu/mxfp4_experts/factor.py
 
@@ -13,6 +13,9 @@ of the memory floor those rows reach. The same for the MXFP4 rows:
   where 32 routed rows per expert sit at MXFP4's ridge (bf16 GEMM rate over copy rate, in FLOPs per
   MXFP4 byte) and both floors are far from met.
 Both routings are derived; the model's experts-touched formula assumes uniform routing.
+hopper_factors.py takes the uniform `memory_dominated` share, mean over both runs, as the H200's
+expert_memory_mxfp4 (dynamo_oss/perf/hopper_measured.json): whole decode steps on an H200
+(../forward_step) bear that derivation out, not `same_rows`.
 """
 
 from __future__ import annotations

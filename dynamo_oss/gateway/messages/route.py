@@ -26,7 +26,7 @@ class MessagesRoute:
     def __init__(self, seal: ReasoningSeal) -> None:
         self.seal = seal
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         beta = b"beta=true" in url.partition(b"?")[2].split(b"&")
         model = BetaMessagesRequest if beta else MessagesRequest
         request, context = await typed_request(checks, self.api, body, model, invalid_request)

@@ -4,43 +4,152 @@ reasoning, refuses hosted tools and has no namespaces (dynamo issue 14069).
 The request is checked and rendered into harmony here (conversation.py); Dynamo's frontend gets
 a plain completion of those token ids (completion.py), so routing, disaggregation and KV reuse
 are all Dynamo's; and the completion's text comes back as the Responses answer (stream.py).
+
+Stored responses (store.py): unless a request says `store: false`, its answer is stored before
+its last bytes go out, so a client that has read a response can continue from it at once, on any
+gateway of the graph. A continuation (`previous_response_id`) is rendered as if the client had
+sent the stored conversation and its new input whole, which by harmony's rendering makes the
+previous turn's prompt a prefix of the new one: the KV router finds it on the worker that holds it.
 """
 
 from __future__ import annotations
 
+import logging
+import re
+import time
+from typing import Any
+
 import orjson
+from pydantic import TypeAdapter
 
 from dynamo_oss.gateway.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request, rendered
 from dynamo_oss.gateway.errors import ApiError, from_validation
-from dynamo_oss.gateway.protocol.responses import ResponsesRequest
+from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import Prompt
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
-from dynamo_oss.gateway.responses.stream import ResponseBuilder
+from dynamo_oss.gateway.responses.store import ResponseStore, StoredResponse, StoreUnavailable
+from dynamo_oss.gateway.responses.stored import find
+from dynamo_oss.gateway.responses.stream import ResponseBuilder, new_id
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
+
+log = logging.getLogger("dynamo_oss.gateway")
+
+ITEMS = TypeAdapter(list[InputItem])
+ITEM_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_tool_call": "ctc",
+                    "function_call_output": "fco", "custom_tool_call_output": "ctco"}  # fmt: skip
+_INPUT_INDEX = re.compile(r"input\[(\d+)\]")
 
 
 class ResponsesRoute:
     api = "responses"
 
-    def __init__(self, seal: ReasoningSeal) -> None:
+    def __init__(self, seal: ReasoningSeal, store: ResponseStore | None = None) -> None:
         self.seal = seal
+        self.store = store  # None: the graph keeps no responses
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         request, context = await typed_request(checks, self.api, body, ResponsesRequest, from_validation)
-        if request.previous_response_id is not None:
-            raise ApiError(400, "Invalid 'previous_response_id': this endpoint keeps no responses; send the whole "
-                           "conversation as 'input' (with store: false).", param="previous_response_id",
-                           code="unsupported_parameter")  # fmt: skip
-        prompt = await rendered(request, self.seal, len(body))
+        inherited = await self._inherited(request, key)
+        stored = self.store is not None and request.store is not False
+        own = input_items(request) if stored or inherited else []
+        whole = (
+            request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}) if inherited else request
+        )
+        try:
+            prompt = await rendered(whole, self.seal, len(body), len(inherited))
+        except ApiError as err:
+            raise _shifted(err, len(inherited)) from None
         check_context(prompt, request.max_output_tokens, context, "input", "max_output_tokens")
         completion = completion_request(request, prompt)
-        transform = ResponsesAnswer(request, prompt, self.seal)
+        if stored:
+            assert self.store is not None
+            transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, self.seal, self.store,
+                                                               StoredResponseParts(key, inherited, own))  # fmt: skip
+        else:
+            transform = ResponsesAnswer(request, prompt, self.seal)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
+
+    async def _inherited(self, request: ResponsesRequest, key: str | None) -> list[dict[str, Any]]:
+        """The stored conversation `previous_response_id` continues (404 when `key` has none by that id)."""
+        if request.previous_response_id is None:
+            return []
+        if self.store is None:
+            raise ApiError(400, "Invalid 'previous_response_id': this graph keeps no responses "
+                           "(gateway.responses.store is false); send the whole conversation as 'input'.",
+                           param="previous_response_id", code="unsupported_parameter")  # fmt: skip
+        previous = await find(self.store, request.previous_response_id, key, "previous_response_id")
+        return previous.conversation()
+
+
+def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
+    """The request's input as the items a stored response lists (GET .../input_items): each with an
+    id, a message's text in content parts, as OpenAI's server returns them."""
+    if isinstance(request.input, str):
+        items = [{"type": "message", "role": "user", "content": request.input}]
+    else:
+        items = [item.model_dump(mode="json", exclude_none=True) for item in request.input]
+    for item in items:
+        item["id"] = item.get("id") or new_id(ITEM_ID_PREFIXES[item["type"]])
+        if item["type"] == "message":
+            item.setdefault("status", "completed")
+            if isinstance(item["content"], str):
+                kind = "output_text" if item["role"] == "assistant" else "input_text"
+                part = {"type": kind, "text": item["content"]} | ({"annotations": []} if kind == "output_text" else {})
+                item["content"] = [part]
+    return items
+
+
+def _shifted(err: ApiError, offset: int) -> ApiError:
+    """A render error about the request's own input, numbered as the client numbers it (the stored
+    conversation prepended before it is not the client's to see)."""
+    if not offset or err.param is None:
+        return err
+
+    def renumber(text: str) -> str:
+        return _INPUT_INDEX.sub(lambda match: f"input[{int(match.group(1)) - offset}]", text)
+
+    return ApiError(err.status, renumber(err.message), renumber(err.param), err.code, err.retry_after)
 
 
 class ResponsesAnswer(CompletionAnswer):
     """The completion's SSE chunks in; Responses events out as they come (text/event-stream), or,
     for a client that does not stream, one Response object at the end (application/json)."""
 
-    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal) -> None:
-        super().__init__(ResponseBuilder(request, prompt, seal, streaming=request.stream), request.stream)
+    builder: ResponseBuilder
+
+    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, stored: bool = False) -> None:
+        builder = ResponseBuilder(request, prompt, seal, streaming=request.stream, stored=stored)
+        super().__init__(builder, request.stream)
+
+
+class StoredResponseParts:
+    """What a stored response's record holds besides the Response object itself."""
+
+    def __init__(self, owner: str | None, inherited: list[dict[str, Any]], own: list[dict[str, Any]]) -> None:
+        self.owner, self.inherited, self.own = owner, inherited, own
+
+
+class StoredResponsesAnswer(ResponsesAnswer):
+    """A ResponsesAnswer that is stored before its last bytes go out (routes.Settling): a client
+    that has the whole response can continue from it at once, on any gateway of the graph."""
+
+    def __init__(
+        self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, store: ResponseStore,
+        parts: StoredResponseParts,
+    ) -> None:  # fmt: skip
+        super().__init__(request, prompt, seal, stored=True)
+        self.store, self.parts = store, parts
+
+    async def settle(self) -> bytes:
+        builder = self.builder
+        out = (b"" if self.started else self._start()) + builder.close_output(self.finish_reason, self.usage)
+        assert builder.final is not None
+        record = StoredResponse(id=builder.id, owner=self.parts.owner, created_at=time.time(),
+                                inherited=self.parts.inherited, input=self.parts.own, response=builder.final)  # fmt: skip
+        try:
+            await self.store.put(record)
+        except StoreUnavailable as error:  # the answer is the client's all the same; it says it was not stored
+            log.warning("response %s was not stored: %s", builder.id, error)
+            builder.final["store"] = False
+        out += builder.completed()
+        return out if self.streaming else orjson.dumps(builder.final)

@@ -43,8 +43,11 @@ def new_id(prefix: str) -> str:
 class ResponseBuilder:
     """One response, built from the completion's text; `streaming` also yields its events."""
 
-    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, streaming: bool) -> None:
+    def __init__(
+        self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, streaming: bool, stored: bool = False
+    ) -> None:
         self.request, self.prompt, self.seal, self.streaming = request, prompt, seal, streaming
+        self.stored = stored  # the response says store: true (set false when the store refused it)
         self.id = new_id("resp")
         self.created_at = int(time.time())
         self.sequence = 0
@@ -70,15 +73,21 @@ class ResponseBuilder:
         return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(text)])
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
+        return self.close_output(finish_reason, usage) + self.completed()
+
+    def close_output(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
+        """The last item's closing events; the whole response is `final` from then on."""
         cut = finish_reason == "length"
         out = [self._text(value) if kind == "text" else b"" for kind, value in self.harmony.finish()]  # type: ignore[arg-type]
         if self.item is not None:  # the message the completion stopped in: whole, unless max_tokens cut it
             out.append(self._close(complete=not cut))
-        status = "incomplete" if cut else "completed"
-        final = self.response(status, usage)
-        out.append(self._event(f"response.{status}", response=final))
-        self.final = final
+        self.final = self.response("incomplete" if cut else "completed", usage)
         return b"".join(out)
+
+    def completed(self) -> bytes:
+        """The event carrying the whole response (`response.completed` or `response.incomplete`)."""
+        assert self.final is not None
+        return self._event(f"response.{self.final['status']}", response=self.final)
 
     def error(self, message: str) -> bytes:
         """The stream could not finish (the frontend went away): an `error` event ends it."""
@@ -198,9 +207,9 @@ class ResponseBuilder:
             "instructions": request.instructions,
             "max_output_tokens": request.max_output_tokens,
             "parallel_tool_calls": request.parallel_tool_calls,
-            "previous_response_id": None,
+            "previous_response_id": request.previous_response_id,
             "reasoning": {"effort": request.reasoning.effort if request.reasoning else None, "summary": None},
-            "store": False,
+            "store": self.stored,
             "temperature": request.temperature if request.temperature is not None else 1.0,
             "top_p": request.top_p if request.top_p is not None else 1.0,
             "text": {"format": (request.text.format if request.text and request.text.format else {"type": "text"})},

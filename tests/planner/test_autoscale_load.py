@@ -1,0 +1,113 @@
+"""Autoscaling on one host with Dynamo's own planner in load mode: under a load ramp it grows the
+decode pool on its KV threshold, when the load falls it shrinks it again, and no request fails on
+the way. The launcher carries out each decision (workers registered before it acknowledges, drained
+before they stop) and refuses one past the GPU budget."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from tests.support.commands import run_dynamo
+from tests.support.graphs import observed, write_graph
+from tests.support.ports import free_ports
+from tests.support.served import ServedGraph, serving
+from tests.support.traffic import Load
+from tests.support.waiting import wait_for
+
+SLOW = 10  # the mocker runs 10x slower than modelled, so streams last seconds and load builds up
+TOKENS = 400
+RAMP_STREAMS = 24
+# The mocker's KV cache (modelled on an H200) holds about 4.3M tokens, which 24 streams on this
+# machine never come near; the thresholds are set where they do.
+KV_PERCENT = [0.15, 0.03]
+
+
+@pytest.fixture(scope="module")
+def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    folder = tmp_path_factory.mktemp("autoscale")
+    path = write_graph(folder)
+    graph = yaml.safe_load(path.read_text())
+    decode_port, _, _, prometheus, launcher = free_ports(5)  # decode workers take decode_port + 0..2
+    graph["hardware"]["gpus"] = 4
+    graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 3}, "engine": "mocker", "system_port": decode_port}
+    graph["planner"] = {"mode": "load", "ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2,
+                        "decode_kv_percent": KV_PERCENT, "metrics_port": free_ports(1)[0]}  # fmt: skip
+    graph["observability"] = observed(prometheus, launcher)
+    path.write_text(yaml.safe_dump(graph))
+    with serving(path, folder / "run", "--mocker-time-scale", str(SLOW)) as served:
+        yield served
+
+
+def decode_pool(served: ServedGraph) -> dict:
+    return next(p for p in served.state()["pools"] if p["role"] == "decode")
+
+
+def decided(served: ServedGraph, workers: int) -> bool:
+    """The planner's last decision set the decode pool to `workers` and the launcher carried it out."""
+    decision = served.state().get("last_decision") or {}
+    return decision.get("workers", {}).get("decode") == workers and decision.get("outcome") == "carried out"
+
+
+def test_the_planner_grows_decode_under_load_and_shrinks_it_after(
+    autoscaled: ServedGraph, record_property: pytest.RecordProperty
+) -> None:
+    assert decode_pool(autoscaled)["live"] == 1
+    load = Load(autoscaled.endpoint, TOKENS)
+    load.users = 1
+    load.thread.start()
+    try:
+        ramp = time.monotonic()
+        load.users = RAMP_STREAMS
+        wait_for(
+            lambda: decided(autoscaled, 2), 120, "the planner to grow decode to 2 and the launcher to carry it out"
+        )
+        grown_after = time.monotonic() - ramp
+        record_property("seconds_from_ramp_to_new_decode_worker_serving", round(grown_after, 1))
+        print(f"load ramp to {RAMP_STREAMS} streams -> second decode worker serving after {grown_after:.1f} s")
+        assert decode_pool(autoscaled)["live"] >= 2
+        fall = time.monotonic()
+        load.users = 1  # a trickle goes on, so requests are in flight while workers drain
+        wait_for(lambda: decided(autoscaled, 1) and decode_pool(autoscaled)["live"] == 1, 180,
+                 "the planner to shrink decode back to 1")  # fmt: skip
+        record_property("seconds_from_fall_to_decode_shrunk", round(time.monotonic() - fall, 1))
+    finally:
+        load.stopping.set()
+        load.thread.join(180)
+    assert load.failures == []
+    assert len(load.completed) >= RAMP_STREAMS and set(load.completed) == {TOKENS}
+    prometheus = autoscaled.state()["prometheus_url"]
+
+    def scaling_actions() -> dict[str, float] | None:
+        query = 'dynamo_oss_scaling_actions_total{pool="decode"}'
+        rows = httpx.get(f"{prometheus}/api/v1/query", params={"query": query}).json()["data"]["result"]
+        counts = {row["metric"]["direction"]: float(row["value"][1]) for row in rows}
+        return counts if counts.get("up", 0) >= 1 and counts.get("down", 0) >= 1 else None
+
+    wait_for(scaling_actions, 30, "the launcher's scaling actions in Prometheus")
+    output = autoscaled.output.read_text()
+    assert "planner decision" in output and "decode 1 -> 2" in output and "-> 1" in output
+    assert " WARN " not in output.replace("WARN http-request: dynamo_parsers::reasoning::gpt_oss_parser", "")
+
+
+def test_a_decision_past_the_gpu_budget_is_refused_and_logged(autoscaled: ServedGraph) -> None:
+    state = autoscaled.state()
+    token = Path(state["control_token_file"]).read_text().strip()
+    refused = httpx.post(f"{state['control_url']}/v1/decisions", headers={"Authorization": f"Bearer {token}"},
+                         json={"decision_id": 999, "workers": {"decode": 3}}, timeout=30)  # fmt: skip
+    assert refused.status_code == 409
+    why = "the pools would need 4 GPUs (prefill 1 x 1, decode 3 x 1) but the GPU budget is 3"
+    assert refused.json()["error"]["message"] == why
+    assert f"planner decision 999 refused: {why}" in autoscaled.output.read_text()
+    status = json.loads(run_dynamo("status", str(autoscaled.run_dir), "--json").stdout)
+    assert status["last_decision"]["decision_id"] == 999 and status["last_decision"]["outcome"] == f"refused: {why}"
+    assert decode_pool(autoscaled)["live"] == 1
+    text = run_dynamo("status", str(autoscaled.run_dir)).stdout
+    assert "decode   mocker  target 1  live 1  draining 0" in text and "(autoscaled 1-3)" in text
+    assert "last planner decision: #999" in text
