@@ -22,7 +22,7 @@ sys.dont_write_bytecode = False
 
 # The fixtures that serve a graph (or start Dynamo's frontend): a test using one, directly or through
 # another fixture, carries the `graph` marker; a test that serves one itself is marked where it is.
-GRAPH_FIXTURES = {"disagg", "autoscaled", "sla_scaled", "served", "stock_mocker_endpoint", "two_decoders",
+GRAPH_FIXTURES = {"disagg", "fast_graph", "autoscaled", "sla_scaled", "served", "stock_mocker_endpoint", "two_decoders",
                   "own_graph", "sweep_folder", "frontend_prompts"}  # fmt: skip
 
 
@@ -32,16 +32,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         graphs = GRAPH_FIXTURES & set(getattr(item, "fixturenames", ()))
         if graphs:
             item.add_marker(pytest.mark.graph)
-        if _shares_a_fixture(item):
-            # One worker runs the module's tests, so its shared graph or model folder is made once;
-            # every other test goes to whichever worker is free (`--dist loadgroup`).
-            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
+        group = _shared_fixture_group(item)
+        if group:
+            # One worker runs the tests that share a fixture, so their graph or model folder is made
+            # once; every other test goes to whichever worker is free (`--dist loadgroup`).
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
-def _shares_a_fixture(item: pytest.Item) -> bool:
-    """The test uses a module- or session-scoped fixture of the suite's own (not pytest's)."""
-    definitions = item._fixtureinfo.name2fixturedefs.values()
-    return any(chain[-1].scope != "function" and chain[-1].baseid for chain in definitions)
+def _shared_fixture_group(item: pytest.Item) -> str | None:
+    """The worker group of a test using a fixture of the suite's own (not pytest's) wider than a test:
+    the fixture's name for a session-scoped one (shared across modules), else the module."""
+    shared = [chain[-1] for chain in item._fixtureinfo.name2fixturedefs.values()
+              if chain[-1].scope != "function" and chain[-1].baseid]  # fmt: skip
+    sessions = sorted(definition.argname for definition in shared if definition.scope == "session")
+    return sessions[0] if sessions else item.module.__name__ if shared else None
 
 
 @pytest.fixture

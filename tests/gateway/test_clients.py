@@ -14,7 +14,6 @@ import asyncio
 import json
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,9 +34,8 @@ from agents import (
 )
 from openai import AsyncOpenAI
 
-from tests.support.graphs import write_graph
 from tests.support.npm_clients import npm_client, run_in_own_group
-from tests.support.served import FAST_MOCKER, ServedGraph, serving
+from tests.support.served import ServedGraph
 
 CLIENTS = Path(__file__).resolve().parent / "clients"  # package.json and package-lock.json: the npm clients
 MODEL = "openai/gpt-oss-20b"
@@ -76,25 +74,20 @@ CODEX_METADATA_WARNING = re.compile(r"Model metadata for `[^`]+` not found\.")
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("clients")
-    with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
-        yield graph
-
-
-@pytest.fixture(scope="module")
 def codex() -> Path:
     """The codex binary of tests/gateway/clients/package-lock.json."""
     return npm_client(CLIENTS, "codex")
 
 
-def test_codex_runs_the_named_command_and_answers_its_output(served: ServedGraph, codex: Path, tmp_path: Path) -> None:
+def test_codex_runs_the_named_command_and_answers_its_output(
+    fast_graph: ServedGraph, codex: Path, tmp_path: Path
+) -> None:
     """`codex exec` against the graph: the model calls exec_command, Codex runs it and sends its
     output back as a function_call_output, and the model's answer ends the turn."""
     home, work = tmp_path / "codex-home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    (home / "config.toml").write_text(CODEX_CONFIG.format(model=MODEL, endpoint=served.endpoint))
+    (home / "config.toml").write_text(CODEX_CONFIG.format(model=MODEL, endpoint=fast_graph.endpoint))
     command = [str(codex), "exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check",
                "Use exec_command to run: echo hello"]  # fmt: skip
     env = {**os.environ, "CODEX_HOME": str(home), "DYNAMO_API_KEY": "dummy"}
@@ -102,7 +95,7 @@ def test_codex_runs_the_named_command_and_answers_its_output(served: ServedGraph
 
     def report() -> str:
         return (f"codex exited with {status} (None: killed after {CLIENT_TIMEOUT_S} s)\n--- stdout:\n{stdout[-6000:]}\n"
-                f"--- stderr:\n{stderr[-4000:]}\n--- gateway log:\n{served.log_of('gateway')[-4000:]}")  # fmt: skip
+                f"--- stderr:\n{stderr[-4000:]}\n--- gateway log:\n{fast_graph.log_of('gateway')[-4000:]}")  # fmt: skip
 
     assert status == 0, report()
     try:
@@ -188,8 +181,10 @@ def reasoning_text(item: ReasoningItem) -> str:
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["run", "run_streamed"])
 @pytest.mark.parametrize("api", ["responses", "chat_completions"])
-def test_agents_sdk_calls_the_tool_and_sends_the_reasoning_back(served: ServedGraph, api: str, streamed: bool) -> None:
-    run = asyncio.run(run_agent(served.endpoint, api, streamed))
+def test_agents_sdk_calls_the_tool_and_sends_the_reasoning_back(
+    fast_graph: ServedGraph, api: str, streamed: bool
+) -> None:
+    run = asyncio.run(run_agent(fast_graph.endpoint, api, streamed))
     result = run.result
     items = result.new_items
     context = f"items: {[type(item).__name__ for item in items]}\nrequests: {json.dumps(run.requests)[-4000:]}"

@@ -4,7 +4,6 @@ against a served disaggregated mocker graph."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 
 import httpx
 import openai
@@ -12,8 +11,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.support.graphs import write_graph
-from tests.support.served import FAST_MOCKER, ServedGraph, serving
+from tests.support.served import ServedGraph
 
 MODEL = "openai/gpt-oss-20b"
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
@@ -30,15 +28,8 @@ EVENT = TypeAdapter(ResponseStreamEvent)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("responses")
-    with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
-        yield graph
-
-
-@pytest.fixture(scope="module")
-def client(served: ServedGraph) -> openai.OpenAI:
-    return openai.OpenAI(base_url=served.endpoint, api_key="unused", max_retries=0, timeout=60)
+def client(fast_graph: ServedGraph) -> openai.OpenAI:
+    return openai.OpenAI(base_url=fast_graph.endpoint, api_key="unused", max_retries=0, timeout=60)
 
 
 def lossless(model: object, raw: dict) -> None:
@@ -46,16 +37,18 @@ def lossless(model: object, raw: dict) -> None:
     assert model.model_dump(mode="json", by_alias=True, exclude_unset=True) == raw  # type: ignore[attr-defined]
 
 
-def stream_events(served: ServedGraph, body: dict) -> list[dict]:
-    with httpx.stream("POST", f"{served.endpoint}/responses", json={**body, "stream": True}, timeout=60) as reply:
+def stream_events(fast_graph: ServedGraph, body: dict) -> list[dict]:
+    with httpx.stream("POST", f"{fast_graph.endpoint}/responses", json={**body, "stream": True}, timeout=60) as reply:
         assert reply.status_code == 200, reply.read()
         assert reply.headers["content-type"].startswith("text/event-stream")
         data = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
     return [json.loads(line) for line in data]
 
 
-def test_a_response_parses_into_the_typed_model_without_loss(served: ServedGraph, client: openai.OpenAI) -> None:
-    raw = httpx.post(f"{served.endpoint}/responses", json={"model": MODEL, "input": "Say hello."}, timeout=60).json()
+def test_a_response_parses_into_the_typed_model_without_loss(fast_graph: ServedGraph, client: openai.OpenAI) -> None:
+    raw = httpx.post(
+        f"{fast_graph.endpoint}/responses", json={"model": MODEL, "input": "Say hello."}, timeout=60
+    ).json()
     lossless(Response.model_validate(raw), raw)
     response = client.responses.create(model=MODEL, input="Say hello.", reasoning={"effort": "low"})
     assert response.status == "completed" and response.id.startswith("resp_")
@@ -67,8 +60,8 @@ def test_a_response_parses_into_the_typed_model_without_loss(served: ServedGraph
     assert usage.total_tokens == usage.input_tokens + usage.output_tokens
 
 
-def test_a_stream_has_openai_s_events_in_order_each_typed_without_loss(served: ServedGraph) -> None:
-    events = stream_events(served, {"model": MODEL, "input": "Use get_weather for Paris.", "tools": [WEATHER]})
+def test_a_stream_has_openai_s_events_in_order_each_typed_without_loss(fast_graph: ServedGraph) -> None:
+    events = stream_events(fast_graph, {"model": MODEL, "input": "Use get_weather for Paris.", "tools": [WEATHER]})
     for raw in events:
         lossless(EVENT.validate_python(raw), raw)
     assert [e["sequence_number"] for e in events] == list(range(1, len(events) + 1))
@@ -104,7 +97,9 @@ def test_hosted_tools_never_fail_a_request(client: openai.OpenAI) -> None:
     assert [tool.type for tool in response.tools] == [tool["type"] for tool in [*HOSTED, WEATHER]]
 
 
-def test_the_whole_tool_loop_runs_on_sealed_reasoning_handed_back(served: ServedGraph, client: openai.OpenAI) -> None:
+def test_the_whole_tool_loop_runs_on_sealed_reasoning_handed_back(
+    fast_graph: ServedGraph, client: openai.OpenAI
+) -> None:
     """Codex's way: store false, reasoning.encrypted_content included, every item sent back."""
     ask = [{"role": "user", "content": [{"type": "input_text", "text": "Use get_weather for Paris."}]}]
     first = client.responses.create(model=MODEL, input=ask, tools=[WEATHER], store=False,
@@ -154,42 +149,44 @@ def test_a_cut_answer_is_incomplete_and_says_why(client: openai.OpenAI) -> None:
     ],
 )
 def test_bad_input_is_an_openai_400_naming_the_field_and_reaches_no_worker(
-    served: ServedGraph, body: dict, param: str
+    fast_graph: ServedGraph, body: dict, param: str
 ) -> None:
-    before = served.frontend_requests()
-    reply = httpx.post(f"{served.endpoint}/responses", json={"model": MODEL, **body}, timeout=30)
+    before = fast_graph.frontend_requests()
+    reply = httpx.post(f"{fast_graph.endpoint}/responses", json={"model": MODEL, **body}, timeout=30)
     assert reply.status_code == 400, reply.text
     error = reply.json()["error"]
     assert error["param"] == param and error["type"] == "invalid_request_error" and param in error["message"]
-    assert served.frontend_requests() == before
+    assert fast_graph.frontend_requests() == before
 
 
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "Say hello."}], "max_tokens": 200}
 
 
-def test_chat_returns_reasoning_beside_reasoning_content_unless_excluded(served: ServedGraph) -> None:
-    message = httpx.post(f"{served.endpoint}/chat/completions", json=CHAT, timeout=60).json()["choices"][0]["message"]
+def test_chat_returns_reasoning_beside_reasoning_content_unless_excluded(fast_graph: ServedGraph) -> None:
+    message = httpx.post(f"{fast_graph.endpoint}/chat/completions", json=CHAT, timeout=60).json()["choices"][0][
+        "message"
+    ]
     assert message["reasoning"] and message["reasoning"] == message["reasoning_content"]
     with httpx.stream(
-        "POST", f"{served.endpoint}/chat/completions", json={**CHAT, "stream": True}, timeout=60
+        "POST", f"{fast_graph.endpoint}/chat/completions", json={**CHAT, "stream": True}, timeout=60
     ) as reply:
         chunks = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: {")]
     deltas = [c["choices"][0]["delta"] for c in chunks if c["choices"]]
     reasoning = [d for d in deltas if "reasoning_content" in d]
     assert reasoning and all(d["reasoning"] == d["reasoning_content"] for d in reasoning)
     excluded = {**CHAT, "reasoning": {"exclude": True}}
-    message = httpx.post(f"{served.endpoint}/chat/completions", json=excluded, timeout=60).json()["choices"][0][
+    message = httpx.post(f"{fast_graph.endpoint}/chat/completions", json=excluded, timeout=60).json()["choices"][0][
         "message"
     ]
     assert "reasoning" not in message and "reasoning_content" not in message and message["content"]
     with httpx.stream(
-        "POST", f"{served.endpoint}/chat/completions", json={**excluded, "stream": True}, timeout=60
+        "POST", f"{fast_graph.endpoint}/chat/completions", json={**excluded, "stream": True}, timeout=60
     ) as reply:
         text = "".join(reply.iter_text())
     assert "reasoning" not in text.replace(": reasoning left out", "") and '"content"' in text
 
 
-def test_chat_takes_reasoning_sent_back_under_either_name(served: ServedGraph) -> None:
+def test_chat_takes_reasoning_sent_back_under_either_name(fast_graph: ServedGraph) -> None:
     def prompt_tokens(assistant: dict) -> int:
         messages = [{"role": "user", "content": "Use get_weather for Paris."},
                     {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
@@ -197,7 +194,7 @@ def test_chat_takes_reasoning_sent_back_under_either_name(served: ServedGraph) -
                     {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}]  # fmt: skip
         body = {**CHAT, "messages": messages, "tools": [{"type": "function", "function": {
             k: v for k, v in WEATHER.items() if k != "type"}}]}  # fmt: skip
-        reply = httpx.post(f"{served.endpoint}/chat/completions", json=body, timeout=60)
+        reply = httpx.post(f"{fast_graph.endpoint}/chat/completions", json=body, timeout=60)
         assert reply.status_code == 200, reply.text
         return reply.json()["usage"]["prompt_tokens"]
 

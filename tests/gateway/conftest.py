@@ -1,0 +1,20 @@
+"""Fixtures the gateway's tests share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.graphs import write_graph
+from tests.support.served import FAST_MOCKER, ServedGraph, serving
+
+
+@pytest.fixture(scope="session")
+def fast_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    """The small mocker graph, stepping 20x faster than modelled, shared by the modules that judge
+    answers' shape and send nothing that changes the graph (the Responses API, the clients): one
+    start for all of them, on the one worker their group runs on (tests/conftest.py)."""
+    folder = tmp_path_factory.mktemp("fast")
+    with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
+        yield graph
