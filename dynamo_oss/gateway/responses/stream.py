@@ -50,7 +50,7 @@ class ResponseBuilder:
         self.stored = stored  # the response says store: true (set false when the store refused it)
         self.id = new_id("resp")
         self.created_at = int(time.time())
-        self.sequence = 0
+        self.sequence = -1  # OpenAI's streams number their events from 0 (response.created)
         self.output: list[dict[str, Any]] = []
         self.item: dict[str, Any] | None = None  # the item being written
         self.text: list[str] = []  # its text so far
