@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.cli.arguments import positive_int
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -24,6 +26,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--model", help="model name to request (default: the first one /v1/models lists)")
     parser.add_argument("--api-key", default="not-needed", help="bearer token, if the endpoint wants one")
     parser.add_argument("--json", action="store_true", help="print results as JSON")
+    parser.add_argument(
+        "--matrix",
+        action="store_true",
+        help="run the harmony correctness matrix instead: every API (chat, Responses, Messages) x streaming x "
+        "tool choice (none, auto, required, named) x structured output (none, JSON schema) x reasoning effort, "
+        "each --repeat times, and print a markdown table of what held",
+    )
+    parser.add_argument("--repeat", type=positive_int, default=3, help="with --matrix: runs of each combination (3)")
+    parser.add_argument(
+        "--concurrency", type=positive_int, default=8, help="with --matrix: requests in flight at once (8)"
+    )
     parser.add_argument(
         "--write-mocker-responses",
         type=Path,
@@ -48,6 +61,8 @@ def conformance(args: argparse.Namespace) -> int:
         raise UserError("give the endpoint URL, e.g. http://127.0.0.1:8000/v1")
     args.url = openai_base_url(args.url)
     model = args.model or _first_model(args.url, args.api_key)
+    if args.matrix:
+        return _matrix(args, model)
     results = run_suite(args.url, model, api_key=args.api_key)
     if args.json:
         print(json.dumps([r.model_dump() for r in results], indent=2))
@@ -55,6 +70,23 @@ def conformance(args: argparse.Namespace) -> int:
         print(f"conformance of {args.url} ({model})")
         print(format_table(results))
     return 1 if any(r.verdict == "fail" for r in results) else 0
+
+
+def _matrix(args: argparse.Namespace, model: str) -> int:
+    from dynamo_oss.conformance.matrix.run import markdown_table, run_matrix
+
+    def progress(done: int, total: int) -> None:
+        if done % 24 == 0 or done == total:
+            print(f"  {done}/{total} requests", file=sys.stderr, flush=True)
+
+    print(f"harmony matrix of {args.url} ({model}), {args.repeat} runs per combination", file=sys.stderr)
+    results = run_matrix(args.url, model, args.api_key, repeat=args.repeat, concurrency=args.concurrency,
+                         progress=progress)  # fmt: skip
+    if args.json:
+        print(json.dumps([r.model_dump() for r in results], indent=2))
+    else:
+        print(markdown_table(results))
+    return 1 if any(r.failed for r in results) else 0
 
 
 def openai_base_url(url: str) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from typing import Any
 
@@ -99,4 +100,18 @@ def from_response_stream(events: Iterable[Any]) -> Outcome:
     final = next((event.response for event in reversed(events) if hasattr(event, "response")), None)
     outcome = from_response(final) if final is not None else Outcome()
     outcome.events = raw
+    return outcome
+
+
+def from_message(message: Any) -> Outcome:
+    """An Anthropic Messages result: thinking blocks are the reasoning, tool_use blocks the calls."""
+    outcome = Outcome(finish_reason=message.stop_reason, prompt_tokens=message.usage.input_tokens,
+                      cached_tokens=message.usage.cache_read_input_tokens)  # fmt: skip
+    for block in message.content:
+        if block.type == "thinking":
+            outcome.reasoning += block.thinking
+        elif block.type == "text":
+            outcome.content += block.text
+        elif block.type == "tool_use":
+            outcome.tool_calls.append((block.name, json.dumps(block.input)))
     return outcome

@@ -1,0 +1,90 @@
+"""Every cell asked several times, side by side, and what held tabulated.
+
+Each run of a cell gets its own nonce in the prompt, so a repeat is a new question (a model's
+answers, and the mocker's, are seeded by the prompt): a property that holds 2 times in 3 is a
+flaky parser, which one run would hide.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from pydantic import BaseModel
+
+from dynamo_oss.conformance.matrix.cells import Cell, every_cell
+from dynamo_oss.conformance.matrix.exchange import Answer, clients, exchange
+from dynamo_oss.conformance.matrix.properties import NOT_ASKED, PROPERTIES
+
+
+class Tally(BaseModel):
+    held: int = 0
+    asked: int = 0
+    reasons: list[str] = []  # each distinct reason it failed
+
+    def count(self, judgement: str | None) -> None:
+        if judgement == NOT_ASKED:
+            return
+        self.asked += 1
+        if judgement is None:
+            self.held += 1
+        elif judgement not in self.reasons:
+            self.reasons.append(judgement)
+
+
+class CellResult(BaseModel):
+    cell: Cell
+    runs: int
+    tallies: dict[str, Tally]
+
+    @property
+    def failed(self) -> bool:
+        return any(tally.held < tally.asked for tally in self.tallies.values())
+
+
+def run_matrix(base_url: str, model: str, api_key: str, repeat: int, concurrency: int, timeout_s: float = 300,
+               progress: Callable[[int, int], None] | None = None) -> list[CellResult]:  # fmt: skip
+    both = clients(base_url, api_key, timeout_s)
+    cells = every_cell()
+    runs = [(cell, f"{uuid.uuid4().hex[:10]}-{n}") for n in range(repeat) for cell in cells]
+    results = {cell: CellResult(cell=cell, runs=repeat, tallies={name: Tally() for name in PROPERTIES})
+               for cell in cells}  # fmt: skip
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        answers = pool.map(lambda run: (run[0], exchange(both, run[0], model, run[1])), runs)
+        for done, (cell, answer) in enumerate(answers, 1):
+            _judge(results[cell], answer)
+            if progress:
+                progress(done, len(runs))
+    return list(results.values())
+
+
+def _judge(result: CellResult, answer: Answer) -> None:
+    for name, judge in PROPERTIES.items():
+        judgement = f"request failed: {answer.refused}" if answer.refused else judge(result.cell, answer)
+        result.tallies[name].count(judgement)
+
+
+def markdown_table(results: list[CellResult]) -> str:
+    """One row per cell: `3/3` held, `2/3 ✗` failed in some runs, `-` not asked; then the reasons."""
+    names = list(PROPERTIES)
+    lines = ["| API | stream | tool choice | output | effort | " + " | ".join(names) + " |",
+             "|---|---|---|---|---|" + "---|" * len(names)]  # fmt: skip
+    for result in results:
+        cell = result.cell
+        marks = [_mark(result.tallies[name]) for name in names]
+        lines.append(f"| {cell.api} | {'yes' if cell.stream else 'no'} | {cell.tool_choice} | {cell.output} | "
+                     f"{cell.effort} | " + " | ".join(marks) + " |")  # fmt: skip
+    failed = [result for result in results if result.failed]
+    lines.append("")
+    lines.append(f"{len(results) - len(failed)} of {len(results)} combinations held every property in every run.")
+    for result in failed:
+        for name, tally in result.tallies.items():
+            lines.extend(f"- {result.cell.label()}: {name}: {reason}" for reason in tally.reasons)
+    return "\n".join(lines)
+
+
+def _mark(tally: Tally) -> str:
+    if not tally.asked:
+        return "-"
+    return f"{tally.held}/{tally.asked}" + ("" if tally.held == tally.asked else " ✗")
