@@ -65,9 +65,11 @@ def graph_folder(tmp_path: Path) -> Path:
     return tmp_path
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    """graphs/disagg.yaml served on the mocker (on free ports), shared by a module's tests, stopped at its end."""
+    """The README's graph (graphs/disagg.yaml) served as the README serves it, on the mocker and free
+    ports: one start for every module that only sends it traffic (serve, observability, conformance),
+    on the one worker their group runs on."""
     folder = tmp_path_factory.mktemp("disagg")
     with serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run") as served:
         yield served

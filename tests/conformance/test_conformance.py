@@ -19,9 +19,8 @@ from dynamo_oss.catalog.models import GPT_OSS_120B
 from dynamo_oss.conformance.cases import CASES
 from dynamo_oss.conformance.matrix.cells import Cell, every_cell
 from tests.support.commands import run_dynamo
-from tests.support.graphs import shipped_graph_on_free_ports
 from tests.support.ports import free_ports
-from tests.support.served import ServedGraph, serving
+from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
 
 MODEL = "openai/gpt-oss-120b"
@@ -48,24 +47,16 @@ def test_replay_trace_holds_every_replayed_case(replay_trace: Path) -> None:
     assert {row["output_token_ids"][-1] for row in rows} <= {200002, 200012}
 
 
-@pytest.fixture(scope="module")
-def readme_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    """The README's graph as the README serves it: no extra flags."""
-    folder = tmp_path_factory.mktemp("readme-graph")
-    with serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run") as served:
-        yield served
-
-
-def test_every_case_passes_against_the_disaggregated_mocker_graph(readme_graph: ServedGraph) -> None:
-    code, results = conformance(readme_graph.endpoint.removesuffix("/v1"))  # the root, as aiperf takes it
+def test_every_case_passes_against_the_disaggregated_mocker_graph(disagg: ServedGraph) -> None:
+    code, results = conformance(disagg.endpoint.removesuffix("/v1"))  # the root, as aiperf takes it
     failed = {r["case"]: r["reasons"] for r in results if r["verdict"] != "pass"}
     assert failed == {}
     assert code == 0
     assert len(results) == len(CASES)
 
 
-def test_every_combination_of_the_matrix_holds_on_the_readme_graph(readme_graph: ServedGraph) -> None:
-    result = run_dynamo("conformance", readme_graph.endpoint, "--model", MODEL, "--matrix", "--repeat", "1",
+def test_every_combination_of_the_matrix_holds_on_the_readme_graph(disagg: ServedGraph) -> None:
+    result = run_dynamo("conformance", disagg.endpoint, "--model", MODEL, "--matrix", "--repeat", "1",
                         "--json", timeout_s=300)  # fmt: skip
     rows = json.loads(result.stdout)
     assert len(rows) == len(every_cell())
@@ -83,7 +74,7 @@ def test_every_combination_of_the_matrix_holds_on_the_readme_graph(readme_graph:
     assert sum(row["tallies"]["JSON valid"]["asked"] for row in rows) > 0
     # Healthy traffic on every API, tools and schemas included (the suite's and the matrix's):
     # no process of the graph says WARN on the terminal.
-    warned = [line for line in readme_graph.output.read_text().splitlines() if " WARN " in line or "[WRN]" in line]
+    warned = [line for line in disagg.output.read_text().splitlines() if " WARN " in line or "[WRN]" in line]
     assert warned == [], warned
 
 

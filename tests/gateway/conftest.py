@@ -13,8 +13,9 @@ from tests.support.served import FAST_MOCKER, ServedGraph, serving
 @pytest.fixture(scope="session")
 def fast_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     """The small mocker graph, stepping 20x faster than modelled, shared by the modules that judge
-    answers' shape and send nothing that changes the graph (the Responses API, the clients): one
-    start for all of them, on the one worker their group runs on (tests/conftest.py)."""
+    answers' shape and send nothing that changes the graph (the Responses API, the clients, the
+    protocol and hostile requests): one start for all of them, on the one worker their group runs
+    on (tests/conftest.py)."""
     folder = tmp_path_factory.mktemp("fast")
     with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
         yield graph

@@ -12,7 +12,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -24,7 +24,7 @@ from tests.support.graphs import write_graph
 from tests.support.served import ServedGraph, serving
 from tests.support.waiting import wait_for
 
-pytestmark = pytest.mark.graph  # every test here serves a graph of its own
+pytestmark = pytest.mark.graph  # every test here serves a graph
 
 MODEL = "openai/gpt-oss-20b"
 SLOW = ("--mocker-time-scale", "20")  # streams last seconds, so a fault lands in the middle of them
@@ -60,29 +60,52 @@ def assert_retryable(reply: httpx.Response) -> None:
     assert error["type"] == "server_error" and error["message"]
 
 
+@pytest.fixture(scope="module")
+def slowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    """The small graph, slowed so that a fault lands mid-stream, shared by the tests that each kill one
+    of its processes: each kills a different one (the launcher's backoff starts afresh for it) and
+    ends when the graph answers again, so the next finds it whole (`served` checks)."""
+    folder = tmp_path_factory.mktemp("slowed")
+    with serving(write_graph(folder), folder / "run", *SLOW) as served:
+        yield served
+
+
+@pytest.fixture
+def served(slowed: ServedGraph) -> ServedGraph:
+    """The shared slowed graph, every process of it running and the graph answering."""
+
+    def every_process_serving() -> bool:
+        state = slowed.state()
+        return all(p["pid"] for p in state["processes"]) and all(p["live"] == p["target"] for p in state["pools"])
+
+    wait_for(every_process_serving, 90, "every process of the graph to run and every worker to serve")
+    with httpx.Client(base_url=slowed.endpoint, timeout=60) as client:
+        recover(slowed, client)
+    return slowed
+
+
 def test_frontend_killed_mid_stream_ends_each_stream_with_an_error_event_then_503s_until_it_is_back(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    served: ServedGraph, record_property: Callable[[str, object], None]
 ) -> None:
-    with serving(write_graph(tmp_path), tmp_path / "run", *SLOW) as served:
-        with httpx.Client(base_url=served.endpoint, timeout=60) as client:
-            streams = [client.stream("POST", "/chat/completions", json=chat(400, stream=True)) for _ in range(3)]
-            replies = [stream.__enter__() for stream in streams]
-            readers = [reply.iter_lines() for reply in replies]
-            for reply, lines in zip(replies, readers, strict=True):
-                assert reply.status_code == 200
-                wait_for(lambda lines=lines: next(lines).startswith("data: {"), 30, "the stream's first token")
-            os.kill(served.pid_of("frontend"), signal.SIGKILL)
-            killed_at = time.monotonic()
-            for stream, lines in zip(streams, readers, strict=True):
-                rest = events(list(lines))  # a corrupt chunked stream would raise here
-                stream.__exit__(None, None, None)
-                assert rest and isinstance(rest[-1], dict), rest[-3:]
-                assert rest[-1]["error"]["code"] == "frontend_unavailable"
-            statuses = recover(served, client)
-        assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}, statuses
-        record_property("seconds_from_frontend_sigkill_to_a_served_request", round(time.monotonic() - killed_at, 1))
-        serves_again = re.compile(r"frontend\s+\| \[dynamo-oss\] serves again")
-        wait_for(lambda: serves_again.search(served.output.read_text()), 30, "the launcher to say the frontend serves")
+    with httpx.Client(base_url=served.endpoint, timeout=60) as client:
+        streams = [client.stream("POST", "/chat/completions", json=chat(400, stream=True)) for _ in range(3)]
+        replies = [stream.__enter__() for stream in streams]
+        readers = [reply.iter_lines() for reply in replies]
+        for reply, lines in zip(replies, readers, strict=True):
+            assert reply.status_code == 200
+            wait_for(lambda lines=lines: next(lines).startswith("data: {"), 30, "the stream's first token")
+        os.kill(served.pid_of("frontend"), signal.SIGKILL)
+        killed_at = time.monotonic()
+        for stream, lines in zip(streams, readers, strict=True):
+            rest = events(list(lines))  # a corrupt chunked stream would raise here
+            stream.__exit__(None, None, None)
+            assert rest and isinstance(rest[-1], dict), rest[-3:]
+            assert rest[-1]["error"]["code"] == "frontend_unavailable"
+        statuses = recover(served, client)
+    assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}, statuses
+    record_property("seconds_from_frontend_sigkill_to_a_served_request", round(time.monotonic() - killed_at, 1))
+    serves_again = re.compile(r"frontend\s+\| \[dynamo-oss\] serves again")
+    wait_for(lambda: serves_again.search(served.output.read_text()), 30, "the launcher to say the frontend serves")
 
 
 def recover(served: ServedGraph, client: httpx.Client) -> list[int]:
@@ -198,12 +221,11 @@ def test_a_decode_worker_killed_mid_stream_loses_nothing_when_a_second_one_serve
     assert all(outcome == (200, LONG, None) for outcome in outcomes.values()), outcomes
 
 
-def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryable_error(tmp_path: Path) -> None:
-    with serving(write_graph(tmp_path), tmp_path / "run", *SLOW) as served:
-        streams = Streams(served, 4, LONG)
-        kill_when_busy(served, "decode-0")
-        outcomes = streams.finish()
-        statuses = recover(served, httpx.Client(base_url=served.endpoint, timeout=60))
+def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryable_error(served: ServedGraph) -> None:
+    streams = Streams(served, 4, LONG)
+    kill_when_busy(served, "decode-0")
+    outcomes = streams.finish()
+    statuses = recover(served, httpx.Client(base_url=served.endpoint, timeout=60))
     # Streams on the worker end with Dynamo's retryable error event; those not yet on it get a 503.
     for status, tokens, error in outcomes.values():
         assert (status, tokens, error) == (200, LONG, None) or status == 503 or error["code"] == 503, outcomes
@@ -212,16 +234,15 @@ def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryabl
 
 
 def test_a_prefill_worker_killed_under_load_costs_only_retryable_errors(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    served: ServedGraph, record_property: Callable[[str, object], None]
 ) -> None:
-    with serving(write_graph(tmp_path), tmp_path / "run", *SLOW) as served:
-        streams = Streams(served, 4, 100)
-        kill_when_busy(served, "prefill-0")
-        killed_at = time.monotonic()
-        with httpx.Client(base_url=served.endpoint, timeout=60) as client:
-            statuses = recover(served, client)
-        recovery_s = time.monotonic() - killed_at
-        outcomes = streams.finish()
+    streams = Streams(served, 4, 100)
+    kill_when_busy(served, "prefill-0")
+    killed_at = time.monotonic()
+    with httpx.Client(base_url=served.endpoint, timeout=60) as client:
+        statuses = recover(served, client)
+    recovery_s = time.monotonic() - killed_at
+    outcomes = streams.finish()
     for status, tokens, error in outcomes.values():
         assert (status, tokens, error) == (200, 100, None) or status == 503 or (error and error["code"] == 503)
     assert set(statuses[:-1]) <= {503}

@@ -12,8 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.support.graphs import write_graph
-from tests.support.served import ServedGraph, serving
+from tests.support.served import ServedGraph
 
 MODEL = "openai/gpt-oss-20b"
 ROUTES = ["/chat/completions", "/completions", "/responses"]
@@ -22,15 +21,8 @@ MESSAGES = [{"role": "user", "content": "hi"}]
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("hostile")
-    with serving(write_graph(folder), folder / "run") as graph:
-        yield graph
-
-
-@pytest.fixture(scope="module")
-def client(served: ServedGraph) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=served.endpoint, timeout=60) as http:
+def client(fast_graph: ServedGraph) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=fast_graph.endpoint, timeout=60) as http:
         yield http
 
 
@@ -124,8 +116,8 @@ def test_generated_requests_never_get_a_5xx_or_plain_text(client: httpx.Client, 
     assert_openai_4xx(reply)
 
 
-def test_the_graph_is_healthy_after_the_hostile_requests(served: ServedGraph, client: httpx.Client) -> None:
+def test_the_graph_is_healthy_after_the_hostile_requests(fast_graph: ServedGraph, client: httpx.Client) -> None:
     """Runs last in this module (pytest keeps file order): nothing above restarted a process."""
-    assert [p["restarts"] for p in served.state()["processes"]] == [0] * len(served.state()["processes"])
+    assert [p["restarts"] for p in fast_graph.state()["processes"]] == [0] * len(fast_graph.state()["processes"])
     reply = client.post("/chat/completions", content=body(), headers={"content-type": "application/json"})
     assert reply.status_code == 200 and reply.json()["choices"][0]["message"]

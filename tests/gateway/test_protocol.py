@@ -8,32 +8,24 @@ import json
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from tests.support.graphs import write_graph
 from tests.support.ports import free_ports
-from tests.support.served import ServedGraph, start_serving, wait_ready
+from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
 
 BODY = json.dumps({"model": "openai/gpt-oss-20b", "max_tokens": 8, "messages": [{"role": "user", "content": "hi"}]})
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServedGraph, int, int]]:
-    folder = tmp_path_factory.mktemp("gateway")
-    graph = write_graph(folder)
-    spec = yaml.safe_load(graph.read_text())
-    graph_process = start_serving(graph, folder / "run")
-    try:
-        wait_ready(graph_process)
-        yield graph_process, spec["frontend"]["port"], spec["frontend"]["dynamo_port"]
-    finally:
-        graph_process.stop()
+def served(fast_graph: ServedGraph) -> tuple[ServedGraph, int, int]:
+    """The gateway's shared graph, with the ports of its public listener and of Dynamo's frontend behind it."""
+    spec = yaml.safe_load(fast_graph.graph.read_text())
+    return fast_graph, spec["frontend"]["port"], spec["frontend"]["dynamo_port"]
 
 
 def exchange(port: int, *parts: bytes, responses: int = 1) -> list[tuple[int, bytes]]:
