@@ -17,7 +17,6 @@ from dynamo_oss.graph.errors import GraphError
 from dynamo_oss.launch.prepare import write_plan_files
 from dynamo_oss.launch.probes import port_in_use
 from dynamo_oss.launch.run_dirs import KEEP_RUNS, new_run_dir
-from dynamo_oss.launch.supervisor import Supervisor
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -75,6 +74,10 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan_files(plan)
     print(f"[dynamo-oss] serving {plan.graph}; logs and state in {run_dir}", flush=True)
+    # Imported here, not at the top: the supervisor brings fastapi and uvicorn (its control API),
+    # half a second that every other command would pay, since one parser registers them all.
+    from dynamo_oss.launch.supervisor import Supervisor
+
     supervisor = Supervisor(plan, verbose=args.verbose)
     return asyncio.run(supervisor.run(ready_timeout_s=args.ready_timeout or plan.ready_timeout_s))
 
