@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dynamo_oss.engines.harmony.instances import WORDS, instance_of
+
 ToolChoice = Literal["none", "auto", "required", "named"]
 TsFields = dict[str, tuple["str | TsFields", bool]]  # a TypeScript object type as the template renders it
 
@@ -28,7 +30,6 @@ _USER_MESSAGE = re.compile(r"<\|start\|>user<\|message\|>(.*?)<\|end\|>", re.DOT
 FUNCTIONS = "functions"
 _TOOL = re.compile(r"^type ([A-Za-z0-9_.\-]+) = \((.*?)\) => any;$", re.DOTALL | re.MULTILINE)
 _FIELD = re.compile(r"^([A-Za-z0-9_]+)(\??): (.+?),?$")
-_WORDS = ["alpha", "blue", "city", "delta", "green", "harbor", "river", "summit", "valley", "north"]
 
 
 @dataclass
@@ -85,69 +86,6 @@ def arguments_for(tool: Tool, rng: random.Random) -> Any:
     if tool.schema is not None:
         return instance_of(tool.schema, rng)
     return _ts_object(tool.fields, rng)
-
-
-def instance_of(schema: dict[str, Any], rng: random.Random, depth: int = 0, root: dict[str, Any] | None = None) -> Any:
-    """A small value valid against a JSON schema: required properties, first enum value, bounds kept;
-    `$ref`s resolve against the schema they came in (`root`)."""
-    root = root if root is not None else schema
-    if isinstance(schema.get("$ref"), str) and depth <= 8:
-        return instance_of(_resolve(schema["$ref"], root), rng, depth + 1, root)
-    if "const" in schema:
-        return schema["const"]
-    if "enum" in schema:
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf"):
-        if schema.get(key):
-            return instance_of(schema[key][0], rng, depth, root)
-    if schema.get("allOf"):
-        merged: dict[str, Any] = {}
-        for part in schema["allOf"]:
-            merged.update(part)
-        return instance_of(merged, rng, depth, root)
-    kind = schema.get("type", "object" if "properties" in schema else "string")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind == "object":
-        properties = schema.get("properties", {})
-        required = schema.get("required", [])
-        if depth > 4:
-            return {}
-        return {name: instance_of(properties.get(name, {}), rng, depth + 1, root) for name in required}
-    if kind == "array":
-        count = max(schema.get("minItems", 1), 0)
-        count = min(count, schema.get("maxItems", count))
-        return [instance_of(schema.get("items", {}), rng, depth + 1, root) for _ in range(count)]
-    if kind == "integer":
-        return int(_in_bounds(schema, rng.randint(1, 10)))
-    if kind == "number":
-        return float(_in_bounds(schema, rng.randint(1, 10)))
-    if kind == "boolean":
-        return True
-    if kind == "null":
-        return None
-    word = rng.choice(_WORDS)
-    minimum, maximum = schema.get("minLength", 0), schema.get("maxLength")
-    word = word.ljust(minimum, "x")
-    return word[:maximum] if maximum is not None else word
-
-
-def _resolve(ref: str, root: dict[str, Any]) -> dict[str, Any]:
-    """A local JSON pointer (`#/$defs/Place`) within the root schema; an unknown one is any value."""
-    node: Any = root
-    for part in ref.removeprefix("#/").split("/") if ref.startswith("#/") else [None]:
-        node = node.get(part.replace("~1", "/").replace("~0", "~")) if isinstance(node, dict) and part else None
-    return node if isinstance(node, dict) else {}
-
-
-def _in_bounds(schema: dict[str, Any], value: float) -> float:
-    low = schema.get("minimum", schema.get("exclusiveMinimum"))
-    high = schema.get("maximum", schema.get("exclusiveMaximum"))
-    if low is not None and value <= low:
-        value = low + 1 if "exclusiveMinimum" in schema and "minimum" not in schema else low
-    if high is not None and value >= high:
-        value = high - 1 if "exclusiveMaximum" in schema and "maximum" not in schema else high
-    return value
 
 
 def _prompt_tools(prompt_text: str) -> list[Tool]:
@@ -210,4 +148,4 @@ def _ts_value(ts_type: str | TsFields, rng: random.Random) -> Any:
         return True
     if first == "null":
         return None
-    return rng.choice(_WORDS)
+    return rng.choice(WORDS)
