@@ -30,6 +30,8 @@ from openai_harmony import HarmonyEncoding, HarmonyEncodingName, load_harmony_en
 
 from dynamo_oss.assets.tokenizer import CALL, RETURN
 from dynamo_oss.assets.tokenizer import ENDOFTEXT as END_OF_TEXT  # an eos id in gpt-oss's generation_config
+from dynamo_oss.engines.harmony.grammar import answer_schema
+from dynamo_oss.engines.harmony.instances import instance_of
 from dynamo_oss.engines.harmony.tool_args import ToolRequest, arguments_for, tool_request
 
 ASSISTANT_TURN = [200006, 173781]  # <|start|>assistant: the chat template's generation prompt
@@ -176,7 +178,7 @@ def completion_for(request: dict[str, Any], context_length: int | None = None) -
         max_tokens = room if max_tokens is None else min(max_tokens, room)
     chat = prompt[-2:] == ASSISTANT_TURN
     tools = tool_request(_prompt_text(prompt), sampling.get("guided_decoding")) if chat else None
-    body = _body(rng, tools) if chat else _plain_text_body(rng)
+    body = _body(rng, tools, answer_schema(sampling.get("guided_decoding"))) if chat else _plain_text_body(rng)
 
     reasoning = rng.randint(*token_range(REASONING_TOKENS_ENV, REASONING_TOKENS))
     natural = len(_assemble(_rng_copy(rng), reasoning, body))
@@ -213,8 +215,9 @@ def _prompt_text(prompt: list[int]) -> str:
     return encoding().decode(prompt)
 
 
-def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
-    """What follows the reasoning: a final answer (words, then <|return|>) or a tool call."""
+def _body(rng: random.Random, tools: ToolRequest | None, schema: dict[str, Any] | None) -> tuple[int, ...]:
+    """What follows the reasoning: a tool call, or a final answer ending <|return|>: words, or JSON
+    that `schema` accepts when the request's guide constrains the final channel to it."""
     calls = tools is not None and (
         tools.choice in ("required", "named")
         or (
@@ -227,9 +230,11 @@ def _body(rng: random.Random, tools: ToolRequest | None) -> tuple[int, ...]:
         args = json.dumps(arguments_for(tool, rng))
         header = f"<|end|><|start|>assistant<|channel|>commentary to={tool.recipient} <|constrain|>json<|message|>"
         return (*_special(header), *encoding().encode(args), CALL)
+    header = _special("<|end|><|start|>assistant<|channel|>final<|message|>")
+    if schema is not None:
+        return (*header, *encoding().encode(json.dumps(instance_of(schema, rng))), RETURN)
     answer = _words(rng, _ANSWER_WORDS, rng.randint(*token_range(ANSWER_TOKENS_ENV, ANSWER_TOKENS)))
-    header = "<|end|><|start|>assistant<|channel|>final<|message|>"
-    return (*_special(header), *_special("Here"), *answer, *_special("."), RETURN)
+    return (*header, *_special("Here"), *answer, *_special("."), RETURN)
 
 
 def _plain_text_body(rng: random.Random) -> tuple[int, ...]:

@@ -1,0 +1,77 @@
+"""The grammar that constrains a gpt-oss completion to a structured output: the analysis channel
+free, the final channel's content JSON that the request's schema accepts.
+
+Why a grammar of the whole completion rather than the schema alone: a guided-decoding backend
+applies its guide from the first generated token, and gpt-oss's first tokens are
+`<|channel|>analysis<|message|>`, its reasoning. A JSON-only guide forbids them (the reasoning is
+lost and the harmony parsers find no channel), which is what Dynamo 1.6's frontend asks for when it
+passes `response_format` on as `guided_decoding.json` (Dynamo 2220, 7831). TensorRT-LLM 1.3.0rc29,
+the version ai-dynamo 1.6 pins, runs a guide as given; its PR 15741, still open, would move JSON,
+regex and grammar guides behind `<|channel|>final<|message|>` inside `LLM.generate` (a grammar like
+this one would then be moved too, and this module should send the schema alone instead). Its
+guided decoding has no notion of harmony's channels; a structural tag could say the same as this
+grammar, but neither of Dynamo 1.6's endpoints accepts one (`response_format.type` is text,
+json_object or json_schema; /v1/completions refuses a `structural_tag`).
+
+So the gateway sends this grammar as Dynamo's own `guided_grammar` field. Dynamo's TensorRT-LLM
+worker turns it into `GuidedDecodingParams(grammar=...)`, and TensorRT-LLM compiles it with the
+backend the engine file names: `guided_decoding_backend: llguidance` (engines/trtllm.py), whose
+grammars are Lark (`LLMatcher.grammar_from_lark`). Lark as llguidance reads it names gpt-oss's
+special tokens (`<|channel|>`) as tokens, not text, and embeds a JSON Schema as `%json {...}`,
+compiled by the same JSON compiler `compile_problem` runs, so what the gateway accepts is what the
+worker compiles.
+
+The grammar lets the model think (analysis messages, and commentary preambles when tools are
+offered) and then either answer on the final channel in JSON, ending `<|return|>`, or, when tools
+are offered, call one of them (`to=functions.NAME`, channel first, as Dynamo's parsers read it),
+ending `<|call|>`: a structured output shapes the answer to the user, never a tool call.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from llguidance import LLMatcher
+
+ANSWER_RULE = "json_answer: %json "  # the final channel's content; the mocker reads the schema back from it
+
+
+def completion_grammar(schema: dict[str, Any], recipients: list[str]) -> str:
+    """The Lark grammar of a completion whose final answer `schema` accepts; `recipients` are the
+    tools it may call instead (`functions.get_weather`), none for an answer only."""
+    before = ['<|channel|> "analysis" <|message|> TEXT <|end|>']
+    answers = ["final"]
+    rules = [
+        'final: <|channel|> "final" <|message|> json_answer <|return|>',
+        ANSWER_RULE + json.dumps(schema),
+    ]
+    if recipients:
+        before.append('<|channel|> "commentary" <|message|> TEXT <|end|>')  # a preamble before a call
+        answers.append("call")
+        rules += [
+            'call: <|channel|> "commentary to=" RECIPIENT (" " <|constrain|> "json")? <|message|> TEXT <|call|>',
+            "RECIPIENT: " + " | ".join(json.dumps(recipient) for recipient in recipients),
+        ]
+    return "\n".join([
+        'start: (before <|start|> "assistant")* (' + " | ".join(answers) + ")",
+        "before: " + "\n      | ".join(before),
+        *rules,
+        r"TEXT: /(.|\n)*/",
+    ])  # fmt: skip
+
+
+def compile_problem(schema: dict[str, Any]) -> str | None:
+    """Why llguidance cannot compile `schema` into a guide, if it cannot (a look-ahead in a pattern,
+    an unknown format, a keyword it does not implement such as `not`)."""
+    failed, messages = LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_json_schema(schema))
+    return messages[0] if failed else None
+
+
+def answer_schema(guided_decoding: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The schema a request's final answer must follow, when its guide is a `completion_grammar`."""
+    grammar = (guided_decoding or {}).get("grammar")
+    if not isinstance(grammar, str):
+        return None
+    line = next((line for line in grammar.splitlines() if line.startswith(ANSWER_RULE)), None)
+    return json.loads(line.removeprefix(ANSWER_RULE)) if line is not None else None
