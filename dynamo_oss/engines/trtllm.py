@@ -2,6 +2,10 @@
 
 The pool's engine_args file is TensorRT-LLM's own LLM API configuration (what
 `--extra-engine-args` takes). This module is the one place that reads its keys.
+
+Structured outputs need TensorRT-LLM's guided decoding, which is off unless the file names a
+backend: the gateway guides a completion with an llguidance (Lark) grammar (harmony/grammar.py),
+so a file that names one must name llguidance, and the files this project writes do.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.engines import EngineArgsError, EngineShape, PlannedFile, WorkerContext
 
 DEFAULT_TOKENS_PER_BLOCK = 32  # TensorRT-LLM's KV block, in tokens, when kv_cache_config does not say
+GUIDED_DECODING_BACKEND = "llguidance"  # the grammars the gateway sends are llguidance's Lark
 READY_TIMEOUT_S = 1800.0  # loading 61 GB of weights, building CUDA graphs and warming up
 
 
@@ -43,6 +48,8 @@ class _LlmArgsKeys(BaseModel):
     max_num_tokens: int | None = Field(None, ge=1)
     max_seq_len: int | None = Field(None, ge=1)
     kv_cache_config: _KvCacheKeys = _KvCacheKeys()
+    # xgrammar would read the gateway's Lark grammars as EBNF and fail every structured request.
+    guided_decoding_backend: Literal["llguidance"] | None = None
 
 
 def read_llm_args(path: Path) -> EngineShape:
@@ -83,6 +90,7 @@ def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
         "max_batch_size": shape.max_batch_size,
         "max_num_tokens": shape.max_num_tokens,
         "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "dtype": shape.kv_cache_dtype},
+        "guided_decoding_backend": GUIDED_DECODING_BACKEND,
     }
     if role != "decode":
         args["enable_chunked_prefill"] = True

@@ -12,6 +12,8 @@ import jsonschema
 import pytest
 import yaml
 
+from dynamo_oss.engines import EngineArgsError
+from dynamo_oss.engines.trtllm import GUIDED_DECODING_BACKEND, read_llm_args
 from dynamo_oss.perf.graphs import graph_files, layout_from_file
 from tests.support.commands import REPO
 
@@ -57,3 +59,20 @@ def test_the_engine_files_dynamo_plan_writes_validate_too(graph: str) -> None:
     assert engine_files
     for name, text in engine_files.items():
         assert errors(yaml.safe_load(text)) == [], name
+
+
+def test_every_engine_file_turns_on_the_guided_decoding_the_gateway_s_grammars_need() -> None:
+    planned = [yaml.safe_load(text) for graph in ("disagg.yaml", "agg.yaml")
+               for name, text in graph_files(layout_from_file(REPO / "graphs" / graph), "planned").items()
+               if name.startswith("engines/")]  # fmt: skip
+    for document in [*(yaml.safe_load(path.read_text()) for path in ENGINE_FILES), *planned]:
+        assert document["guided_decoding_backend"] == GUIDED_DECODING_BACKEND == "llguidance"
+
+
+def test_an_engine_file_naming_another_guided_decoding_backend_is_refused(tmp_path: Path) -> None:
+    engine = yaml.safe_load((REPO / "graphs" / "engines" / "gpt-oss-120b" / "b200-decode.yaml").read_text())
+    path = tmp_path / "engine.yaml"
+    path.write_text(yaml.safe_dump({**engine, "guided_decoding_backend": "xgrammar"}))
+    assert errors(yaml.safe_load(path.read_text())) == []  # TensorRT-LLM would take it ...
+    with pytest.raises(EngineArgsError, match="guided_decoding_backend"):
+        read_llm_args(path)  # ... and fail every structured output, whose grammar is llguidance's
