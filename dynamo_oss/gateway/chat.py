@@ -6,6 +6,7 @@ OpenAI's rule for gpt-oss providers (OpenRouter's convention): the chain of thou
 which many clients read), so both are written. Requests may carry OpenRouter's `reasoning`
 options, which Dynamo refuses: `effort` becomes `reasoning_effort`; and an assistant message
 sent back with `reasoning` reaches the prompt as `reasoning_content`, which the template renders.
+A `response_format` guides the final channel only (structured.py), not the reasoning.
 
 The stream is rewritten at the byte level, only in events that carry reasoning: every other
 chunk passes as it came, so the chat path keeps close to pass-through cost per token.
@@ -21,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from dynamo_oss.gateway.errors import from_validation, stream_cut_event
 from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
+from dynamo_oss.gateway.structured import constrain_chat
 
 REASONING_KEY = '"reasoning_content":'
 
@@ -40,9 +42,12 @@ class ChatRoute:
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         request = parse_json(body)
+        # A structured output puts its schema in the prompt: taken in first, so the prompt is counted whole.
+        formatted = isinstance(request, dict) and constrain_chat(request)
         await checks.check(self.api, request, len(body))
         assert isinstance(request, dict)  # the checks refuse anything else
         exclude, changed = _take_reasoning_options(request)
+        changed |= formatted
         changed |= _reasoning_sent_back(request.get("messages") or [])
         if changed:
             body = json.dumps(request).encode()

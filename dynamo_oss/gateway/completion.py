@@ -18,6 +18,7 @@ from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import FUNCTIONS, Prompt, render
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.structured import guided_grammar
 
 COMPLETIONS_URL = b"/v1/completions"
 RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
@@ -44,15 +45,18 @@ def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_fi
 
 def completion_request(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any]:
     """The plain completion Dynamo's frontend runs for the rendered prompt: streamed whether or not
-    the client streams, so one reader serves both (and counts reasoning tokens as they come)."""
+    the client streams, so one reader serves both (and counts reasoning tokens as they come). A
+    structured output's `text.format` guides its final channel (structured.py)."""
     completion: dict[str, Any] = {"model": request.model, "prompt": prompt.token_ids, "stream": True,
                                   "stream_options": {"include_usage": True}}  # fmt: skip
     optional = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
                 "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens, "nvext": request.nvext}  # fmt: skip
     completion.update({key: value for key, value in optional.items() if value is not None})
     guided = _guided_tool_choice(request, prompt)
-    if guided is not None:
+    if guided is not None:  # a tool call the choice forces: a format shapes only an answer to the user
         completion["guided_json"] = guided
+    elif (grammar := guided_grammar(request.text.format if request.text else None, list(prompt.tools))) is not None:
+        completion["guided_grammar"] = grammar
     return completion
 
 

@@ -290,6 +290,7 @@ def assistant(content: str | None, reasoning: str, tool_calls: list[dict[str, An
 
 
 USER = user("What is the weather in Paris?")
+RESPONSE_FORMATS = '# Response Formats\n\n## Weather\n\n// The forecast\n{"type": "object", "properties": {}}'
 CALLS = [call("call_1", "get_weather", '{"city": "Paris"}'), call("call_2", "get_time", "{}")]
 RESULTS = [  # answered in the other order: the template must name functions by id
     {"role": "tool", "tool_call_id": "call_2", "content": "12:00"},
@@ -306,6 +307,7 @@ class Case:
     tools: list[dict[str, Any]] | None = None
     reasoning_effort: str | None = None
     current_date: str | None = DATE
+    response_formats: str | None = None  # the section the gateway passes for a response_format
 
 
 CASES = [
@@ -363,6 +365,13 @@ CASES = [
         ],
         tools=[WEATHER, CLOCK],
     ),
+    Case("response_format", [USER], response_formats=RESPONSE_FORMATS),
+    Case(  # after the instructions, before the tools, as the Responses API renders it
+        "response_format_after_instructions",
+        [{"role": "system", "content": "Use tools."}, USER],
+        tools=[WEATHER],
+        response_formats=RESPONSE_FORMATS,
+    ),
     Case(  # the last assistant message calls a tool: nothing is dropped
         "tools_after_final",
         [
@@ -381,8 +390,15 @@ CASES = [
 
 
 def harmony_tokens(harmony: HarmonyEncoding, case: Case, date: str | None = None) -> list[int]:
-    """What openai-harmony renders for `case`, mapping messages as template.py describes."""
-    return reference_prompt(case.messages, case.tools, case.reasoning_effort, date or case.current_date)
+    """What openai-harmony renders for `case`, mapping messages as template.py describes; a response
+    format's section is the last part of the developer message's instructions."""
+    messages = case.messages
+    if case.response_formats:
+        leading = messages[0]["role"] in ("system", "developer")
+        instructions = [messages[0]["content"]] if leading else []
+        developer = {"role": "developer", "content": "\n\n".join([*instructions, case.response_formats])}
+        messages = [developer, *messages[1 if leading else 0 :]]
+    return reference_prompt(messages, case.tools, case.reasoning_effort, date or case.current_date)
 
 
 def test_cases_exercise_reasoning_drop(harmony: HarmonyEncoding) -> None:
@@ -400,6 +416,8 @@ def template_variables(case: Case) -> dict[str, Any]:
     variables: dict[str, Any] = {"current_date": case.current_date}
     if case.reasoning_effort is not None:
         variables["reasoning_effort"] = case.reasoning_effort
+    if case.response_formats is not None:
+        variables["response_formats"] = case.response_formats
     return variables
 
 
@@ -409,6 +427,8 @@ def frontend_request(case: Case) -> dict[str, Any]:
         "messages": case.messages,
         "chat_template_args": {"current_date": case.current_date},
     }
+    if case.response_formats is not None:
+        request["chat_template_args"]["response_formats"] = case.response_formats
     if case.tools:
         request["tools"] = case.tools
     if case.reasoning_effort is not None:

@@ -8,7 +8,9 @@ them with openai-harmony), so a Messages request is mapped onto them rather than
   `thinking` block the analysis it was: harmony's rule then keeps or drops it, as for Responses;
 - custom tools become functions; Anthropic's own tools (bash, web search, ...) are not offered;
 - `tool_choice` any / tool / none become required / the named function / none;
-- `output_config.effort`, else the thinking budget, becomes the reasoning effort.
+- `output_config.effort`, else the thinking budget, becomes the reasoning effort;
+- `output_config.format` a `text.format` JSON schema: the final answer's text block is constrained
+  to it, the thinking is not (its schema was checked as the request was typed).
 
 Everything render() would refuse is checked here first, so a client's mistake is named as the
 Messages API names it (`messages.2.content.0.tool_use_id`), never as a Responses field.
@@ -20,6 +22,7 @@ import json
 from dataclasses import dataclass
 
 from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.protocol.formats import ResponsesJsonSchemaFormat
 from dynamo_oss.gateway.protocol.messages import (
     CustomTool,
     Message,
@@ -79,7 +82,9 @@ def conversation(request: MessagesRequest, seal: ReasoningSeal) -> Conversation:
     output = request.output_config
     text = None
     if output and output.format:
-        text = TextOptions(format={"type": "json_schema", "name": "response", "schema": output.format.schema_})
+        fmt = ResponsesJsonSchemaFormat.model_construct(type="json_schema", name="response",
+                                                        schema_=output.format.schema_)  # fmt: skip
+        text = TextOptions(format=fmt)
     responses = ResponsesRequest(
         model=request.model,
         input=items,

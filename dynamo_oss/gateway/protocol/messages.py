@@ -13,6 +13,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from dynamo_oss.gateway.protocol.formats import CompilableSchema
+
 # Content blocks Anthropic defines that are not text: refused by name (gpt-oss reads text, and
 # nothing here runs Anthropic's server tools, so their results never appear in a conversation).
 NON_TEXT_BLOCKS = (
@@ -182,8 +184,10 @@ Thinking = Annotated[
 
 
 class JsonOutputFormat(Strict):
+    """The final answer's JSON schema: constrained as the Responses API's `text.format` is."""
+
     type: Literal["json_schema"]
-    schema_: dict[str, Any] = Field(alias="schema")
+    schema_: CompilableSchema = Field(alias="schema")
 
 
 class OutputConfig(Strict):

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
+from dynamo_oss.gateway.protocol.formats import ResponsesTextFormat
+
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 HOSTED_TOOL_EXAMPLES = (
     "web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
@@ -178,7 +180,7 @@ class ReasoningOptions(Lenient):
 
 
 class TextOptions(Lenient):
-    format: dict[str, Any] | None = None
+    format: ResponsesTextFormat | None = None
 
 
 class ResponsesRequest(Lenient):

@@ -10,7 +10,8 @@
   messages `final` answers. Which reasoning stays in the prompt is harmony's rule (openai-harmony's
   `auto_drop_analysis`): the chain of thought since the last final answer is kept while the
   assistant is between tool calls, and dropped once a final answer follows it.
-- `text.format` with a JSON schema is written as harmony's `# Response Formats` section.
+- `text.format` with a JSON schema is written as harmony's `# Response Formats` section, after the
+  instructions (structured.py; the completion's final channel is also constrained to it there).
 
 Each message is rendered by openai-harmony on its own and remembered: an agent sends its whole
 history every turn, and harmony takes about 0.2 ms a message however short, so a long loop would
@@ -57,6 +58,7 @@ from dynamo_oss.gateway.protocol.responses import (
     ToolOutputItem,
 )
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.structured import prompt_section
 from dynamo_oss.gateway.validation import check_parameters
 
 FUNCTIONS = "functions"  # harmony's namespace for plain function tools
@@ -97,7 +99,8 @@ def render(request: ResponsesRequest, seal: ReasoningSeal, today: datetime.date 
     system = system.with_reasoning_effort(EFFORTS.get(effort or "medium", ReasoningEffort.MEDIUM))
     messages = [Message.from_role_and_content(Role.SYSTEM, system)]
     developer = DeveloperContent.new()
-    instructions = "\n\n".join(part for part in [*leading, _response_format(request)] if part)
+    formats = prompt_section(request.text.format if request.text else None)
+    instructions = "\n\n".join(part for part in [*leading, formats] if part)
     if instructions:
         developer = developer.with_instructions(instructions)
     for namespace in namespaces:
@@ -193,15 +196,6 @@ def _leading_instructions(request: ResponsesRequest) -> tuple[list[str], list]:
         leading.append(_text(items[start].content, f"input[{start}].content"))
         start += 1
     return leading, list(enumerate(items))[start:]
-
-
-def _response_format(request: ResponsesRequest) -> str:
-    fmt = request.text.format if request.text else None
-    if not fmt or fmt.get("type") != "json_schema":
-        return ""
-    name, schema = fmt.get("name", "response"), fmt.get("schema", {})
-    description = f"// {fmt['description']}\n" if fmt.get("description") else ""
-    return f"# Response Formats\n\n## {name}\n\n{description}{json.dumps(schema)}"
 
 
 def _history(items: list, tools: dict[str, ClientTool], seal: ReasoningSeal) -> list[Message]:

@@ -212,7 +212,7 @@ class ResponseBuilder:
             "store": self.stored,
             "temperature": request.temperature if request.temperature is not None else 1.0,
             "top_p": request.top_p if request.top_p is not None else 1.0,
-            "text": {"format": (request.text.format if request.text and request.text.format else {"type": "text"})},
+            "text": {"format": _format(request)},
             "tool_choice": _plain(request.tool_choice),
             "tools": [tool.model_dump(mode="json", exclude_none=True) for tool in request.tools],
             "truncation": "disabled",
@@ -231,6 +231,12 @@ class ResponseBuilder:
             "output_tokens_details": {"reasoning_tokens": min(reasoning, completion)},
             "total_tokens": prompt + completion,
         }
+
+
+def _format(request: ResponsesRequest) -> dict[str, Any]:
+    """The request's `text.format` as it was sent, or the default."""
+    fmt = request.text.format if request.text else None
+    return fmt.model_dump(mode="json", by_alias=True, exclude_unset=True) if fmt else {"type": "text"}
 
 
 def _part(item_type: str, text: str) -> dict[str, Any] | None:

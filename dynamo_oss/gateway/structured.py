@@ -1,0 +1,110 @@
+"""Structured outputs beside the reasoning: the final channel is constrained, the analysis is not.
+
+A request's format (chat's `response_format`, the Responses API's `text.format`, the Messages
+API's `output_config.format`) becomes two things:
+- the schema in the prompt, as harmony's `# Response Formats` section of the developer message,
+  where gpt-oss was trained to read it (a JSON object format adds nothing: the messages say it);
+- a guide for the engine, Dynamo's own `guided_grammar` field: a grammar of the whole completion
+  that leaves the reasoning free and admits only JSON the schema accepts on the final channel
+  (engines/harmony/grammar.py says how a TensorRT-LLM worker enforces it, and why not
+  `guided_json`, which is what Dynamo's frontend would make of `response_format` itself).
+
+A required or named tool choice already guides the completion to a tool call (Dynamo's
+`guided_json`), and a format shapes only an answer to the user, so it then guides nothing: its
+schema is in the prompt all the same.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from dynamo_oss.engines.harmony.grammar import completion_grammar
+from dynamo_oss.gateway.errors import from_validation
+from dynamo_oss.gateway.protocol.formats import (
+    ChatJsonSchemaFormat,
+    ChatResponseFormat,
+    JsonSchema,
+    ResponsesTextFormat,
+    TextFormat,
+)
+
+FUNCTIONS = "functions"  # the harmony namespace chat's function tools are rendered in
+TEMPLATE_VARIABLE = "response_formats"  # what the chat template adds to the developer message
+ANY_OBJECT = {"type": "object"}
+
+
+class _ChatFormat(BaseModel):
+    response_format: ChatResponseFormat
+
+
+def json_schema(fmt: ChatResponseFormat | ResponsesTextFormat) -> JsonSchema | None:
+    """The named schema of a format, if it has one."""
+    if isinstance(fmt, ChatJsonSchemaFormat):
+        return fmt.json_schema
+    return fmt if isinstance(fmt, JsonSchema) else None
+
+
+def prompt_section(fmt: ChatResponseFormat | ResponsesTextFormat | None) -> str:
+    """harmony's `# Response Formats` section for a named schema; "" for any other format."""
+    schema = json_schema(fmt) if fmt is not None else None
+    if schema is None:
+        return ""
+    description = f"// {schema.description}\n" if schema.description else ""
+    return f"# Response Formats\n\n## {schema.name}\n\n{description}{json.dumps(schema.schema_)}"
+
+
+def guided_grammar(fmt: ChatResponseFormat | ResponsesTextFormat | None, recipients: list[str]) -> str | None:
+    """The grammar that constrains the final channel to the format (None for plain text), letting
+    the completion call one of `recipients` instead."""
+    if fmt is None or isinstance(fmt, TextFormat):
+        return None
+    schema = json_schema(fmt)
+    return completion_grammar(schema.schema_ if schema is not None else ANY_OBJECT, recipients)
+
+
+def constrain_chat(request: dict[str, Any]) -> bool:
+    """Chat's `response_format` taken out of the request (Dynamo's frontend would guide the whole
+    completion with it) and put back as the prompt's section and a final-channel grammar; whether
+    the request changed. A malformed format or schema is an ApiError naming the field."""
+    raw = request.get("response_format")
+    if raw is None:
+        return False
+    try:
+        fmt = _ChatFormat.model_validate({"response_format": raw}).response_format
+    except ValidationError as err:
+        raise from_validation(err, {"response_format": raw}) from None
+    if isinstance(fmt, TextFormat):
+        return False
+    del request["response_format"]
+    section = prompt_section(fmt)
+    if section:
+        _template_args(request)[TEMPLATE_VARIABLE] = section
+    if not _forced_tool_choice(request.get("tool_choice")):
+        request["guided_grammar"] = guided_grammar(fmt, _chat_recipients(request))
+    return True
+
+
+def _template_args(request: dict[str, Any]) -> dict[str, Any]:
+    """The request's chat template variables (either of Dynamo's names for them), made if absent."""
+    for name in ("chat_template_args", "chat_template_kwargs"):
+        if isinstance(request.get(name), dict):
+            return request[name]
+    request["chat_template_args"] = {}
+    return request["chat_template_args"]
+
+
+def _forced_tool_choice(choice: object) -> bool:
+    return choice == "required" or (isinstance(choice, dict) and choice.get("type") == "function")
+
+
+def _chat_recipients(request: dict[str, Any]) -> list[str]:
+    """The function tools a completion may call (none when tool_choice is none: Dynamo leaves them
+    out of the prompt), as harmony addresses them."""
+    if request.get("tool_choice") == "none":
+        return []
+    functions = [tool.get("function") for tool in request.get("tools") or [] if isinstance(tool, dict)]
+    return [f"{FUNCTIONS}.{function['name']}" for function in functions
+            if isinstance(function, dict) and isinstance(function.get("name"), str)]  # fmt: skip
