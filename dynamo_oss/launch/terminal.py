@@ -24,6 +24,8 @@ _ROUTINE_LEVEL = re.compile(
 # left, the planner seeing a new worker's load one look after its count. And a worker's for the last
 # reply of a stream the frontend had already cancelled: Dynamo 1.6 cancels each stream as it
 # completes, so the worker's final message races it (8 of the conformance suite's 20 requests).
+# And the frontend's for every guided request (a structured output, a forced tool choice): it will
+# not move one to another worker mid-stream, since the grammar's state cannot move with it.
 _ROUTINE_WARNINGS = re.compile(
     r"WARN dynamo_kv_router::sequences::multi_worker: (Adding|Removing) worker|WARN mm_routing: "
     r'|"msg":"simple token is not cryptographically signed"'
@@ -31,6 +33,7 @@ _ROUTINE_WARNINGS = re.compile(
     r"|WARN (perf_metrics.fetch_pre_deployment_metrics|adapters._log_missing_pre_deployment_data): "
     r"|WARN base.__init__: AllowUnauthenticatedAuth enabled|WARN state_machine._reconcile_fpm_worker_count: "
     r"|WARN handle_payload: dynamo_runtime::pipeline::network::ingress::push_handler: Failed to publish response "
+    r"|WARN http-request\S*: dynamo_llm::migration: Guided-decoding request: migration disabled "
 )
 
 

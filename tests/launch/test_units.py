@@ -29,6 +29,16 @@ from dynamo_oss.launch.terminal import for_terminal
             False,
         ),
         ("2026-11-22T23:29:16.378029Z  WARN mm_routing: /models/x is not supported for MM-aware KV routing", False),
+        (
+            "2026-11-26T02:15:12.623160Z  WARN http-request: dynamo_llm::migration: Guided-decoding request: migration "
+            "disabled — FSM state is not transferable (applies to all backends) method=POST uri=/v1/chat/completions",
+            False,
+        ),
+        (
+            "2026-11-26T02:18:59.844608Z  WARN http-request:completions:completions_single: dynamo_llm::migration: "
+            "Guided-decoding request: migration disabled — FSM state is not transferable (applies to all backends)",
+            False,
+        ),
         ("2026-11-22T23:29:14.540970Z  WARN dynamo_llm::discovery: worker lease lost", True),
         ("2026-11-22T23:29:14.540970Z ERROR dynamo_llm::engine: stream failed", True),
         ("[16361] 2026/11/22 23:29:10.152179 [ERR] JetStream store failed", True),
