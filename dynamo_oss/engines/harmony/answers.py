@@ -8,7 +8,9 @@ completion is `<|channel|>analysis<|message|>REASONING<|end|>` followed by eithe
 tool's output gets a final answer when the tool choice is "auto", as a model answers with what
 the tool gave it before calling again; a tool the user's last message names is called.
 (Dynamo's harmony tool parser wants the recipient after the channel, as gpt-oss writes it;
-openai-harmony's renderer puts it before, which Dynamo 1.6 does not parse).
+openai-harmony's renderer puts it before, which Dynamo 1.6 does not parse). A request guided by a
+structured output's grammar (harmony/grammar.py) gets JSON its schema accepts as the final ANSWER,
+as a worker enforcing that grammar would: the reasoning before it is words as ever.
 
 Everything is seeded by the prompt (and the request's sampling seed), so a request always
 gets the same answer. The length is the request's to decide: `ignore_eos` gets exactly
