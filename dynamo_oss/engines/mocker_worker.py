@@ -21,7 +21,8 @@ A request's cache salt (`nvext.cache_salt`, or the `x-tenant-id` the gateway set
 reaches the worker, but the stock mocker keys its KV blocks by token ids alone, where
 TensorRT-LLM keys them by ids and salt: so the handler shifts the prompt's ids the engine sees
 by an offset the salt decides (`_salted`), and the mocker's prefix cache, and the `cached_tokens`
-it reports, isolate tenants as a real worker's do.
+it reports, isolate tenants as a real worker's do. A decode worker reports the cache hits its
+prefill worker found, not its own (`_as_prefilled`), as Dynamo's TensorRT-LLM worker does.
 
 Requests that carry `output_replay_id:KEY` for a KEY of the loaded --response-replay-trace-path
 pass through untouched: the engine replays that recorded stream (the conformance suite's).
@@ -125,14 +126,15 @@ async def _start(runtime: Any, public: str, engine_config: Any, worker: _Pending
     async def generate(request: dict[str, Any], context: Any) -> AsyncIterator[dict[str, Any]]:
         if _replays(request, replayable):  # --response-replay-trace-path rows are already real tokens
             stream = await client.direct(_salted(request), instance_id, context=context)
-            async for chunk in _within_max_tokens(stream, request):
+            async for chunk in _as_prefilled(_within_max_tokens(stream, request), request):
                 yield chunk
             return
         completion = completion_for(request, context_length)
         stream = await client.direct(_salted(_asking_for(request, completion)), instance_id, context=context)
-        async for chunk in _with_harmony_ids(
+        answer = _with_harmony_ids(
             stream, completion, prompt_tokens=len(request.get("token_ids") or []), ignore_eos=_ignores_eos(request)
-        ):
+        )
+        async for chunk in _as_prefilled(answer, request):
             yield chunk
 
     runtime_config.kv_state_endpoint = core  # the engine's KV events and recovery state
@@ -193,6 +195,22 @@ def _asking_for(request: dict[str, Any], completion: Completion) -> dict[str, An
     if stop.get("min_tokens"):
         stop["min_tokens"] = min(stop["min_tokens"], stop["max_tokens"])
     return {**request, "stop_conditions": stop}
+
+
+async def _as_prefilled(
+    stream: AsyncIterator[dict[str, Any]], request: Mapping[str, Any]
+) -> AsyncIterator[dict[str, Any]]:
+    """A decode's stream with the prompt details its prefill worker reported, as Dynamo's TensorRT-LLM
+    worker writes them (dynamo/trtllm/request_handlers/handler_base.py adopts the request's
+    `prefill_result`): the frontend passes the decode worker's usage on as the answer's (Dynamo
+    4239), and the prompt's cache hits happened on the prefill worker. The mocker engine counts its
+    own hits instead, which are another worker's cache (a decode worker restarted since, or one of
+    several) and so a wrong figure to bill."""
+    details = (request.get("prefill_result") or {}).get("prompt_tokens_details")
+    async for chunk in stream:
+        if details is not None and chunk.get("completion_usage"):
+            chunk = {**chunk, "completion_usage": {**chunk["completion_usage"], "prompt_tokens_details": details}}
+        yield chunk
 
 
 async def _with_harmony_ids(

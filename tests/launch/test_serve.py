@@ -324,7 +324,23 @@ def test_status_of_a_folder_that_ran_nothing(tmp_path: Path) -> None:
     assert "state.json: not found" in result.stderr and "Traceback" not in result.stderr
 
 
-def test_killed_decode_worker_is_restarted_and_serves_again(own_graph: ServedGraph) -> None:
+def cached_share(served: ServedGraph, prompt: str) -> tuple[int, int]:
+    """(prompt tokens, of which cached) in the usage of a chat completion of `prompt`."""
+    usage = client(served).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
+                                                   max_tokens=4).usage  # fmt: skip
+    assert usage is not None and usage.prompt_tokens_details is not None
+    return usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0
+
+
+def test_killed_decode_worker_is_restarted_serves_again_and_bills_the_prefill_worker_s_cache(
+    own_graph: ServedGraph,
+) -> None:
+    """The restarted decode worker's prefix cache is empty while the prefill worker's still holds a
+    prompt sent before the kill: that prompt, sent again, is billed as cached (the prefill worker's
+    hits, which is where a prompt's cache is used), where the decode worker's own count would be none
+    of it (Dynamo 4239: the frontend reports the decode worker's usage)."""
+    long_prompt = " ".join(f"ledger entry {i} reconciled" for i in range(300))
+    cached_share(own_graph, long_prompt)
     old_pid = own_graph.pid_of("decode-0")
     old_instances = set(registered_instances(own_graph, "backend"))
     os.kill(old_pid, signal.SIGKILL)
@@ -351,6 +367,12 @@ def test_killed_decode_worker_is_restarted_and_serves_again(own_graph: ServedGra
     wait_for(served_by_new_worker, 60, "a completion decoded by the restarted worker")
     serves_again = re.compile(r"decode-0\s+\| \[dynamo-oss\] serves again, [\d.]+ s after its restart")
     wait_for(lambda: serves_again.search(own_graph.output.read_text()), 30, "the launcher to say decode-0 serves again")
+
+    decoded_before = len(routed_workers(own_graph))
+    tokens, cached = cached_share(own_graph, long_prompt)
+    routes = wait_for(lambda: routed_workers(own_graph)[decoded_before:], 10, "the frontend to log the route")
+    assert routes[-1][1] in new_decode_ids  # decoded by the worker that never saw the prompt
+    assert cached >= 0.9 * tokens, (tokens, cached)
 
 
 def test_routine_log_lines_stay_out_of_the_terminal(disagg: ServedGraph) -> None:
