@@ -6,7 +6,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.graphs import write_graph
+from tests.support.graphs import write_graph, write_keyed_graph
 from tests.support.served import FAST_MOCKER, ServedGraph, serving
 
 
@@ -18,4 +18,13 @@ def fast_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph
     on (tests/conftest.py)."""
     folder = tmp_path_factory.mktemp("fast")
     with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
+        yield graph
+
+
+@pytest.fixture(scope="session")
+def keyed_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    """The small mocker graph with API keys (tests.support.graphs.KEYS) and the gateway's usage metrics
+    on a free port, shared by the modules that call it as tenants (the Messages API, usage per key)."""
+    folder = tmp_path_factory.mktemp("keyed")
+    with serving(write_keyed_graph(folder), folder / "run", *FAST_MOCKER) as graph:
         yield graph

@@ -1,12 +1,13 @@
 """Anthropic's Messages API as the pinned `anthropic` SDK sees it, and per-tenant cache isolation
-through every API's usage, against one served disaggregated mocker graph with API keys (one graph
-for both: the keys the Messages API is called with are the tenants the cache is salted by)."""
+through every API's usage, against the gateway tests' disaggregated mocker graph with API keys (the
+keys the Messages API is called with are the tenants the cache is salted by; alice and carol are one
+tenant, bob, dave and erin one each, unused until the isolation test)."""
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import anthropic
@@ -16,14 +17,11 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from tests.support.graphs import write_graph
+from tests.support.graphs import KEYS
 from tests.support.npm_clients import npm_client, run_in_own_group
-from tests.support.served import FAST_MOCKER, ServedGraph, serving
+from tests.support.served import ServedGraph
 
 MODEL = "openai/gpt-oss-20b"
-# alice and carol are one tenant; bob, dave and erin one each, unused until the isolation test.
-KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e", "dave": "sk-dave-0b77",
-        "erin": "sk-erin-5e18"}  # fmt: skip
 WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
            "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
 EVENT = TypeAdapter(RawMessageStreamEvent)
@@ -31,23 +29,13 @@ CLAUDE_CODE = Path(__file__).resolve().parent / "clients" / "claude-code"  # its
 CLIENT_TIMEOUT_S = 120
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("messages")
-    keys = folder / "api-keys"
-    keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''}\n" for name, key in KEYS.items()))
-    graph = write_graph(folder, gateway={"auth": {"keys_file": str(keys)}})
-    with serving(graph, folder / "run", *FAST_MOCKER) as graph_process:
-        yield graph_process
-
-
-def base_url(served: ServedGraph) -> str:
-    return served.endpoint.removesuffix("/v1")
+def base_url(keyed_graph: ServedGraph) -> str:
+    return keyed_graph.endpoint.removesuffix("/v1")
 
 
 @pytest.fixture(scope="module")
-def client(served: ServedGraph) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=base_url(served), api_key=KEYS["alice"], max_retries=0, timeout=60)
+def client(keyed_graph: ServedGraph) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=base_url(keyed_graph), api_key=KEYS["alice"], max_retries=0, timeout=60)
 
 
 def lossless(model: object, raw: dict) -> None:
@@ -55,15 +43,17 @@ def lossless(model: object, raw: dict) -> None:
     assert model.model_dump(mode="json", exclude_unset=True) == raw  # type: ignore[attr-defined]
 
 
-def post(served: ServedGraph, body: dict, key: str = KEYS["alice"]) -> httpx.Response:
+def post(keyed_graph: ServedGraph, body: dict, key: str = KEYS["alice"]) -> httpx.Response:
     """A Messages request as Claude Code sends its key: `x-api-key`."""
-    return httpx.post(f"{served.endpoint}/messages", json=body, headers={"x-api-key": key}, timeout=60)
+    return httpx.post(f"{keyed_graph.endpoint}/messages", json=body, headers={"x-api-key": key}, timeout=60)
 
 
 def test_a_message_has_thinking_then_text_and_parses_into_the_sdk_s_model_without_loss(
-    served: ServedGraph, client: anthropic.Anthropic
+    keyed_graph: ServedGraph, client: anthropic.Anthropic
 ) -> None:
-    reply = post(served, {"model": MODEL, "max_tokens": 400, "messages": [{"role": "user", "content": "Say hello."}]})
+    reply = post(
+        keyed_graph, {"model": MODEL, "max_tokens": 400, "messages": [{"role": "user", "content": "Say hello."}]}
+    )
     assert reply.status_code == 200, reply.text
     raw = reply.json()
     lossless(Message.model_validate(raw), raw)
@@ -78,10 +68,10 @@ def test_a_message_has_thinking_then_text_and_parses_into_the_sdk_s_model_withou
 
 
 def test_a_stream_has_anthropic_s_events_in_order_and_the_stream_helper_accumulates_them(
-    served: ServedGraph, client: anthropic.Anthropic
+    keyed_graph: ServedGraph, client: anthropic.Anthropic
 ) -> None:
     body = {"model": MODEL, "max_tokens": 400, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
-    with httpx.stream("POST", f"{served.endpoint}/messages", json=body, headers={"x-api-key": KEYS["alice"]},
+    with httpx.stream("POST", f"{keyed_graph.endpoint}/messages", json=body, headers={"x-api-key": KEYS["alice"]},
                       timeout=60) as reply:  # fmt: skip
         assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
         lines = list(reply.iter_lines())
@@ -138,7 +128,9 @@ def test_tool_choice_forces_a_named_tool_or_none(client: anthropic.Anthropic) ->
     assert refused.stop_reason == "end_turn" and all(block.type != "tool_use" for block in refused.content)
 
 
-def test_a_stop_sequence_ends_the_answer_where_it_appears(served: ServedGraph, client: anthropic.Anthropic) -> None:
+def test_a_stop_sequence_ends_the_answer_where_it_appears(
+    keyed_graph: ServedGraph, client: anthropic.Anthropic
+) -> None:
     ask = [{"role": "user", "content": "Tell me about the sea."}]
     whole = client.messages.create(model=MODEL, max_tokens=400, messages=ask).content[-1].text
     stop = whole.split()[2]  # the answer's third word: the mocker answers a prompt the same way each time
@@ -147,8 +139,8 @@ def test_a_stop_sequence_ends_the_answer_where_it_appears(served: ServedGraph, c
     assert cut.content[-1].text == whole[: whole.index(stop)]
 
 
-def frontend_requests(served: ServedGraph) -> float:
-    port = next(p for p in served.state()["processes"] if p["name"] == "frontend")["ports"][0]
+def frontend_requests(keyed_graph: ServedGraph) -> float:
+    port = next(p for p in keyed_graph.state()["processes"] if p["name"] == "frontend")["ports"][0]
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
     return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
                if line.startswith("dynamo_frontend_requests_total"))  # fmt: skip
@@ -176,28 +168,28 @@ HI = [{"role": "user", "content": "hi"}]
     ],
 )  # fmt: skip
 def test_a_request_anthropic_would_refuse_is_a_400_in_anthropic_s_shape_and_reaches_no_worker(
-    served: ServedGraph, body: dict, named: str
+    keyed_graph: ServedGraph, body: dict, named: str
 ) -> None:
-    before = frontend_requests(served)
-    reply = post(served, {"model": MODEL, **body})
+    before = frontend_requests(keyed_graph)
+    reply = post(keyed_graph, {"model": MODEL, **body})
     assert reply.status_code == 400, reply.text
     error = reply.json()
     assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
     assert error["error"]["message"].startswith(named), error
-    assert frontend_requests(served) == before
+    assert frontend_requests(keyed_graph) == before
 
 
 def test_keys_and_unknown_models_are_refused_as_anthropic_s_sdk_expects(
-    served: ServedGraph, client: anthropic.Anthropic
+    keyed_graph: ServedGraph, client: anthropic.Anthropic
 ) -> None:
-    wrong = anthropic.Anthropic(base_url=base_url(served), api_key="sk-wrong", max_retries=0, timeout=30)
+    wrong = anthropic.Anthropic(base_url=base_url(keyed_graph), api_key="sk-wrong", max_retries=0, timeout=30)
     with pytest.raises(anthropic.AuthenticationError) as unauthenticated:
         wrong.messages.create(model=MODEL, max_tokens=10, messages=HI)
     assert unauthenticated.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
     with pytest.raises(anthropic.NotFoundError) as unknown:
         client.messages.create(model="no-such-model", max_tokens=10, messages=HI)
     assert "no-such-model" in unknown.value.body["error"]["message"]  # type: ignore[index]
-    chat = httpx.post(f"{served.endpoint}/chat/completions", json={"model": MODEL, "messages": HI}, timeout=30)
+    chat = httpx.post(f"{keyed_graph.endpoint}/chat/completions", json={"model": MODEL, "messages": HI}, timeout=30)
     assert chat.status_code == 401 and chat.json()["error"]["code"] == "invalid_api_key"  # OpenAI's shape there
 
 
@@ -205,21 +197,21 @@ Cached = Callable[[ServedGraph, str, str], tuple[int, int]]  # (prompt tokens, o
 LONG = " ".join(f"ledger entry {i} reconciled" for i in range(300))  # about 1,500 prompt tokens
 
 
-def cached_chat(served: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
+def cached_chat(keyed_graph: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
     body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
-    usage = httpx.post(f"{served.endpoint}/chat/completions", json=body, timeout=60,
+    usage = httpx.post(f"{keyed_graph.endpoint}/chat/completions", json=body, timeout=60,
                        headers={"Authorization": f"Bearer {key}"}).json()["usage"]  # fmt: skip
     return usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
 
 
-def cached_responses(served: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
-    client = openai.OpenAI(base_url=served.endpoint, api_key=key, max_retries=0, timeout=60)
+def cached_responses(keyed_graph: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
+    client = openai.OpenAI(base_url=keyed_graph.endpoint, api_key=key, max_retries=0, timeout=60)
     usage = client.responses.create(model=MODEL, input=prompt, max_output_tokens=4).usage
     return usage.input_tokens, usage.input_tokens_details.cached_tokens
 
 
-def cached_messages(served: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
-    usage = post(served, {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]},
+def cached_messages(keyed_graph: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
+    usage = post(keyed_graph, {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]},
                  key).json()["usage"]  # fmt: skip
     return usage["input_tokens"] + usage["cache_read_input_tokens"], usage["cache_read_input_tokens"]
 
@@ -228,16 +220,16 @@ def cached_messages(served: ServedGraph, key: str, prompt: str) -> tuple[int, in
     ("api", "other"), [(cached_chat, "bob"), (cached_responses, "dave"), (cached_messages, "erin")]
 )
 def test_a_tenant_reuses_its_own_cached_prefix_and_never_another_s(
-    served: ServedGraph, api: Cached, other: str
+    keyed_graph: ServedGraph, api: Cached, other: str
 ) -> None:
     """The same long prompt: most of it cached on a tenant's second request, none of it for a
     tenant that has sent nothing yet, and as much for another key of the first tenant."""
     prompt = f"{api.__name__}: {LONG}"
-    api(served, KEYS["alice"], prompt)
-    tokens, cached = api(served, KEYS["alice"], prompt)
+    api(keyed_graph, KEYS["alice"], prompt)
+    tokens, cached = api(keyed_graph, KEYS["alice"], prompt)
     assert cached >= 0.9 * tokens, (tokens, cached)
-    assert api(served, KEYS[other], prompt)[1] == 0
-    assert api(served, KEYS["carol"], prompt)[1] >= 0.9 * tokens
+    assert api(keyed_graph, KEYS[other], prompt)[1] == 0
+    assert api(keyed_graph, KEYS["carol"], prompt)[1] >= 0.9 * tokens
 
 
 @pytest.fixture(scope="module")
@@ -247,7 +239,7 @@ def claude() -> Path:
 
 
 def test_claude_code_runs_the_named_tool_and_answers_its_result(
-    served: ServedGraph, claude: Path, tmp_path: Path
+    keyed_graph: ServedGraph, claude: Path, tmp_path: Path
 ) -> None:
     """`claude -p` against the graph, offline: the model calls Glob, Claude Code runs it and sends its
     tool_result back with the turn's (signed, text-omitted) thinking, and the answer ends the turn;
@@ -255,14 +247,14 @@ def test_claude_code_runs_the_named_tool_and_answers_its_result(
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url(served), "ANTHROPIC_API_KEY": KEYS["alice"],
+    env = {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url(keyed_graph), "ANTHROPIC_API_KEY": KEYS["alice"],
            "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}  # fmt: skip
     command = [str(claude), "-p", "Use Glob to find python files.", "--allowedTools", "Glob",
                "--output-format", "stream-json", "--verbose"]  # fmt: skip
-    logged = len(served.log_of("gateway"))
+    logged = len(keyed_graph.log_of("gateway"))
     status, stdout, stderr = run_in_own_group(command, CLIENT_TIMEOUT_S, cwd=work, env=env)
-    gateway_log = served.log_of("gateway")[logged:]  # what the gateway logged during Claude Code's run
+    gateway_log = keyed_graph.log_of("gateway")[logged:]  # what the gateway logged during Claude Code's run
     report = f"claude exited with {status}\n--- stdout:\n{stdout[-4000:]}\n--- stderr:\n{stderr[-3000:]}"
     assert status == 0, report
     events = [json.loads(line) for line in stdout.splitlines() if line.strip()]

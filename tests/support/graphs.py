@@ -54,6 +54,22 @@ def write_graph(folder: Path, **sections: object) -> Path:
     return path
 
 
+# The API keys of write_keyed_graph's graph: alice and carol are one tenant, every other key one each.
+KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e", "dave": "sk-dave-0b77",
+        "erin": "sk-erin-5e18", "frank": "sk-frank-3a90"}  # fmt: skip
+
+
+def write_keyed_graph(folder: Path) -> Path:
+    """write_graph's graph with the gateway asking for KEYS, and its usage metrics on a free loopback
+    port (`observability.gateway_port`) that no Prometheus scrapes: a test reads them itself."""
+    keys = folder / "api-keys"
+    keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''}\n" for name, key in KEYS.items()))
+    launcher, gateway_metrics = free_ports(2)
+    observability = {"prometheus": {"mode": "external", "url": "http://127.0.0.1:1"}, "launcher_port": launcher,
+                     "gateway_port": gateway_metrics}  # fmt: skip
+    return write_graph(folder, gateway={"auth": {"keys_file": str(keys)}}, observability=observability)
+
+
 # The sla mode on prompts long enough that prefill queues, the mocker 10x slower than modelled: at
 # SLA_LOW requests/s the model predicts one worker of each pool keeps TTFT p90 <= 1.5 s and ITL <=
 # 40 ms (in the slowed time), at SLA_HIGH it takes two of each (tests/test_planner_sizing.py).
