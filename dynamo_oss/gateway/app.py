@@ -37,7 +37,6 @@ from dynamo_oss.gateway.responses.store import ResponseStore
 from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
-    CheckedPassThrough,
     LocalRoute,
     Route,
     Settling,
@@ -47,6 +46,7 @@ from dynamo_oss.gateway.routes import (
     route_for,
 )
 from dynamo_oss.gateway.tenancy import salted
+from dynamo_oss.gateway.text_completions import CompletionsRoute
 from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
 
@@ -94,7 +94,7 @@ class Gateway:
         self.connections = ConnectionCount(limits)
         self.routes: dict[bytes, Route] = {
             b"/v1/chat/completions": ChatRoute(),
-            b"/v1/completions": CheckedPassThrough("completions"),
+            b"/v1/completions": CompletionsRoute(),
             b"/v1/responses": ResponsesRoute(seal, store),
             b"/v1/messages": MessagesRoute(seal),
         }
@@ -349,6 +349,8 @@ class ClientConnection(asyncio.Protocol):
                 if self.gateway.cache_isolation and self.key is not None and self.gateway.keys is not None:
                     headers = salted(headers, self.gateway.keys.tenant_of(self.key))
                 await self.forward(method, headers, upstream)
+                if upstream.transform is not None:
+                    count_tokens(self.key, upstream.transform.billed)
         except ApiError as err:
             if self.api is not None and err.status < 500:
                 log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
@@ -473,7 +475,6 @@ class UpstreamConnection(asyncio.Protocol):
         self.in_chunk = False  # between a chunk's header and its end
         self.transform: Transform | None = None  # the route's, for this exchange; None: bytes pass through
         self.transformed: list[bytes] = []  # a transform's output from one read, written at once
-        self.usage_tail = b""  # the end of the last read, where a usage object may have begun
         self.settling: asyncio.Task | None = None  # a Settling transform's last bytes, under way
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -484,7 +485,7 @@ class UpstreamConnection(asyncio.Protocol):
         self, client: ClientConnection, request: bytes, head_only: bool, transform: Transform | None
     ) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
-        self.transform, self.transformed, self.usage_tail = transform, [], b""
+        self.transform, self.transformed = transform, []
         self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
@@ -501,7 +502,6 @@ class UpstreamConnection(asyncio.Protocol):
         if self.parser is None or self.client is None:
             self.transport.close()  # bytes outside an exchange: the connection is not reusable
             return
-        self.usage_tail = count_tokens(self.client.key, self.usage_tail, data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as err:

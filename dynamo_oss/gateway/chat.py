@@ -8,8 +8,10 @@ options, which Dynamo refuses: `effort` becomes `reasoning_effort`; and an assis
 sent back with `reasoning` reaches the prompt as `reasoning_content`, which the template renders.
 A `response_format` guides the final channel only (structured.py), not the reasoning.
 
-The stream is rewritten at the byte level, only in events that carry reasoning: every other
-chunk passes as it came, so the chat path keeps close to pass-through cost per token.
+The stream is rewritten at the byte level, only in events that carry reasoning or usage: every
+other chunk passes as it came, so the chat path keeps close to pass-through cost per token. Every
+stream asks Dynamo for its usage, which its key is billed by (usage.py); a client that did not ask
+for it gets the stream without the usage chunk.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dynamo_oss.gateway.errors import from_validation, stream_cut_event
 from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
 from dynamo_oss.gateway.structured import constrain_chat
+from dynamo_oss.gateway.usage import Usage, ask_for_usage
 
 REASONING_KEY = '"reasoning_content":'
 
@@ -49,9 +52,10 @@ class ChatRoute:
         exclude, changed = _take_reasoning_options(request)
         changed |= formatted
         changed |= _reasoning_sent_back(request.get("messages") or [])
-        if changed:
+        hide_usage = bool(request.get("stream")) and ask_for_usage(request)
+        if changed or hide_usage:
             body = json.dumps(request).encode()
-        transform = ReasoningStream(exclude) if request.get("stream") else ReasoningJson(exclude)
+        transform = ReasoningStream(exclude, hide_usage) if request.get("stream") else ReasoningJson(exclude)
         return Upstream(url=url, body=body, transform=transform)
 
 
@@ -82,36 +86,51 @@ def _reasoning_sent_back(messages: list) -> bool:
 
 class ReasoningStream:
     """Streamed chunks: `"reasoning":X` written before each `"reasoning_content":X`, or both left
-    out (and a chunk left empty by that dropped) when the request excludes reasoning."""
+    out (and a chunk left empty by that dropped) when the request excludes reasoning; the usage
+    chunk read for the bill, and left out when `hide_usage` (the client did not ask for it)."""
 
     content_type = b"text/event-stream"
     streaming = True
     done = False
 
-    def __init__(self, exclude: bool) -> None:
+    def __init__(self, exclude: bool, hide_usage: bool = False) -> None:
         self.exclude = exclude
+        self.hide_usage = hide_usage
         self.buffer = b""
+        self.billed: Usage | None = None
 
     def feed(self, body: bytes) -> bytes:
         data = self.buffer + body
-        end = data.rfind(b"\n\n") + 2  # only whole events are rewritten
+        end = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0  # only whole events are rewritten
         self.buffer = data[end:]
         whole = data[:end]
-        if b'"reasoning_content"' not in whole:
+        if b'"reasoning_content"' not in whole and b'"usage"' not in whole:
             return whole
-        return b"\n\n".join(self._event(event) for event in whole.split(b"\n\n"))
+        return b"".join([self._event(event) for event in whole.split(b"\n\n")[:-1]])
 
     def _event(self, event: bytes) -> bytes:
+        """One whole event and its separator, rewritten (b"" for the usage chunk left out)."""
+        if b'"usage"' in event and self._bill(event):
+            return b""
         if b'"reasoning_content"' not in event:
-            return event
+            return event + b"\n\n"
         if self.exclude:
             chunk = json.loads(event[6:])
             for choice in chunk.get("choices") or []:
                 (choice.get("delta") or {}).pop("reasoning_content", None)
             if all(_empty(choice) for choice in chunk.get("choices") or []) and not chunk.get("usage"):
-                return b": reasoning left out"  # an SSE comment: the event is gone, the framing stays whole
-            return b"data: " + json.dumps(chunk, separators=(",", ":")).encode()
-        return _with_reasoning(event.decode()).encode()
+                return b": reasoning left out\n\n"  # an SSE comment: the event is gone, the framing stays whole
+            return b"data: " + json.dumps(chunk, separators=(",", ":")).encode() + b"\n\n"
+        return _with_reasoning(event.decode()).encode() + b"\n\n"
+
+    def _bill(self, event: bytes) -> bool:
+        """Read the usage an event carries; True when it is the usage chunk the client did not ask for."""
+        chunk = json.loads(event[6:])
+        usage = chunk.get("usage")
+        if not usage:
+            return False
+        self.billed = Usage.of_openai(usage)
+        return self.hide_usage and not chunk.get("choices")
 
     def end(self) -> bytes:
         rest, self.buffer = self.buffer, b""
@@ -151,6 +170,8 @@ class ReasoningJson(WholeBody):
 
     def rewrite(self, body: bytes) -> bytes:
         completion = json.loads(body)
+        if completion.get("usage"):
+            self.billed = Usage.of_openai(completion["usage"])
         for choice in completion.get("choices") or []:
             message = choice.get("message") or {}
             reasoning = message.pop("reasoning_content", None)

@@ -19,6 +19,7 @@ from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequ
 from dynamo_oss.gateway.responses.conversation import FUNCTIONS, Prompt, render
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.structured import guided_grammar
+from dynamo_oss.gateway.usage import Usage
 
 COMPLETIONS_URL = b"/v1/completions"
 RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
@@ -86,6 +87,7 @@ class Builder(Protocol):
 
     final: dict[str, Any] | None  # the whole answer, once finished: the body of an answer not streamed
     done: bool  # the answer ended before the completion did (a stop sequence): the rest is not read
+    billed: Usage | None  # the answer's usage, once finished (routes.Transform.billed)
 
     def start(self) -> bytes:
         """The events that open a stream (b"" for an answer not streamed)."""
@@ -120,6 +122,10 @@ class CompletionAnswer:
     @property
     def done(self) -> bool:
         return self.builder.done
+
+    @property
+    def billed(self) -> Usage | None:
+        return self.builder.billed
 
     def feed(self, body: bytes) -> bytes:
         if self.builder.done:

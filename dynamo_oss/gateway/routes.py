@@ -17,6 +17,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.usage import Usage
 
 Request = TypeVar("Request", bound=BaseModel)
 
@@ -33,6 +34,12 @@ class Transform(Protocol):
     def done(self) -> bool:
         """The client's answer is whole before the frontend's is (a stop sequence met): the shell
         sends `end()` and drops the frontend's connection, which stops the generation."""
+        ...
+
+    @property
+    def billed(self) -> Usage | None:
+        """The answer's usage once it is known, read from the API's own fields (None before, and for
+        an answer that has none, as a stream the frontend cut): what the key is billed (usage.py)."""
         ...
 
     def feed(self, body: bytes) -> bytes:
@@ -65,6 +72,7 @@ class WholeBody:
 
     def __init__(self) -> None:
         self.body: list[bytes] = []
+        self.billed: Usage | None = None
 
     def feed(self, body: bytes) -> bytes:
         self.body.append(body)
@@ -128,17 +136,6 @@ class PassThrough:
     api = None
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
-        return Upstream(url=url, body=body)
-
-
-class CheckedPassThrough:
-    """A generation API the frontend serves as OpenAI specifies it: checked here, then passed through."""
-
-    def __init__(self, api: str) -> None:
-        self.api = api
-
-    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
-        await checks.check(self.api, parse_json(body), len(body))
         return Upstream(url=url, body=body)
 
 

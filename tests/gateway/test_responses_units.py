@@ -16,6 +16,7 @@ from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import encoding, render
 from dynamo_oss.gateway.responses.harmony_text import HarmonyText
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.usage import Usage
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 SEAL = ReasoningSeal(b"k" * 32)
@@ -174,6 +175,16 @@ def test_chat_streams_write_reasoning_beside_reasoning_content_and_leave_other_c
     assert out == chunk('{"reasoning":"We \\"think\\"","reasoning_content":"We \\"think\\""}') + chunk(
         '{"content":"Hi"}'
     )
+
+
+def test_chat_streams_read_a_byte_at_a_time_are_rewritten_whole_and_leave_out_the_usage_not_asked_for() -> None:
+    usage = b'data: {"id":"c","choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,' \
+            b'"prompt_tokens_details":{"cached_tokens":8},"completion_tokens_details":{"reasoning_tokens":1}}}\n\n'  # fmt: skip
+    body = chunk('{"reasoning_content":"We"}') + chunk('{"content":"Hi"}') + usage + b"data: [DONE]\n\n"
+    stream = ReasoningStream(exclude=False, hide_usage=True)
+    out = b"".join(stream.feed(body[at : at + 1]) for at in range(len(body))) + stream.end()
+    assert out == chunk('{"reasoning":"We","reasoning_content":"We"}') + chunk('{"content":"Hi"}') + b"data: [DONE]\n\n"
+    assert stream.billed == Usage(input=9, cached=8, output=2, reasoning=1)
 
 
 def test_chat_streams_drop_reasoning_when_excluded() -> None:

@@ -28,6 +28,7 @@ from dynamo_oss.gateway.responses.conversation import Prompt
 from dynamo_oss.gateway.responses.harmony_text import HarmonyText, Header
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.responses.stream import new_id
+from dynamo_oss.gateway.usage import Usage
 
 DELTAS = {"text": (b"text_delta", b"text"), "thinking": (b"thinking_delta", b"thinking")}
 
@@ -52,6 +53,7 @@ class MessageBuilder:
         self.pieces = self.thinking_pieces = 0  # the frontend streams a token a piece
         self.done = False
         self.final: dict[str, Any] | None = None
+        self.billed: Usage | None = None
 
     # the completion's text in, events out
     def start(self) -> bytes:
@@ -171,6 +173,7 @@ class MessageBuilder:
         self.done = True
         counted = self._usage(usage, started=False)
         self.final = self._message(reason, stop, counted)
+        self.billed = Usage.of_messages(counted)
         return self._event("message_delta", delta={"stop_reason": reason, "stop_sequence": stop},
                            usage=counted) + self._event("message_stop")  # fmt: skip
 

@@ -28,6 +28,7 @@ from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.conversation import CUSTOM_INPUT, FUNCTIONS, Prompt
 from dynamo_oss.gateway.responses.harmony_text import HarmonyText, Header
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.usage import Usage
 
 DELTA_EVENTS = {
     "reasoning": b"response.reasoning_text.delta",
@@ -58,6 +59,7 @@ class ResponseBuilder:
         self.harmony = HarmonyText()
         self.reasoning_tokens = 0
         self.final: dict[str, Any] | None = None  # the whole response, once finished
+        self.billed: Usage | None = None  # its usage, once finished
         self.done = False  # a Responses answer ends only with its completion
 
     # the completion's text in, events out
@@ -82,6 +84,7 @@ class ResponseBuilder:
         if self.item is not None:  # the message the completion stopped in: whole, unless max_tokens cut it
             out.append(self._close(complete=not cut))
         self.final = self.response("incomplete" if cut else "completed", usage)
+        self.billed = Usage.of_responses(self.final["usage"]) if self.final["usage"] else None
         return b"".join(out)
 
     def completed(self) -> bytes:

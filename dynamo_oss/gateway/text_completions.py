@@ -1,0 +1,121 @@
+"""POST /v1/completions: Dynamo's own, passed on as it answers, with the usage every API's answer carries.
+
+Dynamo's frontend reports no reasoning tokens for a plain completion (it parses no channels
+there), so the gateway counts them: a completion of a harmony prompt (one ending
+`<|start|>assistant`, as the Responses API asks for its answers) is harmony text, whose analysis
+channel is gpt-oss's reasoning. Its messages are tokenized again with gpt-oss's encoding, streamed
+or not, so an answer is billed the same either way; a completion of a plain-text prompt has none.
+
+Every stream asks Dynamo for its usage, which its key is billed by (usage.py); a client that did
+not ask for it gets the stream without the usage chunk. Other chunks pass as they came.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import orjson
+
+from dynamo_oss.gateway.errors import stream_cut_event
+from dynamo_oss.gateway.responses.conversation import encoding
+from dynamo_oss.gateway.responses.harmony_text import HarmonyText
+from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
+from dynamo_oss.gateway.usage import Usage, ask_for_usage
+
+
+class CompletionsRoute:
+    api = "completions"
+
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
+        request = parse_json(body)
+        await checks.check(self.api, request, len(body))
+        assert isinstance(request, dict)  # the checks refuse anything else
+        if not request.get("stream"):
+            return Upstream(url=url, body=body, transform=CompletionJson())
+        hide_usage = ask_for_usage(request)
+        if hide_usage:
+            body = json.dumps(request).encode()
+        return Upstream(url=url, body=body, transform=CompletionStream(hide_usage))
+
+
+def reasoning_tokens(text: str) -> int:
+    """Tokens on the analysis channel of a completion's text (0 for text that is not harmony)."""
+    harmony, messages, analysis = HarmonyText(), [], None
+    for kind, value in [*harmony.feed(text), *harmony.finish()]:
+        if kind == "begin":
+            analysis = [] if value.channel == "analysis" else None  # type: ignore[attr-defined]
+            if analysis is not None:
+                messages.append(analysis)
+        elif kind == "text" and analysis is not None:
+            analysis.append(value)
+        elif kind == "end":
+            analysis = None
+    return sum(len(encoding().encode("".join(message), allowed_special="all")) for message in messages)
+
+
+def with_reasoning(usage: dict[str, Any], texts: list[str]) -> dict[str, Any]:
+    """A completion's usage with its reasoning tokens, counted from its choices' `texts` where Dynamo
+    gave none (at most its completion tokens: a text tokenized again may differ from what was generated)."""
+    details = usage.get("completion_tokens_details") or {}
+    if details.get("reasoning_tokens") is None:
+        counted = sum(reasoning_tokens(text) for text in texts)
+        details = {**details, "reasoning_tokens": min(counted, int(usage.get("completion_tokens") or 0))}
+    return {**usage, "completion_tokens_details": details}
+
+
+class CompletionStream:
+    """Streamed chunks as they came, each choice's text kept; the usage chunk with the reasoning
+    tokens added, or left out when `hide_usage` (the client did not ask for it)."""
+
+    content_type = b"text/event-stream"
+    streaming = True
+    done = False
+
+    def __init__(self, hide_usage: bool) -> None:
+        self.hide_usage = hide_usage
+        self.buffer = b""
+        self.texts: dict[int, list[str]] = {}
+        self.billed: Usage | None = None
+
+    def feed(self, body: bytes) -> bytes:
+        data = self.buffer + body
+        end = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0  # only whole events are read
+        self.buffer = data[end:]
+        return b"".join([self._event(event) for event in data[:end].split(b"\n\n")[:-1]])
+
+    def _event(self, event: bytes) -> bytes:
+        """One whole event and its separator (b"" for the usage chunk left out)."""
+        if not event.startswith(b"data: {"):
+            return event + b"\n\n"  # [DONE] and comments
+        chunk = orjson.loads(event[6:])
+        for choice in chunk.get("choices") or []:
+            self.texts.setdefault(int(choice.get("index") or 0), []).append(choice.get("text") or "")
+        if not chunk.get("usage"):
+            return event + b"\n\n"
+        chunk["usage"] = with_reasoning(chunk["usage"], ["".join(text) for text in self.texts.values()])
+        self.billed = Usage.of_openai(chunk["usage"])
+        if self.hide_usage and not chunk.get("choices"):
+            return b""
+        return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def end(self) -> bytes:
+        rest, self.buffer = self.buffer, b""
+        return rest
+
+    def cut(self) -> bytes:
+        """Whole events only went out: a partial one is dropped, and an error event says what happened."""
+        self.buffer = b""
+        return stream_cut_event()
+
+
+class CompletionJson(WholeBody):
+    """A whole completion: its usage with the reasoning tokens added."""
+
+    def rewrite(self, body: bytes) -> bytes:
+        completion = orjson.loads(body)
+        if completion.get("usage"):
+            texts = [choice.get("text") or "" for choice in completion.get("choices") or []]
+            completion["usage"] = with_reasoning(completion["usage"], texts)
+            self.billed = Usage.of_openai(completion["usage"])
+        return orjson.dumps(completion)
