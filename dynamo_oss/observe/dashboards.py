@@ -113,9 +113,17 @@ def overview() -> dashboard.Dashboard:
               "{{key}} {{status}}")],
         ))
         .with_panel(panel(
-            "Tokens by API key", "Input and output tokens per second in the usage of the answers, by API key name "
-            "(streams count when they carry usage).", "none",
+            "Tokens by API key", "Tokens per second in the usage of every API's answers, by API key name and kind: "
+            "input (cached included), cached, output (reasoning included), reasoning. Streams count whether or not "
+            "their client asked for usage.", "none",
             [(f"sum by (key, kind) (rate(dynamo_oss_gateway_tokens_total{{{GRAPH}}}[{RATE}]))", "{{key}} {{kind}}")],
+        ))
+        .with_panel(panel(
+            "Cached share of input by API key", "The share of each key's prompt tokens read from the prefix cache "
+            "(on a disaggregated graph, the prefill workers' hits): the input a cached-token price discounts.",
+            "percentunit",
+            [(f'sum by (key) (rate(dynamo_oss_gateway_tokens_total{{kind="cached", {GRAPH}}}[{RATE}])) / '
+              f'sum by (key) (rate(dynamo_oss_gateway_tokens_total{{kind="input", {GRAPH}}}[{RATE}]))', "{{key}}")],
         ))
     )  # fmt: skip
 
