@@ -65,8 +65,9 @@ def with_reasoning(usage: dict[str, Any], texts: list[str]) -> dict[str, Any]:
 
 
 class CompletionStream:
-    """Streamed chunks as they came, each choice's text kept; the usage chunk with the reasoning
-    tokens added, or left out when `hide_usage` (the client did not ask for it)."""
+    """Streamed chunks as they came, but the usage chunk: the reasoning tokens added to it, or left out
+    when `hide_usage` (the client did not ask for it). Chunks are kept as bytes and their text read
+    only for the bill, and only from a harmony completion: a plain-text one costs a search a read."""
 
     content_type = b"text/event-stream"
     streaming = True
@@ -75,29 +76,40 @@ class CompletionStream:
     def __init__(self, hide_usage: bool) -> None:
         self.hide_usage = hide_usage
         self.buffer = b""
-        self.texts: dict[int, list[str]] = {}
+        self.unread: list[bytes] = []  # whole events whose text is not in `texts` yet
+        self.harmony = False  # a message marker went by: the text may have reasoning
+        self.texts: dict[int, list[str]] = {}  # each choice's text, by index
         self.billed: Usage | None = None
 
     def feed(self, body: bytes) -> bytes:
         data = self.buffer + body
         end = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0  # only whole events are read
-        self.buffer = data[end:]
-        return b"".join([self._event(event) for event in data[:end].split(b"\n\n")[:-1]])
+        self.buffer, whole = data[end:], data[:end]
+        self.unread.append(whole)
+        self.harmony = self.harmony or b"<|message|>" in whole
+        if b'"usage":{' not in whole:  # the usage chunk's, or continuous usage (JSON escapes a quote in text)
+            return whole
+        return b"".join([self._event(event) for event in whole.split(b"\n\n")[:-1]])
 
     def _event(self, event: bytes) -> bytes:
         """One whole event and its separator (b"" for the usage chunk left out)."""
-        if not event.startswith(b"data: {"):
-            return event + b"\n\n"  # [DONE] and comments
-        chunk = orjson.loads(event[6:])
-        for choice in chunk.get("choices") or []:
-            self.texts.setdefault(int(choice.get("index") or 0), []).append(choice.get("text") or "")
-        if not chunk.get("usage"):
+        if b'"usage":{' not in event:
             return event + b"\n\n"
-        chunk["usage"] = with_reasoning(chunk["usage"], ["".join(text) for text in self.texts.values()])
+        chunk = orjson.loads(event[6:])
+        chunk["usage"] = with_reasoning(chunk["usage"], self._texts() if self.harmony else [])
         self.billed = Usage.of_openai(chunk["usage"])
         if self.hide_usage and not chunk.get("choices"):
             return b""
         return b"data: " + orjson.dumps(chunk) + b"\n\n"
+
+    def _texts(self) -> list[str]:
+        for whole in self.unread:
+            for event in whole.split(b"\n\n"):
+                if event.startswith(b"data: {"):
+                    for choice in orjson.loads(event[6:]).get("choices") or []:
+                        self.texts.setdefault(int(choice.get("index") or 0), []).append(choice.get("text") or "")
+        self.unread = []
+        return ["".join(text) for text in self.texts.values()]
 
     def end(self) -> bytes:
         rest, self.buffer = self.buffer, b""

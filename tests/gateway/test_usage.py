@@ -6,6 +6,7 @@ graph: tests/launch/test_serve.py's restarted decode worker tells the two apart.
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -17,6 +18,8 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
+from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
+from dynamo_oss.gateway.text_completions import CompletionJson, CompletionStream
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 from tests.support.graphs import KEYS
 from tests.support.served import ServedGraph
@@ -26,6 +29,7 @@ MODEL = "openai/gpt-oss-20b"
 KEY = "frank"  # a tenant of its own: no other test's prompt is in its cache, no other test moves its counters
 LONG = " ".join(f"invoice line {i} settled" for i in range(300))  # about 1,500 prompt tokens
 KINDS = ("input", "cached", "output", "reasoning")
+os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))  # gpt-oss's encoding, for completions' reasoning
 
 
 def counted(graph: ServedGraph) -> dict[str, float]:
@@ -188,3 +192,28 @@ def test_a_stream_asks_dynamo_for_its_usage_unless_it_did_or_its_options_are_not
     request: dict[str, Any] = {"stream": True} | ({} if options is None else {"stream_options": options})
     assert ask_for_usage(request) is hidden
     assert request["stream_options"] == sent
+
+
+HARMONY_PIECES = ["<|channel|>", "analysis", "<|message|>", "We", " need", " to", " think", ".", "<|end|>", "<|start|>",
+                  "assistant", "<|channel|>", "final", "<|message|>", "Hi", "<|return|>"]  # fmt: skip
+
+
+@pytest.mark.parametrize(("pieces", "reasoning"), [(HARMONY_PIECES, 5), (["Once", " upon", " a", " time"], 0)],
+                         ids=["harmony", "plain text"])  # fmt: skip
+def test_a_completion_is_billed_its_analysis_channel_as_reasoning_streamed_or_not(
+    pieces: list[str], reasoning: int
+) -> None:
+    """Read a byte at a time (a read may end anywhere) or whole: the same usage, whose reasoning is the
+    analysis channel's tokens; the stream's other chunks pass as they came."""
+    usage = {"prompt_tokens": 9, "completion_tokens": len(pieces), "prompt_tokens_details": {"cached_tokens": 8}}
+    chunks = b"".join(b'data: {"choices":[{"text":%b,"index":0}],"usage":null}\n\n' % json.dumps(p).encode()
+                      for p in pieces)  # fmt: skip
+    body = chunks + b'data: {"choices":[],"usage":' + json.dumps(usage).encode() + b"}\n\ndata: [DONE]\n\n"
+    stream = CompletionStream(hide_usage=True)
+    out = b"".join(stream.feed(body[at : at + 1]) for at in range(len(body))) + stream.end()
+    whole = CompletionJson()
+    whole.feed(json.dumps({"choices": [{"text": "".join(pieces), "index": 0}], "usage": usage}).encode())
+    answer = json.loads(whole.end())
+    assert out == chunks + b"data: [DONE]\n\n"
+    assert answer["usage"]["completion_tokens_details"] == {"reasoning_tokens": reasoning}
+    assert stream.billed == whole.billed == Usage(input=9, cached=8, output=len(pieces), reasoning=reasoning)
