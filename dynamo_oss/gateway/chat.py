@@ -22,8 +22,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from dynamo_oss.gateway.errors import from_validation, stream_cut_event
-from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
+from dynamo_oss.gateway.errors import from_validation
+from dynamo_oss.gateway.routes import Checks, EventStream, Upstream, WholeBody, parse_json
 from dynamo_oss.gateway.structured import constrain_chat
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 
@@ -84,26 +84,18 @@ def _reasoning_sent_back(messages: list) -> bool:
     return changed
 
 
-class ReasoningStream:
+class ReasoningStream(EventStream):
     """Streamed chunks: `"reasoning":X` written before each `"reasoning_content":X`, or both left
     out (and a chunk left empty by that dropped) when the request excludes reasoning; the usage
     chunk read for the bill, and left out when `hide_usage` (the client did not ask for it)."""
 
-    content_type = b"text/event-stream"
-    streaming = True
-    done = False
-
     def __init__(self, exclude: bool, hide_usage: bool = False) -> None:
+        super().__init__()
         self.exclude = exclude
         self.hide_usage = hide_usage
-        self.buffer = b""
-        self.billed: Usage | None = None
 
     def feed(self, body: bytes) -> bytes:
-        data = self.buffer + body
-        end = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0  # only whole events are rewritten
-        self.buffer = data[end:]
-        whole = data[:end]
+        whole = self.whole_events(body)
         if b'"reasoning_content"' not in whole and b'"usage"' not in whole:
             return whole
         return b"".join([self._event(event) for event in whole.split(b"\n\n")[:-1]])
@@ -131,15 +123,6 @@ class ReasoningStream:
             return False
         self.billed = Usage.of_openai(usage)
         return self.hide_usage and not chunk.get("choices")
-
-    def end(self) -> bytes:
-        rest, self.buffer = self.buffer, b""
-        return rest
-
-    def cut(self) -> bytes:
-        """Whole events only went out: a partial one is dropped, and an error event says what happened."""
-        self.buffer = b""
-        return stream_cut_event()
 
 
 def _empty(choice: dict) -> bool:

@@ -16,7 +16,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ValidationError
 
-from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.errors import ApiError, stream_cut_event
 from dynamo_oss.gateway.usage import Usage
 
 Request = TypeVar("Request", bound=BaseModel)
@@ -88,6 +88,35 @@ class WholeBody:
         raise NotImplementedError
 
 
+class EventStream:
+    """A transform of a server-sent event stream that rewrites whole events only: a read's last event,
+    when partial, waits for the next read (`whole_events`)."""
+
+    content_type = b"text/event-stream"
+    streaming = True
+    done = False
+
+    def __init__(self) -> None:
+        self.buffer = b""
+        self.billed: Usage | None = None
+
+    def whole_events(self, body: bytes) -> bytes:
+        """The events this read completes, each with its separator (b"" while the first is partial)."""
+        data = self.buffer + body
+        end = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0
+        self.buffer = data[end:]
+        return data[:end]
+
+    def end(self) -> bytes:
+        rest, self.buffer = self.buffer, b""
+        return rest
+
+    def cut(self) -> bytes:
+        """Whole events only went out: a partial one is dropped, and an error event says what happened."""
+        self.buffer = b""
+        return stream_cut_event()
+
+
 @dataclass
 class Upstream:
     """The request that goes to the frontend, and the transform its answer takes (None: verbatim)."""
@@ -137,6 +166,14 @@ class PassThrough:
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
         return Upstream(url=url, body=body)
+
+
+async def checked_request(checks: Checks, api: str, body: bytes) -> dict[str, Any]:
+    """A request to an API Dynamo's frontend serves: the shared checks, then its JSON object."""
+    request = parse_json(body)
+    await checks.check(api, request, len(body))
+    assert isinstance(request, dict)  # the checks refuse anything else
+    return request
 
 
 async def typed_request(

@@ -17,10 +17,9 @@ from typing import Any
 
 import orjson
 
-from dynamo_oss.gateway.errors import stream_cut_event
 from dynamo_oss.gateway.responses.conversation import encoding
 from dynamo_oss.gateway.responses.harmony_text import HarmonyText
-from dynamo_oss.gateway.routes import Checks, Upstream, WholeBody, parse_json
+from dynamo_oss.gateway.routes import Checks, EventStream, Upstream, WholeBody, checked_request
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 
 
@@ -28,9 +27,7 @@ class CompletionsRoute:
     api = "completions"
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
-        request = parse_json(body)
-        await checks.check(self.api, request, len(body))
-        assert isinstance(request, dict)  # the checks refuse anything else
+        request = await checked_request(checks, self.api, body)
         if not request.get("stream"):
             return Upstream(url=url, body=body, transform=CompletionJson())
         hide_usage = ask_for_usage(request)
@@ -64,27 +61,20 @@ def with_reasoning(usage: dict[str, Any], texts: list[str]) -> dict[str, Any]:
     return {**usage, "completion_tokens_details": details}
 
 
-class CompletionStream:
+class CompletionStream(EventStream):
     """Streamed chunks as they came, but the usage chunk: the reasoning tokens added to it, or left out
     when `hide_usage` (the client did not ask for it). Chunks are kept as bytes and their text read
     only for the bill, and only from a harmony completion: a plain-text one costs a search a read."""
 
-    content_type = b"text/event-stream"
-    streaming = True
-    done = False
-
     def __init__(self, hide_usage: bool) -> None:
+        super().__init__()
         self.hide_usage = hide_usage
-        self.buffer = b""
         self.unread: list[bytes] = []  # whole events whose text is not in `texts` yet
         self.harmony = False  # a message marker went by: the text may have reasoning
         self.texts: dict[int, list[str]] = {}  # each choice's text, by index
-        self.billed: Usage | None = None
 
     def feed(self, body: bytes) -> bytes:
-        data = self.buffer + body
-        end = data.rfind(b"\n\n") + 2 if b"\n\n" in data else 0  # only whole events are read
-        self.buffer, whole = data[end:], data[:end]
+        whole = self.whole_events(body)
         self.unread.append(whole)
         self.harmony = self.harmony or b"<|message|>" in whole
         if b'"usage":{' not in whole:  # the usage chunk's, or continuous usage (JSON escapes a quote in text)
@@ -110,15 +100,6 @@ class CompletionStream:
                         self.texts.setdefault(int(choice.get("index") or 0), []).append(choice.get("text") or "")
         self.unread = []
         return ["".join(text) for text in self.texts.values()]
-
-    def end(self) -> bytes:
-        rest, self.buffer = self.buffer, b""
-        return rest
-
-    def cut(self) -> bytes:
-        """Whole events only went out: a partial one is dropped, and an error event says what happened."""
-        self.buffer = b""
-        return stream_cut_event()
 
 
 class CompletionJson(WholeBody):
