@@ -129,3 +129,10 @@ def test_a_messages_stream_folds_into_the_message_it_describes() -> None:
     unclosed = _message_stream(message_events(*blocks[:2]))
     assert unclosed.shape == ["content blocks [0] were never stopped"]
     assert "ends with ['message_delta']" in _message_stream(message_events()[:-1]).shape[0]
+
+
+def test_an_event_that_is_not_json_is_a_shape_problem_not_a_crash() -> None:
+    done = _response_stream([("response.created", "[DONE]")])
+    assert done.shape[0] == "event response.created: not JSON: '[DONE]'"
+    unknown = _message_stream([("message_begin", json.dumps({"type": "message_begin"}))])
+    assert unknown.shape[0] == "event message_begin: no event of type 'message_begin' in the client's types"

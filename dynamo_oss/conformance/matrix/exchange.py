@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
 import anthropic
 import openai
@@ -21,14 +21,22 @@ import orjson
 from anthropic.types import Message, RawMessageStreamEvent
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from openai.types.responses import Response, ResponseStreamEvent
-from pydantic import TypeAdapter, ValidationError
+from pydantic import BaseModel, ValidationError
 
 from dynamo_oss.conformance import outcome as outcomes
 from dynamo_oss.conformance.matrix.cells import Cell, chat_request, messages_request, responses_request
 from dynamo_oss.conformance.outcome import Outcome
 
-_RESPONSE_EVENT = TypeAdapter(ResponseStreamEvent)
-_MESSAGE_EVENT = TypeAdapter(RawMessageStreamEvent)
+
+def _by_type(union: Any) -> dict[str, type[BaseModel]]:
+    """The event models of one of the clients' unions, by their `type`: an event is validated as the
+    model its type names, so a broken one is reported against that model, not every member."""
+    members = get_args(get_args(union)[0])
+    return {get_args(member.model_fields["type"].annotation)[0]: member for member in members}
+
+
+_RESPONSE_EVENTS = _by_type(ResponseStreamEvent)
+_MESSAGE_EVENTS = _by_type(RawMessageStreamEvent)
 _ENDS = ("response.completed", "response.incomplete")
 
 
@@ -74,7 +82,7 @@ def _read(call: Any, request: dict[str, Any], stream: bool, whole: Any, streamed
     with call(**request) as response:
         if stream:
             return streamed(list(_events(response.iter_lines())))
-        return whole(orjson.loads(response.read()))
+        return whole(response.read())
 
 
 def _events(lines: Iterable[str]) -> Iterator[tuple[str | None, str]]:
@@ -93,18 +101,37 @@ def _events(lines: Iterable[str]) -> Iterator[tuple[str | None, str]]:
         yield name, "\n".join(data)
 
 
-def _validated(adapter: Any, raw: Any, what: str, shape: list[str]) -> Any:
+def _decoded(
+    model: type[BaseModel] | dict[str, type[BaseModel]], data: str | bytes, what: str, shape: list[str]
+) -> Any:
+    """`data` read as JSON and validated as the client's type; None, and the problem noted, if not."""
     try:
-        return adapter.validate_python(raw) if isinstance(adapter, TypeAdapter) else adapter.model_validate(raw)
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        shape.append(f"{what}: not JSON: {data[:60]!r}")
+        return None
+    return _validated(model, raw, what, shape)
+
+
+def _validated(model: type[BaseModel] | dict[str, type[BaseModel]], raw: Any, what: str, shape: list[str]) -> Any:
+    """`raw` as the client's `model` (or, for an event union, as the model its type names)."""
+    if isinstance(model, dict):
+        kind = raw.get("type") if isinstance(raw, dict) else None
+        if kind not in model:
+            shape.append(f"{what}: no event of type {kind!r} in the client's types")
+            return None
+        model = model[kind]
+    try:
+        return model.model_validate(raw)
     except ValidationError as err:
         first = err.errors()[0]
         shape.append(f"{what}: {'.'.join(map(str, first['loc']))}: {first['msg']}")
         return None
 
 
-def _chat(raw: Any) -> Answer:
+def _chat(raw: bytes) -> Answer:
     answer = Answer()
-    completion = _validated(ChatCompletion, raw, "chat.completion", answer.shape)
+    completion = _decoded(ChatCompletion, raw, "chat.completion", answer.shape)
     if completion is not None:
         answer.outcome = outcomes.from_chat(completion)
     return answer
@@ -114,7 +141,7 @@ def _chat_stream(events: list[tuple[str | None, str]]) -> Answer:
     answer = Answer()
     if not events or events[-1][1] != "[DONE]":
         answer.shape.append("the stream does not end with data: [DONE]")
-    chunks = [_validated(ChatCompletionChunk, orjson.loads(data), "chat.completion.chunk", answer.shape)
+    chunks = [_decoded(ChatCompletionChunk, data, "chat.completion.chunk", answer.shape)
               for _, data in events if data != "[DONE]"]  # fmt: skip
     finishes = [choice.finish_reason for chunk in chunks if chunk for choice in chunk.choices if choice.finish_reason]
     if len(finishes) != 1:
@@ -123,9 +150,9 @@ def _chat_stream(events: list[tuple[str | None, str]]) -> Answer:
     return answer
 
 
-def _response(raw: Any) -> Answer:
+def _response(raw: bytes) -> Answer:
     answer = Answer()
-    response = _validated(Response, raw, "response", answer.shape)
+    response = _decoded(Response, raw, "response", answer.shape)
     if response is not None:
         answer.outcome = outcomes.from_response(response)
         if response.status != "completed":
@@ -135,7 +162,7 @@ def _response(raw: Any) -> Answer:
 
 def _response_stream(events: list[tuple[str | None, str]]) -> Answer:
     answer = Answer()
-    parsed = [(name, _validated(_RESPONSE_EVENT, orjson.loads(data), f"event {name}", answer.shape))
+    parsed = [(name, _decoded(_RESPONSE_EVENTS, data, f"event {name}", answer.shape))
               for name, data in events]  # fmt: skip
     kinds = [event.type for _, event in parsed if event is not None]
     if any(event is not None and name != event.type for name, event in parsed):
@@ -149,9 +176,9 @@ def _response_stream(events: list[tuple[str | None, str]]) -> Answer:
     return answer
 
 
-def _message(raw: Any) -> Answer:
+def _message(raw: bytes) -> Answer:
     answer = Answer()
-    message = _validated(Message, raw, "message", answer.shape)
+    message = _decoded(Message, raw, "message", answer.shape)
     if message is not None:
         answer.outcome = outcomes.from_message(message)
     return answer
@@ -160,7 +187,7 @@ def _message(raw: Any) -> Answer:
 def _message_stream(events: list[tuple[str | None, str]]) -> Answer:
     """Anthropic's stream, validated event by event and folded into the Message it describes."""
     answer = Answer()
-    parsed = [(name, _validated(_MESSAGE_EVENT, orjson.loads(data), f"event {name}", answer.shape))
+    parsed = [(name, _decoded(_MESSAGE_EVENTS, data, f"event {name}", answer.shape))
               for name, data in events if name != "ping"]  # fmt: skip
     if any(event is not None and name != event.type for name, event in parsed):
         answer.shape.append("an event's name differs from its data's type")

@@ -7,6 +7,7 @@ flaky parser, which one run would hide.
 
 from __future__ import annotations
 
+import re
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -16,6 +17,9 @@ from pydantic import BaseModel
 from dynamo_oss.conformance.matrix.cells import Cell, every_cell
 from dynamo_oss.conformance.matrix.exchange import Answer, clients, exchange
 from dynamo_oss.conformance.matrix.properties import NOT_ASKED, PROPERTIES
+
+
+QUOTED = re.compile(r"'[^']*'")  # the text a reason quotes, which differs run by run
 
 
 class Tally(BaseModel):
@@ -61,7 +65,9 @@ def run_matrix(base_url: str, model: str, api_key: str, repeat: int, concurrency
 
 def _judge(result: CellResult, answer: Answer) -> None:
     for name, judge in PROPERTIES.items():
-        judgement = f"request failed: {answer.refused}" if answer.refused else judge(result.cell, answer)
+        judgement = judge(result.cell, answer)
+        if answer.refused and judgement != NOT_ASKED:
+            judgement = f"request failed: {answer.refused}"
         result.tallies[name].count(judgement)
 
 
@@ -78,10 +84,23 @@ def markdown_table(results: list[CellResult]) -> str:
     failed = [result for result in results if result.failed]
     lines.append("")
     lines.append(f"{len(results) - len(failed)} of {len(results)} combinations held every property in every run.")
+    lines.extend(_reasons(failed))
+    return "\n".join(lines)
+
+
+def _reasons(failed: list[CellResult]) -> list[str]:
+    """Each distinct reason once, with how many combinations gave it and a few of them: a refused
+    request fails every property of its cell for one reason."""
+    where: dict[str, tuple[str, list[str]]] = {}  # reason with its quotes elided -> (an example, cells)
     for result in failed:
         for name, tally in result.tallies.items():
-            lines.extend(f"- {result.cell.label()}: {name}: {reason}" for reason in tally.reasons)
-    return "\n".join(lines)
+            for reason in tally.reasons:
+                reason = reason if reason.startswith("request failed") else f"{name}: {reason}"
+                example, cells = where.setdefault(QUOTED.sub("'…'", reason), (reason, []))
+                if result.cell.label() not in cells:
+                    cells.append(result.cell.label())
+    return [f"- {example} ({len(cells)} combination{'s' * (len(cells) > 1)}: {', '.join(cells[:3])}"
+            f"{', ...' if len(cells) > 3 else ''})" for example, cells in where.values()]  # fmt: skip
 
 
 def _mark(tally: Tally) -> str:
