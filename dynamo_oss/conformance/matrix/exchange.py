@@ -11,7 +11,7 @@ the Outcome the properties are judged on.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
@@ -129,12 +129,17 @@ def _validated(model: type[BaseModel] | dict[str, type[BaseModel]], raw: Any, wh
         return None
 
 
-def _chat(raw: bytes) -> Answer:
+def _whole(raw: bytes, model: type[BaseModel], what: str, read: Callable[[Any], Outcome]) -> tuple[Answer, Any]:
+    """An answer not streamed: validated as the client's `model`, and its Outcome."""
     answer = Answer()
-    completion = _decoded(ChatCompletion, raw, "chat.completion", answer.shape)
-    if completion is not None:
-        answer.outcome = outcomes.from_chat(completion)
-    return answer
+    parsed = _decoded(model, raw, what, answer.shape)
+    if parsed is not None:
+        answer.outcome = read(parsed)
+    return answer, parsed
+
+
+def _chat(raw: bytes) -> Answer:
+    return _whole(raw, ChatCompletion, "chat.completion", outcomes.from_chat)[0]
 
 
 def _chat_stream(events: list[tuple[str | None, str]]) -> Answer:
@@ -151,51 +156,46 @@ def _chat_stream(events: list[tuple[str | None, str]]) -> Answer:
 
 
 def _response(raw: bytes) -> Answer:
-    answer = Answer()
-    response = _decoded(Response, raw, "response", answer.shape)
-    if response is not None:
-        answer.outcome = outcomes.from_response(response)
-        if response.status != "completed":
-            answer.shape.append(f"status is {response.status!r}, expected 'completed'")
+    answer, response = _whole(raw, Response, "response", outcomes.from_response)
+    if response is not None and response.status != "completed":
+        answer.shape.append(f"status is {response.status!r}, expected 'completed'")
     return answer
 
 
 def _response_stream(events: list[tuple[str | None, str]]) -> Answer:
     answer = Answer()
-    parsed = [(name, _decoded(_RESPONSE_EVENTS, data, f"event {name}", answer.shape))
-              for name, data in events]  # fmt: skip
-    kinds = [event.type for _, event in parsed if event is not None]
-    if any(event is not None and name != event.type for name, event in parsed):
-        answer.shape.append("an event's name differs from its data's type")
-    if not kinds or kinds[0] != "response.created" or kinds[-1] not in _ENDS:
-        answer.shape.append(f"the stream begins with {kinds[:1]} and ends with {kinds[-1:]}")
-    numbers = [event.sequence_number for _, event in parsed if event is not None]
-    if numbers != list(range(len(numbers))):
+    typed = _framed(_RESPONSE_EVENTS, events, "response.created", _ENDS, answer.shape)
+    if [event.sequence_number for event in typed] != list(range(len(typed))):
         answer.shape.append("sequence_number does not rise by one from 0")
-    answer.outcome = outcomes.from_response_stream(event for _, event in parsed if event is not None)
+    answer.outcome = outcomes.from_response_stream(typed)
     return answer
+
+
+def _framed(models: dict[str, type[BaseModel]], events: list[tuple[str | None, str]], first: str,
+            last: tuple[str, ...], shape: list[str]) -> list[Any]:  # fmt: skip
+    """A stream's events as the client's types, each named by its type, the first `first` and the
+    last one of `last`."""
+    parsed = [(name, _decoded(models, data, f"event {name}", shape)) for name, data in events]
+    if any(event is not None and name != event.type for name, event in parsed):
+        shape.append("an event's name differs from its data's type")
+    typed = [event for _, event in parsed if event is not None]
+    kinds = [event.type for event in typed]
+    if not kinds or kinds[0] != first or kinds[-1] not in last:
+        shape.append(f"the stream begins with {kinds[:1]} and ends with {kinds[-1:]}")
+    return typed
 
 
 def _message(raw: bytes) -> Answer:
-    answer = Answer()
-    message = _decoded(Message, raw, "message", answer.shape)
-    if message is not None:
-        answer.outcome = outcomes.from_message(message)
-    return answer
+    return _whole(raw, Message, "message", outcomes.from_message)[0]
 
 
 def _message_stream(events: list[tuple[str | None, str]]) -> Answer:
     """Anthropic's stream, validated event by event and folded into the Message it describes."""
     answer = Answer()
-    parsed = [(name, _decoded(_MESSAGE_EVENTS, data, f"event {name}", answer.shape))
-              for name, data in events if name != "ping"]  # fmt: skip
-    if any(event is not None and name != event.type for name, event in parsed):
-        answer.shape.append("an event's name differs from its data's type")
-    kinds = [event.type for _, event in parsed if event is not None]
-    if not kinds or kinds[0] != "message_start" or kinds[-1] != "message_stop":
-        answer.shape.append(f"the stream begins with {kinds[:1]} and ends with {kinds[-1:]}")
+    typed = _framed(_MESSAGE_EVENTS, [(name, data) for name, data in events if name != "ping"], "message_start",
+                    ("message_stop",), answer.shape)  # fmt: skip
     try:
-        snapshot = _folded(event for _, event in parsed if event is not None)
+        snapshot = _folded(typed)
     except ValueError as err:
         answer.shape.append(str(err))
         return answer
