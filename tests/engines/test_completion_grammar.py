@@ -1,12 +1,14 @@
-"""The grammar that guides a structured output, run by llguidance (the guided-decoding backend the
-TensorRT-LLM engine files name) over gpt-oss's own tokenizer, token by token as a worker would:
-the reasoning is free, the final channel takes only JSON the schema accepts, and the mocker's
-whole harmony completions pass it. No processes."""
+"""The grammars that guide a structured output and a forced tool choice, run by llguidance (the
+guided-decoding backend the TensorRT-LLM engine files name) over gpt-oss's own tokenizer, token by
+token as a worker would: the reasoning is free, the final channel takes only JSON the schema
+accepts, a forced call goes only to an allowed tool with arguments its own schema accepts, and the
+mocker's whole harmony completions pass them. No processes."""
 
 from __future__ import annotations
 
 import json
 import os
+
 
 import pytest
 from llguidance import LLMatcher, LLTokenizer
@@ -19,7 +21,13 @@ from dynamo_oss.catalog.models import GPT_OSS_20B
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 
 from dynamo_oss.engines.harmony.answers import ASSISTANT_TURN, completion_for, encoding  # noqa: E402
-from dynamo_oss.engines.harmony.grammar import answer_schema, compile_problem, completion_grammar  # noqa: E402
+from dynamo_oss.engines.harmony.grammar import (  # noqa: E402
+    answer_schema,
+    compile_problem,
+    completion_grammar,
+    forced_call_grammar,
+    forced_calls,
+)
 
 
 class Weather(BaseModel):
@@ -90,6 +98,60 @@ def test_the_mocker_reads_the_schema_back_from_the_grammar_only() -> None:
     assert answer_schema({"grammar": completion_grammar(SCHEMA, ["functions.f"])}) == SCHEMA
     assert answer_schema({"grammar": 'start: "a"'}) is None  # a client's own grammar: not a structured output
     assert answer_schema({"json": SCHEMA}) is None and answer_schema(None) is None
+
+
+# gpt-oss calling a tool, as OpenAI's harmony guide shows its output (the cookbook's openai-harmony article).
+GUIDE_CALL = (
+    "<|channel|>analysis<|message|>Need to use function get_weather.<|end|><|start|>assistant"
+    '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"location":"San Francisco"}<|call|>'
+)
+GET_WEATHER = {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"],
+               "additionalProperties": False}  # fmt: skip
+FORCED = {"functions.get_weather": GET_WEATHER, "files.read_file": SCHEMA}  # a namespaced tool beside a function
+
+
+def test_the_forced_call_grammar_compiles_with_gpt_oss_s_tokenizer(tokenizer: LLTokenizer) -> None:
+    grammar = forced_call_grammar(FORCED)
+    assert LLMatcher.validate_grammar_with_warnings(LLMatcher.grammar_from_lark(grammar), tokenizer) == (False, [])
+
+
+def test_a_forced_choice_takes_gpt_oss_s_own_call_to_an_allowed_tool(tokenizer: LLTokenizer) -> None:
+    grammar = forced_call_grammar(FORCED)
+    assert accepted(tokenizer, grammar, GUIDE_CALL)
+    assert accepted(tokenizer, grammar, GUIDE_CALL.replace(" <|constrain|>json", ""))  # the constraint is optional
+    read_file = f"{REASONING}<|channel|>commentary to=files.read_file <|constrain|>json<|message|>{ANSWER}<|call|>"
+    assert accepted(tokenizer, grammar, read_file)
+    assert accepted(tokenizer, forced_call_grammar({"functions.get_weather": GET_WEATHER}), GUIDE_CALL)  # named
+
+
+def test_a_forced_choice_refuses_other_tools_off_schema_arguments_and_an_answer(tokenizer: LLTokenizer) -> None:
+    grammar = forced_call_grammar(FORCED)
+    assert not accepted(tokenizer, grammar, GUIDE_CALL.replace("functions.get_weather", "functions.rm_rf"))
+    assert not accepted(tokenizer, forced_call_grammar({"files.read_file": SCHEMA}), GUIDE_CALL)  # not the named one
+    assert not accepted(tokenizer, grammar, GUIDE_CALL.replace('"location"', '"city"'))
+    # Each tool's arguments follow its own schema, not another allowed tool's.
+    assert not accepted(tokenizer, grammar, GUIDE_CALL.replace('{"location":"San Francisco"}', ANSWER))
+    assert not accepted(tokenizer, grammar, GUIDE_CALL.replace("}<|call|>", "} and more<|call|>"))
+    assert not accepted(tokenizer, grammar, GUIDE_CALL.removesuffix("<|call|>"))  # unfinished: no call yet
+    assert not accepted(tokenizer, grammar, f"{REASONING}<|channel|>final<|message|>{ANSWER}<|return|>")
+    recipient_first = REASONING + ' to=functions.get_weather<|channel|>commentary<|message|>{"location":"x"}<|call|>'
+    assert not accepted(tokenizer, grammar, recipient_first)  # Dynamo 1.6's parser reads the channel first
+
+
+def test_a_forced_choice_leaves_the_reasoning_free(tokenizer: LLTokenizer) -> None:
+    grammar = forced_call_grammar(FORCED)
+    thoughts = ('<|channel|>analysis<|message|>Maybe {"location": 3}? No: get_weather wants a string.\n\nOk.'
+                "<|end|><|start|>assistant")  # fmt: skip
+    preamble = "<|channel|>commentary<|message|>Checking the weather first.<|end|><|start|>assistant"
+    assert accepted(tokenizer, grammar, thoughts + REASONING + preamble + GUIDE_CALL.split("<|start|>assistant")[1])
+    assert accepted(tokenizer, grammar, GUIDE_CALL.split("<|start|>assistant")[1])  # no reasoning at all
+
+
+def test_the_mocker_reads_the_allowed_calls_back_from_a_forced_grammar_only() -> None:
+    assert forced_calls({"grammar": forced_call_grammar(FORCED)}) == FORCED
+    assert answer_schema({"grammar": forced_call_grammar(FORCED)}) is None
+    assert forced_calls({"grammar": completion_grammar(SCHEMA, ["functions.get_weather"])}) == {}
+    assert forced_calls({"json": GET_WEATHER}) == {} and forced_calls(None) == {}
 
 
 @pytest.mark.parametrize(
