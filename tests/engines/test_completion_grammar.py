@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 
+import jsonschema
 
 import pytest
 from llguidance import LLMatcher, LLTokenizer
@@ -145,6 +146,21 @@ def test_a_forced_choice_leaves_the_reasoning_free(tokenizer: LLTokenizer) -> No
     preamble = "<|channel|>commentary<|message|>Checking the weather first.<|end|><|start|>assistant"
     assert accepted(tokenizer, grammar, thoughts + REASONING + preamble + GUIDE_CALL.split("<|start|>assistant")[1])
     assert accepted(tokenizer, grammar, GUIDE_CALL.split("<|start|>assistant")[1])  # no reasoning at all
+
+
+def test_the_mocker_calls_an_allowed_tool_with_arguments_its_schema_accepts(tokenizer: LLTokenizer) -> None:
+    grammar = forced_call_grammar(FORCED)
+    called = set()
+    for seed in range(8):
+        request = {"token_ids": PROMPT, "stop_conditions": {},
+                   "sampling_options": {"seed": seed, "guided_decoding": {"grammar": grammar}}}  # fmt: skip
+        text = encoding().decode(completion_for(request).tokens)
+        assert text.startswith("<|channel|>analysis<|message|>We ") and accepted(tokenizer, grammar, text)
+        header, arguments = text.split("<|start|>assistant<|channel|>commentary to=")[1].split("<|message|>")
+        recipient = header.split(" ")[0]
+        jsonschema.validate(json.loads(arguments.removesuffix("<|call|>")), FORCED[recipient])
+        called.add(recipient)
+    assert called == set(FORCED)  # a required choice: any of the tools, not always the first
 
 
 def test_the_mocker_reads_the_allowed_calls_back_from_a_forced_grammar_only() -> None:

@@ -10,7 +10,8 @@ the tool gave it before calling again; a tool the user's last message names is c
 (Dynamo's harmony tool parser wants the recipient after the channel, as gpt-oss writes it;
 openai-harmony's renderer puts it before, which Dynamo 1.6 does not parse). A request guided by a
 structured output's grammar (harmony/grammar.py) gets JSON its schema accepts as the final ANSWER,
-as a worker enforcing that grammar would: the reasoning before it is words as ever.
+and one guided by a forced tool choice's grammar a call to a tool it allows, with ARGS that tool's
+schema accepts, as a worker enforcing that grammar would: the reasoning before it is words as ever.
 
 Everything is seeded by the prompt (and the request's sampling seed), so a request always
 gets the same answer. The length is the request's to decide: `ignore_eos` gets exactly
@@ -221,7 +222,7 @@ def _body(rng: random.Random, tools: ToolRequest | None, schema: dict[str, Any] 
     """What follows the reasoning: a tool call, or a final answer ending <|return|>: words, or JSON
     that `schema` accepts when the request's guide constrains the final channel to it."""
     calls = tools is not None and (
-        tools.choice in ("required", "named")
+        tools.choice in ("required", "named", "forced")
         or (
             tools.choice == "auto" and not tools.answered and (tools.named_by_user or rng.random() < _auto_tool_share())
         )

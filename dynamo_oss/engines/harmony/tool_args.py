@@ -4,8 +4,10 @@ A worker gets the prompt's token ids, not the OpenAI request. Tool names come fr
 `namespace NAME { ... }` blocks rendered into the developer message (`functions` for plain
 function tools; a Responses request's namespace groups under their own names). For tool_choice "required" Dynamo's preprocessor also sends every tool's JSON
 schema as `guided_decoding.json` (an array of {name, parameters}); for a named tool_choice
-it sends that tool's parameter schema. With tool_choice "auto" only the prompt's
-TypeScript rendering is there, so arguments come from its top-level fields.
+it sends that tool's parameter schema. The gateway's forced-call grammar (harmony/grammar.py)
+names the tools it allows and each one's JSON schema instead: the mocker calls one of those, as a
+worker guided by it must. With tool_choice "auto" only the prompt's TypeScript rendering is there,
+so arguments come from its top-level fields.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dynamo_oss.engines.harmony.grammar import forced_calls
 from dynamo_oss.engines.harmony.instances import WORDS, instance_of
 
-ToolChoice = Literal["none", "auto", "required", "named"]
+ToolChoice = Literal["auto", "required", "named", "forced"]  # forced: the guide admits only a call
 TsFields = dict[str, tuple["str | TsFields", bool]]  # a TypeScript object type as the template renders it
 
 _NAMESPACE_BLOCK = re.compile(r"namespace ([A-Za-z0-9_\-]+) \{\n(.*?)\n\} // namespace \1", re.DOTALL)
@@ -55,6 +58,9 @@ class ToolRequest:
 
 def tool_request(prompt_text: str, guided_decoding: dict[str, Any] | None) -> ToolRequest | None:
     """The tools in the prompt and how the request asked for them; None without tools."""
+    forced = [_named(recipient, schema) for recipient, schema in forced_calls(guided_decoding).items()]
+    if forced:
+        return ToolRequest(tools=forced, choice="forced")
     prompt_tools = _prompt_tools(prompt_text)
     schema = (guided_decoding or {}).get("json")
     if isinstance(schema, dict) and schema.get("type") == "array":
@@ -76,7 +82,8 @@ def tool_request(prompt_text: str, guided_decoding: dict[str, Any] | None) -> To
 
 
 def _named(name: str, schema: dict[str, Any]) -> Tool:
-    """A tool Dynamo names in a required choice: `get_weather`, or `namespace.tool` for a group's."""
+    """A tool Dynamo names in a required choice (`get_weather`), or a forced-call grammar allows
+    (`functions.get_weather`, or `namespace.tool` for a group's)."""
     namespace, _, bare = name.rpartition(".")
     return Tool(name=bare, schema=schema, namespace=namespace or FUNCTIONS)
 
