@@ -14,9 +14,10 @@ from typing import Any, Protocol
 
 import orjson
 
+from dynamo_oss.engines.harmony.grammar import forced_call_grammar
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import FUNCTIONS, Prompt, render
+from dynamo_oss.gateway.responses.conversation import Prompt, render
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.structured import guided_grammar
 from dynamo_oss.gateway.usage import Usage
@@ -47,39 +48,32 @@ def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_fi
 def completion_request(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any]:
     """The plain completion Dynamo's frontend runs for the rendered prompt: streamed whether or not
     the client streams, so one reader serves both (and counts reasoning tokens as they come). A
+    required or named tool choice guides the completion to a call (`forced_call_grammar`); otherwise a
     structured output's `text.format` guides its final channel (structured.py)."""
     completion: dict[str, Any] = {"model": request.model, "prompt": prompt.token_ids, "stream": True,
                                   "stream_options": {"include_usage": True}}  # fmt: skip
     optional = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
                 "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens, "nvext": request.nvext}  # fmt: skip
     completion.update({key: value for key, value in optional.items() if value is not None})
-    guided = _guided_tool_choice(request, prompt)
-    if guided is not None:  # a tool call the choice forces: a format shapes only an answer to the user
-        completion["guided_json"] = guided
+    forced = _forced_calls(request, prompt)
+    if forced:  # a tool call the choice forces: a format shapes only an answer to the user
+        completion["guided_grammar"] = forced_call_grammar(forced)
     elif (grammar := guided_grammar(request.text.format if request.text else None, list(prompt.tools))) is not None:
         completion["guided_grammar"] = grammar
     return completion
 
 
-def _guided_tool_choice(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any] | None:
-    """A required or named tool choice, passed to the engine as Dynamo's own chat path passes it:
-    the named tool's argument schema, or an array of {name, parameters} over every tool."""
+def _forced_calls(request: ResponsesRequest, prompt: Prompt) -> dict[str, dict[str, Any]]:
+    """The calls a required or named tool choice allows, harmony recipient -> argument schema:
+    every tool offered, or the named one (none for any other choice)."""
     choice = request.tool_choice
     if isinstance(choice, NamedToolChoice):
         recipient = next((r for r, tool in prompt.tools.items() if tool.name == choice.name), None)
         if recipient is None:
             raise ApiError(400, f"Invalid 'tool_choice.name': no tool named '{choice.name}' is offered in 'tools'.",
                            param="tool_choice.name")  # fmt: skip
-        return prompt.function_schemas[recipient]
-    if choice == "required" and prompt.tools:
-        options = [
-            {"type": "object", "properties": {"name": {"type": "string", "enum": [recipient.removeprefix(f"{FUNCTIONS}.")]},
-                                              "parameters": prompt.function_schemas[recipient]},
-             "required": ["name", "parameters"]}
-            for recipient in prompt.tools
-        ]  # fmt: skip
-        return {"type": "array", "minItems": 1, "items": {"anyOf": options}}
-    return None
+        return {recipient: prompt.function_schemas[recipient]}
+    return dict(prompt.function_schemas) if choice == "required" else {}
 
 
 class Builder(Protocol):
