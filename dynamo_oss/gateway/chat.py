@@ -6,7 +6,8 @@ OpenAI's rule for gpt-oss providers (OpenRouter's convention): the chain of thou
 which many clients read), so both are written. Requests may carry OpenRouter's `reasoning`
 options, which Dynamo refuses: `effort` becomes `reasoning_effort`; and an assistant message
 sent back with `reasoning` reaches the prompt as `reasoning_content`, which the template renders.
-A `response_format` guides the final channel only (structured.py), not the reasoning.
+A `response_format` guides the final channel only (structured.py), not the reasoning; a required
+or named `tool_choice` guides the completion to a call after the reasoning (tool_choice.py).
 
 The stream is rewritten at the byte level, only in events that carry reasoning or usage: every
 other chunk passes as it came, so the chat path keeps close to pass-through cost per token. Every
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from dynamo_oss.gateway.errors import from_validation
 from dynamo_oss.gateway.routes import Checks, EventStream, Upstream, WholeBody, parse_json
 from dynamo_oss.gateway.structured import constrain_chat
+from dynamo_oss.gateway.tool_choice import force_chat_call
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 
 REASONING_KEY = '"reasoning_content":'
@@ -51,6 +53,7 @@ class ChatRoute:
         assert isinstance(request, dict)  # the checks refuse anything else
         exclude, changed = _take_reasoning_options(request)
         changed |= formatted
+        changed |= force_chat_call(request)  # once its tools are checked
         changed |= _reasoning_sent_back(request.get("messages") or [])
         hide_usage = bool(request.get("stream")) and ask_for_usage(request)
         if changed or hide_usage:

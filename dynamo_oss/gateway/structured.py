@@ -9,9 +9,9 @@ API's `output_config.format`) becomes two things:
   (engines/harmony/grammar.py says how a TensorRT-LLM worker enforces it, and why not
   `guided_json`, which is what Dynamo's frontend would make of `response_format` itself).
 
-A required or named tool choice already guides the completion to a tool call (Dynamo's
-`guided_json`), and a format shapes only an answer to the user, so it then guides nothing: its
-schema is in the prompt all the same.
+A required or named tool choice guides the completion to a tool call instead (its own grammar:
+tool_choice.py, completion.py), and a format shapes only an answer to the user, so it then guides
+nothing: its schema is in the prompt all the same.
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from dynamo_oss.gateway.protocol.formats import (
     ResponsesTextFormat,
     TextFormat,
 )
+from dynamo_oss.gateway.tool_choice import chat_functions, forced
 
-FUNCTIONS = "functions"  # the harmony namespace chat's function tools are rendered in
 TEMPLATE_VARIABLE = "response_formats"  # what the chat template adds to the developer message
 ANY_OBJECT = {"type": "object"}
 
@@ -82,7 +82,7 @@ def constrain_chat(request: dict[str, Any]) -> bool:
     section = prompt_section(fmt)
     if section:
         _template_args(request)[TEMPLATE_VARIABLE] = section
-    if not _forced_tool_choice(request.get("tool_choice")):
+    if not forced(request.get("tool_choice")):
         request["guided_grammar"] = guided_grammar(fmt, _chat_recipients(request))
     return True
 
@@ -96,15 +96,7 @@ def _template_args(request: dict[str, Any]) -> dict[str, Any]:
     return request["chat_template_args"]
 
 
-def _forced_tool_choice(choice: object) -> bool:
-    return choice == "required" or (isinstance(choice, dict) and choice.get("type") == "function")
-
-
 def _chat_recipients(request: dict[str, Any]) -> list[str]:
     """The function tools a completion may call (none when tool_choice is none: Dynamo leaves them
     out of the prompt), as harmony addresses them."""
-    if request.get("tool_choice") == "none":
-        return []
-    functions = [tool.get("function") for tool in request.get("tools") or [] if isinstance(tool, dict)]
-    return [f"{FUNCTIONS}.{function['name']}" for function in functions
-            if isinstance(function, dict) and isinstance(function.get("name"), str)]  # fmt: skip
+    return [] if request.get("tool_choice") == "none" else list(chat_functions(request))
