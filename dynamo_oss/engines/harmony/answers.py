@@ -222,7 +222,7 @@ def _body(rng: random.Random, tools: ToolRequest | None, schema: dict[str, Any] 
     """What follows the reasoning: a tool call, or a final answer ending <|return|>: words, or JSON
     that `schema` accepts when the request's guide constrains the final channel to it."""
     calls = tools is not None and (
-        tools.choice in ("required", "named", "forced")
+        tools.choice == "forced"
         or (
             tools.choice == "auto" and not tools.answered and (tools.named_by_user or rng.random() < _auto_tool_share())
         )

@@ -2,10 +2,9 @@
 
 A worker gets the prompt's token ids, not the OpenAI request. Tool names come from the
 `namespace NAME { ... }` blocks rendered into the developer message (`functions` for plain
-function tools; a Responses request's namespace groups under their own names). For tool_choice "required" Dynamo's preprocessor also sends every tool's JSON
-schema as `guided_decoding.json` (an array of {name, parameters}); for a named tool_choice
-it sends that tool's parameter schema. The gateway's forced-call grammar (harmony/grammar.py)
-names the tools it allows and each one's JSON schema instead: the mocker calls one of those, as a
+function tools; a Responses request's namespace groups under their own names). A required or
+named tool choice reaches the worker as the gateway's forced-call grammar (harmony/grammar.py),
+which names the tools it allows and each one's JSON schema: the mocker calls one of those, as a
 worker guided by it must. With tool_choice "auto" only the prompt's TypeScript rendering is there,
 so arguments come from its top-level fields.
 """
@@ -20,7 +19,7 @@ from typing import Any, Literal
 from dynamo_oss.engines.harmony.grammar import forced_calls
 from dynamo_oss.engines.harmony.instances import WORDS, instance_of
 
-ToolChoice = Literal["auto", "required", "named", "forced"]  # forced: the guide admits only a call
+ToolChoice = Literal["auto", "forced"]  # forced: the guide admits only a call
 TsFields = dict[str, tuple["str | TsFields", bool]]  # a TypeScript object type as the template renders it
 
 _NAMESPACE_BLOCK = re.compile(r"namespace ([A-Za-z0-9_\-]+) \{\n(.*?)\n\} // namespace \1", re.DOTALL)
@@ -38,7 +37,7 @@ _FIELD = re.compile(r"^([A-Za-z0-9_]+)(\??): (.+?),?$")
 @dataclass
 class Tool:
     name: str
-    schema: dict[str, Any] | None = None  # JSON schema of the arguments, when Dynamo sent one
+    schema: dict[str, Any] | None = None  # JSON schema of the arguments, when the guide names one
     fields: TsFields = field(default_factory=dict)  # from the prompt: name -> (TS type or nested fields, required)
     namespace: str = FUNCTIONS
 
@@ -62,30 +61,18 @@ def tool_request(prompt_text: str, guided_decoding: dict[str, Any] | None) -> To
     if forced:
         return ToolRequest(tools=forced, choice="forced")
     prompt_tools = _prompt_tools(prompt_text)
-    schema = (guided_decoding or {}).get("json")
-    if isinstance(schema, dict) and schema.get("type") == "array":
-        tools = [
-            _named(option["properties"]["name"]["enum"][0], option["properties"].get("parameters", {}))
-            for option in schema.get("items", {}).get("anyOf", [])
-        ]
-        return ToolRequest(tools=tools, choice="required") if tools else None
     if not prompt_tools:
         return None
-    if isinstance(schema, dict):
-        # A named tool_choice: Dynamo sends that tool's parameter schema but not its name.
-        named = _tool_matching(prompt_tools, schema)
-        return ToolRequest(tools=[Tool(name=named.name, schema=schema, namespace=named.namespace)], choice="named")
     users = _USER_MESSAGE.findall(prompt_text)
     named_by_user = [tool for tool in prompt_tools if users and re.search(rf"\b{re.escape(tool.name)}\b", users[-1])]
     answered = _ANSWERED_TOOL.search(prompt_text) is not None
     return ToolRequest(tools=prompt_tools, choice="auto", answered=answered, named_by_user=named_by_user)
 
 
-def _named(name: str, schema: dict[str, Any]) -> Tool:
-    """A tool Dynamo names in a required choice (`get_weather`), or a forced-call grammar allows
-    (`functions.get_weather`, or `namespace.tool` for a group's)."""
-    namespace, _, bare = name.rpartition(".")
-    return Tool(name=bare, schema=schema, namespace=namespace or FUNCTIONS)
+def _named(recipient: str, schema: dict[str, Any]) -> Tool:
+    """A tool a forced call may go to: `functions.get_weather`, or `namespace.tool` for a group's."""
+    namespace, _, name = recipient.rpartition(".")
+    return Tool(name=name, schema=schema, namespace=namespace)
 
 
 def arguments_for(tool: Tool, rng: random.Random) -> Any:
@@ -127,12 +114,6 @@ def _ts_fields(lines: list[str], start: int) -> tuple[TsFields, int]:
         else:
             fields[name] = (ts_type, optional != "?")
     return fields, index
-
-
-def _tool_matching(tools: list[Tool], schema: dict[str, Any]) -> Tool:
-    """The prompt's tool whose field names are the schema's properties (the first tool if none is)."""
-    wanted = set(schema.get("properties", {}))
-    return next((tool for tool in tools if set(tool.fields) == wanted), tools[0])
 
 
 def _ts_object(fields: TsFields, rng: random.Random) -> dict[str, Any]:
