@@ -47,6 +47,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
+from dynamo_oss.bench.aiperf import environment as aiperf_environment  # noqa: E402
 from dynamo_oss.bench.host_load import CpuSampler  # noqa: E402
 from dynamo_oss.bench.served import SERVE_LOG, served_graph, sweep_fields  # noqa: E402
 from dynamo_oss.deployment.model import Deployment, build_deployment  # noqa: E402
@@ -210,7 +211,7 @@ def replay(state: RunState, deployment: Deployment, trace: Path, artifacts: Path
         "--output-artifact-dir", str(artifacts), "--ui-type", "none", "--no-gpu-telemetry", "--no-server-metrics",
     ]  # fmt: skip
     with artifacts.with_suffix(".log").open("w") as log:
-        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True)
+        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, env=aiperf_environment(artifacts))
     return read_records(artifacts / "profile_export.jsonl")
 
 

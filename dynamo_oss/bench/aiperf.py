@@ -9,6 +9,7 @@ requests of exact lengths and reads `profile_export_aiperf.json`, whose metrics 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -24,6 +25,13 @@ PACING_RATE = 1000.0  # requests per second
 EXPORT = "profile_export_aiperf.json"
 PHASES = "phase_manifest.json"
 LOG = "aiperf-console.log"
+MMAP_BASE_ENV = "AIPERF_DATASET_MMAP_BASE_PATH"  # where aiperf memory-maps its dataset
+
+
+def environment(artifacts: Path) -> dict[str, str]:
+    """The environment of an aiperf run: its dataset's memory-mapped files in the run's own folder,
+    where aiperf's default, the system temp folder, kept one folder per run for good."""
+    return {**os.environ, MMAP_BASE_ENV: str(artifacts)}
 
 
 def command(base_url: str, parameters: SweepParameters, concurrency: int, artifacts: Path) -> list[str]:

@@ -39,7 +39,8 @@ def run_once(sweep: Sweep, concurrency: int, folder: Path) -> RunResult:
     artifacts.mkdir(parents=True, exist_ok=True)
     argv = aiperf.command(sweep.endpoint, sweep.parameters, concurrency, artifacts)
     with CpuSampler() as cpu, (artifacts / aiperf.LOG).open("w") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=aiperf.environment(artifacts))  # fmt: skip
         try:
             process.wait()
         finally:

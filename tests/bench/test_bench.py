@@ -69,6 +69,8 @@ def test_a_sweep_stores_each_run_with_the_graph_and_parameters(sweep_folder: Pat
     for run in sweep.runs:
         assert run.failed == 0 and run.point.requests == 8
         assert (sweep_folder / run.artifacts / "profile_export_aiperf.json").is_file()
+        # aiperf's memory-mapped dataset stays with the run, not in the system temp folder for good
+        assert list((sweep_folder / run.artifacts).glob("aiperf_mmap_*"))
         assert run.point.tok_s_gpu == pytest.approx(run.point.output_tok_s / 2)
         assert 0 < run.point.ttft_p50_ms <= run.point.ttft_p99_ms
     assert (sweep_folder / "pareto.png").stat().st_size > 10_000
