@@ -25,22 +25,13 @@ from pathlib import Path
 
 import yaml
 
-from dynamo_oss.bench.ports import on_free_ports
+from dynamo_oss.bench.ports import shipped_on_free_ports
 from dynamo_oss.bench.served import served_graph
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 COMMAND = "uv run python benchmarks/harmony_matrix/run.py"
 REPEAT = 3
-
-
-def readme_graph_on_free_ports() -> dict:
-    """graphs/disagg.yaml with its ports free and its engine files named by absolute path."""
-    graph = yaml.safe_load((REPO / "graphs/disagg.yaml").read_text())
-    for pool in graph["pools"].values():
-        if "engine_args" in pool:
-            pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
-    return on_free_ports(graph)
 
 
 def run_matrix(endpoint: str, model: str, repeat: int) -> str:
@@ -61,7 +52,7 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="harmony-matrix-") as tmp:
         folder = Path(tmp)
-        spec = readme_graph_on_free_ports()
+        spec = shipped_on_free_ports(REPO / "graphs/disagg.yaml")
         graph = folder / "disagg.yaml"
         graph.write_text(yaml.safe_dump(spec))
         with served_graph(graph, folder / "run", engine="mocker", time_scale=1.0) as state:
@@ -99,7 +90,9 @@ def main() -> None:
         "not a model: Dynamo passes `response_format` on as a guide of the whole completion, which the mocker "
         "does not apply to an answer (and reads as a tool's schema beside `tool_choice: auto`); a TensorRT-LLM "
         "worker would apply it from the first token, and lose the reasoning and harmony's framing instead "
-        "(Dynamo 2220, 7831). The other failures are Dynamo's own.\n\n"
+        "(Dynamo 2220, 7831). Its forced tool choices on chat likewise show the mocker: Dynamo guides them with the "
+        "arguments' schema alone, which the mocker does not follow; on TensorRT-LLM that guide would forbid harmony's "
+        "call header, and Dynamo's parser would find no call there either. The other failures are Dynamo's own.\n\n"
     )
     (HERE / "results.md").write_text(header + "## Through the gateway (the graph's endpoint)\n\n" + gateway + behind
                                      + frontend)  # fmt: skip

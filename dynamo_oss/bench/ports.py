@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import random
 import socket
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from dynamo_oss.graph.schema import PlannerSection
 
@@ -54,3 +57,13 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
         for _ in range(slots[role] - 1):
             next(port)
     return graph
+
+
+def shipped_on_free_ports(graph_file: Path) -> dict[str, Any]:
+    """A shipped graph file's contents on free ports, its engine files named by absolute path, so a
+    copy of it written anywhere serves as the original would."""
+    graph = yaml.safe_load(graph_file.read_text())
+    for pool in graph["pools"].values():
+        if "engine_args" in pool:
+            pool["engine_args"] = str(graph_file.parent / pool["engine_args"])
+    return on_free_ports(graph)
