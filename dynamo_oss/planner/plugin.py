@@ -7,6 +7,8 @@
   the calibrated model (`sizing`). It sets every pool it sizes on every look, holding the size when
   it has no traffic to go on, so Dynamo's load thresholds never decide beside it; Dynamo's
   reconcile and constrain stages (minimums, the GPU budget) then apply as to its own proposals.
+  The load is sized for on top of what the engines hold at the look (`backlog`), which a rising
+  load's window rate has not caught up with yet.
   A pool grows at once; it shrinks, straight down, to the most workers it was sized for over the
   last `scale_down_looks` looks (the stabilisation window of Kubernetes' HorizontalPodAutoscaler),
   so a lull between bursts does not drain workers the next burst needs.
@@ -42,6 +44,7 @@ from dynamo.planner.plugins.types import (
 
 from dynamo_oss.perf.layout import Role
 from dynamo_oss.planner import metrics
+from dynamo_oss.planner.backlog import backlog_of
 from dynamo_oss.planner.look import LOOK_FILE_ENV, Look
 from dynamo_oss.planner.sizing import Load, Sizer, SizingSpec
 
@@ -88,11 +91,14 @@ class SlaPropose:
         load = self._load(observations.traffic if observations else None, context.predictions if context else None)
         if load is None:
             return self._answer(current, current, "no traffic observed yet: holding the pools as they are", None)
-        sizing = self.sizer.size(load.model_copy(update={"requests_per_s": load.requests_per_s * self.headroom}))
+        backlog = backlog_of(observations.fpm if observations else None, "agg" not in self.spec.layout.pools)
+        sizing = self.sizer.size(
+            load.model_copy(update={"requests_per_s": load.requests_per_s * self.headroom}), backlog
+        )
         reason = f"{sizing.reason}; seen or forecast: {load.requests_per_s:.2f} req/s, sized with " \
                  f"{self.headroom - 1:.0%} headroom"  # fmt: skip
         wanted = self._stabilised(current, sizing.workers)
-        return self._answer(current, wanted, reason, self.sizer.predict(wanted, load))  # at the load seen or forecast
+        return self._answer(current, wanted, reason, self.sizer.predict(wanted, load, backlog))  # at the load seen
 
     def _current(self, prefill: int | None, decode: int | None) -> dict[Role, int]:
         counts = {"prefill": prefill, "decode": decode, "agg": decode}

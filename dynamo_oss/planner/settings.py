@@ -106,7 +106,7 @@ def sla_plugins(deployment: Deployment, window_s: int, time_scale: float) -> lis
         {**stage, "class": "LoadForecast", "plugin_id": "dynamo_oss_load_forecast", "plugin_type": "predict",
          "needs": ["observations.traffic"], "kwargs": {"predictor": PREDICTOR, "interval_s": interval}},
         {**stage, "class": "SlaPropose", "plugin_id": "dynamo_oss_sla", "plugin_type": "propose",
-         "needs": ["observations.traffic", "observations.workers", "predictions"],
+         "needs": ["observations.traffic", "observations.workers", "observations.fpm", "predictions"],
          "kwargs": {**spec.model_dump(mode="json"), "headroom_percent": deployment.planner.headroom_percent,
                     "scale_down_looks": math.ceil(deployment.planner.scale_down_after_s / interval)}},
     ]  # fmt: skip

@@ -15,6 +15,10 @@ model (dynamo_oss.perf) for the pool's engine layout and GPU:
   arrive meanwhile (as `perf.search.steady_state` models it); ITL is that mixed step, TTFT the
   queued prefill.
 
+The rate is seen over a window, so it lags a rising load by about half of it. What the engines hold
+now (`Backlog`) does not lag: the decode batch is at least the sequences decoding now, and a
+prompt's wait includes the prompts already queued, served by the pool's workers in turn.
+
 A pool's size stays within its autoscale range; Dynamo's planner applies the GPU budget after.
 """
 
@@ -41,6 +45,19 @@ class Load(Frozen):
     isl: float = Field(ge=1, description="mean input tokens per request")
     osl: float = Field(ge=1, description="mean output tokens per request")
     kv_hit_rate: float = Field(default=0.0, ge=0, le=1, description="share of prompt tokens found in the KV cache")
+
+
+class Backlog(Frozen):
+    """What the pools' engines hold at the look (Dynamo's forward-pass metrics): work already arrived."""
+
+    prefill_tokens: float = Field(default=0.0, ge=0, description="prompt tokens waiting to be prefilled")
+    decode_requests: float = Field(default=0.0, ge=0, description="sequences decoding or waiting to decode")
+
+    def describe(self) -> str:
+        return f"{self.prefill_tokens:.0f} prompt tokens queued, {self.decode_requests:.0f} sequences decoding"
+
+
+NO_BACKLOG = Backlog()
 
 
 class Range(Frozen):
@@ -142,32 +159,42 @@ class Sizer:
         )
         return self.spec.time_scale * float(step)
 
-    def predict(self, sizes: dict[Role, int], load: Load) -> tuple[float, float]:
+    def predict(self, sizes: dict[Role, int], load: Load, backlog: Backlog = NO_BACKLOG) -> tuple[float, float]:
         """(TTFT at the percentile, mean ITL) in ms at these pool sizes; inf where a pool cannot keep up."""
         if "agg" in self.spec.layout.pools:
-            return self._predict_agg(self._workers("agg", sizes), load)
+            return self._predict_agg(self._workers("agg", sizes), load, backlog)
         decode = self.costs["decode"].pool
         ranks = self._workers("decode", sizes) * decode.ranks
         largest = self._largest_batch("decode", load)
         batch = settled_batch(load.requests_per_s * load.osl / ranks, lambda b: self.decode_step_ms(b, load), largest)
+        if batch is not None:
+            batch = max(batch, min(backlog.decode_requests / ranks, largest))
         step = self.decode_step_ms(batch or largest, load)  # the first token waits one step (a full one if overrun)
         prefill = self.prefill_ms("prefill", load)
         handoff = self.spec.time_scale * kv_handoff_ms(self.spec.layout, int(load.isl), self.factors)
-        wait = queue_wait_ms(self._workers("prefill", sizes), load.requests_per_s, prefill, self.spec.percentile)
+        workers = self._workers("prefill", sizes)
+        wait = queue_wait_ms(workers, load.requests_per_s, prefill, self.spec.percentile)
+        wait += self._backlog_ms(backlog, prefill, load) / workers
         return wait + prefill + handoff + step, step if batch is not None else math.inf
 
-    def _predict_agg(self, workers: int, load: Load) -> tuple[float, float]:
+    def _backlog_ms(self, backlog: Backlog, prefill_ms: float, load: Load) -> float:
+        """Time one worker needs to prefill the queued prompt tokens, at this load's cost per prompt token."""
+        return backlog.prefill_tokens * prefill_ms / load.isl
+
+    def _predict_agg(self, workers: int, load: Load, backlog: Backlog) -> tuple[float, float]:
         ranks = workers * self.costs["agg"].pool.ranks
         prefill = self.prefill_ms("agg", load)
 
         def request_ms_per_token(batch: float) -> float:  # a rank's time per output token of one request
             return (prefill + load.osl * self._agg_step_ms(batch, load)) / load.osl
 
-        batch = settled_batch(load.requests_per_s * load.osl / ranks, request_ms_per_token,
-                              self._largest_batch("agg", load))  # fmt: skip
+        largest = self._largest_batch("agg", load)
+        batch = settled_batch(load.requests_per_s * load.osl / ranks, request_ms_per_token, largest)
         if batch is None:
             return math.inf, math.inf
+        batch = max(batch, min(backlog.decode_requests / ranks, largest))
         wait = queue_wait_ms(ranks, load.requests_per_s, prefill, self.spec.percentile)
+        wait += self._backlog_ms(backlog, prefill, load) / ranks
         return wait + prefill, self._agg_step_ms(batch, load)
 
     def fastest_ms(self, load: Load) -> tuple[float, float]:
@@ -176,8 +203,9 @@ class Sizer:
             {role: 64 for role in self.spec.layout.pools}, load.model_copy(update={"requests_per_s": 0})
         )
 
-    def size(self, load: Load) -> Sizing:
-        """The fewest workers per autoscaled pool that keep both targets, within the pools' ranges."""
+    def size(self, load: Load, backlog: Backlog = NO_BACKLOG) -> Sizing:
+        """The fewest workers per autoscaled pool that keep both targets, within the pools' ranges, for
+        `load` arriving on top of what the engines hold now."""
         spec = self.spec
         sizes = {role: spec.ranges[role].min if role in spec.ranges else pool.workers
                  for role, pool in spec.layout.pools.items()}  # fmt: skip
@@ -188,19 +216,20 @@ class Sizer:
             allowed = spec.ranges[role]
             for workers in range(allowed.min, allowed.max + 1):
                 sizes[role] = workers
-                predicted = self.predict(sizes, load)
+                predicted = self.predict(sizes, load, backlog)
                 if self._meets(predicted, kept):
                     reasons.append(f"{role} {workers}")
                     break
             else:
                 reasons.append(f"{role} {allowed.max} (its most; more would be needed)")
-        ttft, itl = self.predict(sizes, load)
+        ttft, itl = self.predict(sizes, load, backlog)
+        held = f" on top of {backlog.describe()}" if backlog != NO_BACKLOG else ""
         return Sizing(
             workers={role: sizes[role] for role in spec.ranges},
             ttft_ms=ttft,
             itl_ms=itl,
             reason=f"{', '.join(reasons)} for {load.requests_per_s:.2f} req/s of ISL {load.isl:.0f} / OSL "
-            f"{load.osl:.0f}, KV hit {load.kv_hit_rate:.0%}: predicted TTFT p{spec.percentile * 100:.0f} "
+            f"{load.osl:.0f}, KV hit {load.kv_hit_rate:.0%}{held}: predicted TTFT p{spec.percentile * 100:.0f} "
             f"{ttft:.0f} ms (target {spec.ttft_ms:g}), ITL {itl:.1f} ms (target {spec.itl_ms:g})",
         )
 

@@ -15,7 +15,7 @@ import yaml
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.planner.settings import planner_config, sizing_spec
-from dynamo_oss.planner.sizing import Load, Sizer, erlang_c, queue_wait_ms
+from dynamo_oss.planner.sizing import Backlog, Load, Sizer, erlang_c, queue_wait_ms
 from tests.support.commands import REPO, dynamo
 from tests.support.graphs import SLA_HIGH, SLA_LOW, SLA_PROMPT_WORDS, SLA_SLOW, SLA_TOKENS, write_sla_graph
 from tests.support.ports import free_port_run
@@ -66,6 +66,53 @@ def test_cached_prompt_tokens_need_less_prefill() -> None:
     warm = cold.model_copy(update={"kv_hit_rate": 0.75})
     assert sizer.prefill_ms("prefill", warm) < 0.5 * sizer.prefill_ms("prefill", cold)
     assert sizer.size(warm).workers["prefill"] < sizer.size(cold).workers["prefill"]
+
+
+def test_what_the_engines_hold_now_counts_before_the_window_rate_catches_up() -> None:
+    """A rate seen over a window lags a rising load; prompts already queued and sequences already
+    decoding do not: each queued prompt adds its prefill to the wait, shared by the prefill workers,
+    and the decode batch is at least the sequences decoding now."""
+    sizer = sizer_of(README_GRAPH)
+    load = Load(requests_per_s=0.5, isl=32768, osl=1024)
+    quiet = sizer.size(load)
+    sizes = quiet.workers
+    prefill = sizer.prefill_ms("prefill", load)
+    prompts = math.ceil((sizer.spec.ttft_ms - quiet.ttft_ms) / prefill * sizes["prefill"])  # enough to miss the target
+    queued = Backlog(prefill_tokens=prompts * 32768)
+    assert sizer.predict(sizes, load, queued)[0] == pytest.approx(quiet.ttft_ms + prompts * prefill / sizes["prefill"])
+    assert sizer.predict(sizes, load, queued)[0] > sizer.spec.ttft_ms
+    assert sizer.size(load, queued).workers["prefill"] > sizes["prefill"]
+    decoding = Backlog(decode_requests=400)
+    assert sizer.predict(sizes, load, decoding)[1] > quiet.itl_ms
+    assert sizer.size(load, decoding).workers["decode"] > sizes["decode"]
+    assert "on top of 0 prompt tokens queued, 400 sequences decoding" in sizer.size(load, decoding).reason
+    assert sizer.size(load, Backlog(decode_requests=1)).workers == sizes  # fewer than the rate settles at: no change
+
+
+def test_the_backlog_is_read_from_each_engines_forward_pass_metrics(dynamo_planner_config: type) -> None:
+    from dynamo.common.forward_pass_metrics import (
+        ForwardPassMetrics,
+        QueuedRequestMetrics,
+        ScheduledRequestMetrics,
+        encode,
+    )
+    from dynamo.planner.plugins.types import FpmData
+
+    from dynamo_oss.planner.backlog import backlog_of
+
+    def engine(queued_tokens: int = 0, decoding: int = 0, preempted: int = 0) -> bytes:
+        return encode(ForwardPassMetrics(
+            scheduled_requests=ScheduledRequestMetrics(num_decode_requests=decoding),
+            queued_requests=QueuedRequestMetrics(sum_prefill_tokens=queued_tokens, num_decode_requests=preempted),
+        ))  # fmt: skip
+
+    fpm = FpmData(
+        prefill_engines={"a/0": engine(queued_tokens=4096), "b/0": engine(queued_tokens=1000), "c/0": b"not msgpack"},
+        decode_engines={"d/0": engine(decoding=7, preempted=1, queued_tokens=99), "e/0": engine(decoding=2)},
+    )
+    assert backlog_of(fpm, disaggregated=True) == Backlog(prefill_tokens=5096, decode_requests=10)
+    assert backlog_of(fpm, disaggregated=False) == Backlog(prefill_tokens=99, decode_requests=10)  # agg files as decode
+    assert backlog_of(None, disaggregated=True) == Backlog()
 
 
 def test_the_queue_model_matches_textbook_values() -> None:
