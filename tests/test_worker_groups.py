@@ -28,7 +28,7 @@ def test_free(i):
 """
 
 
-def test_a_groups_tests_run_on_one_worker(tmp_path: Path) -> None:
+def test_a_group_s_tests_run_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     done = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",

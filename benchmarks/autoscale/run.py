@@ -13,16 +13,18 @@ targets in steady Poisson probes on this machine during development; the run pro
 again before their trace, and reports the rate the performance model (Dynamo's offline replay of the
 same mocker profiles) gives. The trace (trace.jsonl, written here, seeded) is open-loop Poisson arrivals in
 phases of that capacity: 10%, rising steps to 100%, back down, a 60 s spike at 115%, and back to
-10%, each step lasting two minutes or more. aiperf replays it (`--fixed-schedule`) and measures every request: TTFT and ITL are its
-per-request figures (ITL = (request latency - TTFT) / (output tokens - 1)). Pool sizes and the GPUs
-held by workers (serving or draining) are read from the launcher's state every half second. Every
-listener of every graph gets a port free at the time. Writes results.md, results.json, trace.jsonl
-and timeline.png beside this file; about 70 minutes here:
+10%, each step lasting two minutes or more. aiperf replays it (`--fixed-schedule`) and measures
+every request: TTFT and ITL are its per-request figures (ITL = (request latency - TTFT) /
+(output tokens - 1)). Pool sizes and the GPUs held by workers (serving or draining) are read from
+the launcher's state every half second. Every listener of every graph gets a port free at the time.
+Writes results.md, results.json, trace.jsonl and timeline.png beside this file; about 70 minutes
+here:
 
     uv run python benchmarks/autoscale/run.py
 
 While developing: `--setups fixed,load` runs some setups only, `--minutes 4` squeezes the trace into
-4 minutes (`--minutes 10` is the one-minute steps of the runs before), `--probe-seconds 0` skips the probes and `--out DIR` writes the results elsewhere.
+4 minutes (`--minutes 10` is the one-minute steps of the runs before), `--probe-seconds 0` skips
+the probes and `--out DIR` writes the results elsewhere.
 """
 
 from __future__ import annotations
