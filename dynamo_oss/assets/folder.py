@@ -35,7 +35,7 @@ def _write_model_folder(folder: Path, shape: ModelShape, cache_root: Path | None
     # The template goes both in its own file and in tokenizer_config.json: loaders
     # differ in which they read, and both hold the same text.
     (folder / TEMPLATE_FILE).write_text(template, encoding="utf-8")
-    _write_json(folder / "tokenizer_config.json", tokenizer_config(shape.max_context, template))
+    _write_json(folder / "tokenizer_config.json", tokenizer_config(shape.max_context, shape.vocab_size, template))
     _write_json(folder / "config.json", model_config(shape))
     _write_json(folder / "generation_config.json", generation_config())
 

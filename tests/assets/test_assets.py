@@ -113,6 +113,10 @@ def test_special_tokens_have_harmony_ids(tokenizer: Tokenizer, harmony: HarmonyE
             assert tokenizer.token_to_id(name) == token_id, name
             checked += 1
     assert checked == vocab_size - 199_998
+    added = json.loads((folder / "tokenizer_config.json").read_text())["added_tokens_decoder"]
+    assert {int(i): token["content"] for i, token in added.items()} == {
+        i: tokenizer.id_to_token(i) for i in range(199_998, vocab_size)
+    }
     eos = json.loads((folder / "generation_config.json").read_text())["eos_token_id"]
     assert set(harmony.stop_tokens_for_assistant_actions()) <= set(eos)
 
