@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import json
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,16 @@ TEMPLATE_OVERHEAD_TOKENS = 2048
 
 class PromptCounter:
     def __init__(self, model_folder: Path) -> None:
-        self.tokenizer = Tokenizer.from_file(str(model_folder / "tokenizer.json"))
+        self.model_folder = model_folder
         self.environment = minijinja.Environment()
         self.environment.add_function("strftime_now", lambda fmt: datetime.datetime.now().strftime(fmt))
         self.environment.add_template("chat", _template_text(model_folder))
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """Loaded at the first prompt long enough to count (1.3 CPU-seconds for gpt-oss's): most
+        gateways never see one, and each graph start would pay it."""
+        return Tokenizer.from_file(str(self.model_folder / "tokenizer.json"))
 
     def count(self, body: dict[str, Any]) -> int:
         """Prompt tokens of a chat request, as the frontend renders and tokenizes it."""
