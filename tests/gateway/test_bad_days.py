@@ -29,6 +29,9 @@ pytestmark = pytest.mark.graph  # every test here serves a graph
 MODEL = "openai/gpt-oss-20b"
 SLOW = ("--mocker-time-scale", "20")  # streams last seconds, so a fault lands in the middle of them
 LONG = 120  # tokens: a stream on a slowed decode worker outlasts the wait for it to be busy and the kill
+# The shared graph's gateway admits this many requests at once: above the streams any other test here
+# holds (four, and recover's one), below the sixteen the cap's own test sends.
+MAX_IN_FLIGHT = 5
 
 
 def graph_with(folder: Path, **changes: dict) -> Path:
@@ -62,11 +65,12 @@ def assert_retryable(reply: httpx.Response) -> None:
 
 @pytest.fixture(scope="module")
 def slowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    """The small graph, slowed so that a fault lands mid-stream, shared by the tests that each kill one
-    of its processes: each kills a different one (the launcher's backoff starts afresh for it) and
-    ends when the graph answers again, so the next finds it whole (`served` checks)."""
+    """The small graph, slowed so that a fault lands mid-stream, its gateway capped at MAX_IN_FLIGHT,
+    shared by the tests that each kill one of its processes: each kills a different one (the
+    launcher's backoff starts afresh for it) and ends when the graph answers again, so the next finds
+    it whole (`served` checks)."""
     folder = tmp_path_factory.mktemp("slowed")
-    with serving(write_graph(folder), folder / "run", *SLOW) as served:
+    with serving(graph_with(folder, gateway={"max_in_flight": MAX_IN_FLIGHT}), folder / "run", *SLOW) as served:
         yield served
 
 
@@ -123,46 +127,33 @@ def recover(served: ServedGraph, client: httpx.Client) -> list[int]:
     return statuses
 
 
-def test_while_no_worker_is_registered_the_gateway_answers_503_never_404(tmp_path: Path) -> None:
-    graph = write_graph(tmp_path)
-    spec = yaml.safe_load(graph.read_text())
-    port = spec["pools"]["decode"]["system_port"]
-    spec["pools"] = {"agg": {"workers": 1, "engine": "mocker", "system_port": port}}
-    graph.write_text(yaml.safe_dump(spec))
-    with serving(graph, tmp_path / "run") as served:
-        with httpx.Client(base_url=served.endpoint, timeout=60) as client:
-            os.kill(served.pid_of("agg-0"), signal.SIGKILL)
-            statuses = recover(served, client)
-        assert 404 not in statuses and statuses[-1] == 200
+def test_past_max_in_flight_requests_are_refused_with_retry_after_and_the_admitted_finish(
+    served: ServedGraph,
+) -> None:
+    outcomes: list[tuple[int, dict | None, str | None]] = []
+    lock = threading.Lock()
 
+    def one() -> None:
+        with httpx.Client(base_url=served.endpoint, timeout=120) as client:
+            with client.stream("POST", "/chat/completions", json=chat(100, stream=True)) as reply:
+                lines = list(reply.iter_lines())
+                body = json.loads("".join(lines)) if reply.status_code != 200 else None
+                done = [e for e in events(lines) if isinstance(e, dict) and e.get("usage")]
+                with lock:
+                    outcomes.append((reply.status_code, body, reply.headers.get("retry-after")))
+                    if done:
+                        outcomes[-1] = (200, done[-1]["usage"], None)
 
-def test_past_max_in_flight_requests_are_refused_with_retry_after_and_the_admitted_finish(tmp_path: Path) -> None:
-    graph = graph_with(tmp_path, gateway={"max_in_flight": 4})
-    with serving(graph, tmp_path / "run", *SLOW) as served:
-        outcomes: list[tuple[int, dict | None, str | None]] = []
-        lock = threading.Lock()
-
-        def one() -> None:
-            with httpx.Client(base_url=served.endpoint, timeout=120) as client:
-                with client.stream("POST", "/chat/completions", json=chat(100, stream=True)) as reply:
-                    lines = list(reply.iter_lines())
-                    body = json.loads("".join(lines)) if reply.status_code != 200 else None
-                    done = [e for e in events(lines) if isinstance(e, dict) and e.get("usage")]
-                    with lock:
-                        outcomes.append((reply.status_code, body, reply.headers.get("retry-after")))
-                        if done:
-                            outcomes[-1] = (200, done[-1]["usage"], None)
-
-        threads = [threading.Thread(target=one) for _ in range(16)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=180)
-        assert not any(thread.is_alive() for thread in threads), "a request hung"
+    threads = [threading.Thread(target=one) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=180)
+    assert not any(thread.is_alive() for thread in threads), "a request hung"
     admitted = [body for status, body, _ in outcomes if status == 200]
     refused = [(body, retry) for status, body, retry in outcomes if status == 503]
     assert len(admitted) + len(refused) == 16, outcomes
-    assert 4 <= len(admitted) < 16 and refused
+    assert MAX_IN_FLIGHT <= len(admitted) < 16 and refused
     assert all(usage["completion_tokens"] == 100 for usage in admitted)
     for body, retry in refused:
         assert body["error"]["code"] == "overloaded" and int(retry) >= 1
@@ -221,16 +212,19 @@ def test_a_decode_worker_killed_mid_stream_loses_nothing_when_a_second_one_serve
     assert all(outcome == (200, LONG, None) for outcome in outcomes.values()), outcomes
 
 
-def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryable_error(served: ServedGraph) -> None:
+def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryable_error_then_503s_never_404(
+    served: ServedGraph,
+) -> None:
     streams = Streams(served, 4, LONG)
     kill_when_busy(served, "decode-0")
     outcomes = streams.finish()
+    # Until the restarted worker registers, no worker serves the model: a 503, never a 404 (recover checks each).
     statuses = recover(served, httpx.Client(base_url=served.endpoint, timeout=60))
     # Streams on the worker end with Dynamo's retryable error event; those not yet on it get a 503.
     for status, tokens, error in outcomes.values():
         assert (status, tokens, error) == (200, LONG, None) or status == 503 or error["code"] == 503, outcomes
     assert any(error for _, _, error in outcomes.values())
-    assert statuses[-1] == 200
+    assert 404 not in statuses and statuses[-1] == 200
 
 
 def test_a_prefill_worker_killed_under_load_costs_only_retryable_errors(
@@ -250,35 +244,34 @@ def test_a_prefill_worker_killed_under_load_costs_only_retryable_errors(
 
 
 def test_etcd_and_nats_killed_under_load_fail_no_request(
-    tmp_path: Path, record_property: Callable[[str, object], None]
+    served: ServedGraph, record_property: Callable[[str, object], None]
 ) -> None:
-    with serving(write_graph(tmp_path), tmp_path / "run") as served:
-        failures: list[str] = []
-        served_count = [0]
-        stop = threading.Event()
+    failures: list[str] = []
+    served_count = [0]
+    stop = threading.Event()
 
-        def steady_load() -> None:
-            with httpx.Client(base_url=served.endpoint, timeout=60) as client:
-                while not stop.is_set():
-                    reply = client.post("/chat/completions", json=chat(8, stream=False))
-                    if reply.status_code == 200:
-                        served_count[0] += 1
-                    else:
-                        failures.append(reply.text)
+    def steady_load() -> None:
+        with httpx.Client(base_url=served.endpoint, timeout=60) as client:
+            while not stop.is_set():
+                reply = client.post("/chat/completions", json=chat(8, stream=False))
+                if reply.status_code == 200:
+                    served_count[0] += 1
+                else:
+                    failures.append(reply.text)
 
-        load = threading.Thread(target=steady_load)
-        load.start()
-        try:
-            for name in ("etcd", "nats"):
-                old = served.pid_of(name)
-                before = served_count[0]
-                os.kill(old, signal.SIGKILL)
-                wait_for(lambda name=name, old=old: served.pid_of(name) != old, 30, f"{name} to be restarted")
-                again = re.compile(rf"{name}\s+\| \[dynamo-oss\] serves again, ([\d.]+) s")
-                back = wait_for(lambda again=again: again.search(served.output.read_text()), 30, f"{name} to serve")
-                wait_for(lambda before=before: served_count[0] > before + 5, 60, f"requests served after {name}")
-                record_property(f"seconds_from_{name}_restart_to_serving", float(back.group(1)))
-        finally:
-            stop.set()
-            load.join(timeout=60)
+    load = threading.Thread(target=steady_load)
+    load.start()
+    try:
+        for name in ("etcd", "nats"):
+            old = served.pid_of(name)
+            before = served_count[0]
+            os.kill(old, signal.SIGKILL)
+            wait_for(lambda name=name, old=old: served.pid_of(name) != old, 30, f"{name} to be restarted")
+            again = re.compile(rf"{name}\s+\| \[dynamo-oss\] serves again, ([\d.]+) s")
+            back = wait_for(lambda again=again: again.search(served.output.read_text()), 30, f"{name} to serve")
+            wait_for(lambda before=before: served_count[0] > before + 5, 60, f"requests served after {name}")
+            record_property(f"seconds_from_{name}_restart_to_serving", float(back.group(1)))
+    finally:
+        stop.set()
+        load.join(timeout=60)
     assert failures == []

@@ -4,7 +4,8 @@ when a graph leaves it open on purpose (`gateway.auth: none`).
 
 The live tests list the listening TCP sockets of the whole `dynamo serve` process tree (etcd, NATS,
 Prometheus, the gateway, Dynamo's frontend, workers and planner, the launcher's control API and metrics),
-on a graph with an autoscaled pool so that Dynamo's planner runs too.
+on graphs with an autoscaled pool so that Dynamo's planner runs too: the README's, on loopback, and one
+with its endpoint on 0.0.0.0 behind a key.
 """
 
 from __future__ import annotations
@@ -67,20 +68,30 @@ def listeners(served: ServedGraph) -> list[tuple[str, str, int]]:
     return sorted(rows)
 
 
-@pytest.fixture(scope="module", params=["127.0.0.1", "0.0.0.0"])
-def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     folder = tmp_path_factory.mktemp("exposure")
-    with serving(autoscaled_graph(folder, request.param), folder / "run") as graph:
+    with serving(autoscaled_graph(folder, "0.0.0.0"), folder / "run") as graph:
         yield graph
 
 
 def test_every_listener_binds_loopback_but_the_endpoint(served: ServedGraph) -> None:
+    assert_only_the_endpoint_leaves_loopback(served, "openai/gpt-oss-20b")
+
+
+def test_the_readmes_graph_binds_every_listener_to_loopback(disagg: ServedGraph) -> None:
+    assert_only_the_endpoint_leaves_loopback(disagg, "openai/gpt-oss-120b")
+
+
+def assert_only_the_endpoint_leaves_loopback(served: ServedGraph, model: str) -> None:
+    """Every process of the graph listens, the endpoint is the gateway's on `frontend.host`, and all
+    else is on loopback."""
     graph = yaml.safe_load(served.graph.read_text())
-    host, port = graph["frontend"]["host"], graph["frontend"]["port"]
+    host, port = graph["frontend"].get("host", "127.0.0.1"), graph["frontend"]["port"]
     # A request first, so anything opened on the request path is open; the planner opens its listener
     # after the graph is ready.
     reply = httpx.post(f"{served.endpoint}/chat/completions", timeout=60, headers={"authorization": f"Bearer {KEY}"},
-                       json={"model": "openai/gpt-oss-20b", "messages": [{"role": "user", "content": "hi"}],
+                       json={"model": model, "messages": [{"role": "user", "content": "hi"}],
                              "max_tokens": 8})  # fmt: skip
     assert reply.status_code == 200, reply.text
     wait_for(lambda: any(name == "planner" for name, _, _ in listeners(served)), 60, "Dynamo's planner to listen")

@@ -12,21 +12,18 @@ import pytest
 
 from dynamo_oss.cli.check import plan_graph
 from dynamo_oss.graph.errors import GraphError
+from dynamo_oss.launch.probes import port_in_use
 from tests.support.graphs import write_graph
-from tests.support.served import start_serving, wait_ready
+from tests.support.served import ServedGraph, start_serving, wait_ready
 from tests.support.waiting import alive, wait_for
 
 
-@pytest.mark.graph
-def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
-    (tmp_path / "a").mkdir()
-    (tmp_path / "b").mkdir()
-    first = start_serving(write_graph(tmp_path / "a", name="graph-a"), tmp_path / "a" / "run")
-    second = start_serving(write_graph(tmp_path / "b", name="graph-b", model="gpt-oss-120b"), tmp_path / "b" / "run")
+def test_two_graphs_serve_side_by_side(disagg: ServedGraph, tmp_path: Path) -> None:
+    """A second graph, of the other model, beside the README's: each serves its own model."""
+    second = start_serving(write_graph(tmp_path, name="graph-b"), tmp_path / "run")
     try:
-        wait_ready(first)
         wait_ready(second)
-        for served, model in ((first, "openai/gpt-oss-20b"), (second, "openai/gpt-oss-120b")):
+        for served, model in ((disagg, "openai/gpt-oss-120b"), (second, "openai/gpt-oss-20b")):
             client = openai.OpenAI(base_url=served.endpoint, api_key="-", max_retries=0, timeout=60)
             assert [m.id for m in client.models.list()] == [model]
             reply = client.chat.completions.create(
@@ -34,7 +31,6 @@ def test_two_graphs_serve_side_by_side(tmp_path: Path) -> None:
             )
             assert reply.usage.completion_tokens > 0
     finally:
-        assert first.stop() == 0
         assert second.stop() == 0
 
 
@@ -77,10 +73,14 @@ def test_worker_that_keeps_crashing_fails_start_up_fast(tmp_path: Path) -> None:
 
 
 @pytest.mark.graph
-def test_stop_drains_a_stream_in_flight(tmp_path: Path) -> None:
+def test_stop_drains_a_stream_in_flight_and_leaves_no_process_and_no_listening_port(tmp_path: Path) -> None:
     served = start_serving(write_graph(tmp_path), tmp_path / "run")
     try:
         wait_ready(served)
+        processes = served.state()["processes"]
+        pids = [p["pid"] for p in processes]
+        ports = [port for p in processes for port in p["ports"]]
+        assert all(pids) and len(ports) == 8
         client = openai.OpenAI(base_url=served.endpoint, api_key="-", max_retries=0, timeout=60)
         stream = client.chat.completions.create(
             model="openai/gpt-oss-20b", messages=[{"role": "user", "content": "hi"}],
@@ -95,3 +95,7 @@ def test_stop_drains_a_stream_in_flight(tmp_path: Path) -> None:
         assert served.process.wait(60) == 0
     finally:
         served.stop()
+    assert "stopped: every process has exited" in served.output.read_text()
+    assert served.state()["stopped"]
+    assert [pid for pid in pids if alive(pid)] == []
+    assert [port for port in ports if port_in_use("127.0.0.1", port)] == []
