@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dynamo_oss.bench import aiperf
 from dynamo_oss.bench.report import comparison
 from dynamo_oss.bench.results import RunResult, Sweep, SweepParameters
 from dynamo_oss.cli import main as dynamo
@@ -171,8 +172,8 @@ def test_ctrl_c_mid_sweep_leaves_no_process_behind(tmp_path: Path) -> None:
     )
     started: set[int] = set()
     try:
-        # aiperf is sending once its per-request export has a line.
-        wait_for(lambda: (out / "runs" / "c2" / "profile_export.jsonl").exists(), 240, "aiperf to measure requests")
+        # The graph is served and aiperf started: the sweep's first run has its console log.
+        wait_for(lambda: (out / "runs" / "c2" / aiperf.LOG).exists(), 240, "the sweep to start aiperf")
         started = descendants(bench.pid)
         assert len(started) > 5  # dynamo serve's processes and aiperf's
         bench.send_signal(signal.SIGINT)

@@ -16,7 +16,7 @@ from tests.support.served import start_serving, wait_ready
 
 pytestmark = pytest.mark.graph  # every test here serves a graph of its own
 
-STREAMS = 150  # above aiohttp's default pool of 100 connections
+STREAMS = 120  # above aiohttp's default pool of 100 connections
 INFLIGHT = "dynamo_frontend_inflight_requests"
 
 

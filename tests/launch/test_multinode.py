@@ -27,6 +27,7 @@ from tests.support.waiting import wait_for
 pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"), pytest.mark.graph]
 
 NODES = ["head", "prefill", "decode"]
+REGISTRY_POLL_S = 2  # each look at the registrations starts a Python process in the head node
 LEASE_S = 30  # the etcd lease Dynamo 1.6 grants a worker (etcdctl lease timetolive): a worker cut off leaves discovery within it
 MODEL = "openai/gpt-oss-20b"
 
@@ -121,7 +122,8 @@ def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(ser
         wait_for(lambda: sum(o.error is None for o in read_outcomes(outcomes)) >= 6, 60, "requests served")
         cut = time.time()
         served.nodes.cut("decode")
-        wait_for(lambda: not decode_registered(served), LEASE_S + 15, "the cut decode worker to leave discovery")
+        wait_for(lambda: not decode_registered(served), LEASE_S + 15, "the cut decode worker to leave discovery",
+                 REGISTRY_POLL_S)  # fmt: skip
         left = time.time() - cut
         # `dynamo status` on any node that still reaches etcd shows the whole graph, and what is missing.
         status = served.status("prefill")
@@ -129,7 +131,7 @@ def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(ser
         assert re.search(r"prefill +10\.77\.0\.2 +registered: prefill 1\n", status), status
         served.nodes.reconnect("decode")
         back = time.time()
-        wait_for(lambda: decode_registered(served), 120, "the decode worker to register again")
+        wait_for(lambda: decode_registered(served), 120, "the decode worker to register again", REGISTRY_POLL_S)
         wait_for(lambda: any(o.error is None and o.started > back for o in read_outcomes(outcomes)), 120,
                  "a request served after the decode node came back")  # fmt: skip
         assert "MISSING" not in served.status("decode")

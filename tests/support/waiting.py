@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 
-def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> object:
-    """Poll `condition` until it returns something truthy; fail the test at the deadline."""
+def wait_for(condition: Callable[[], object], timeout_s: float, what: str, every_s: float = 0.2) -> object:
+    """Poll `condition` every `every_s` until it returns something truthy; fail the test at the deadline.
+    A condition that starts a process to look costs CPU at each poll: give it a longer `every_s`."""
     deadline = time.monotonic() + timeout_s
     while True:
         result = condition()
@@ -19,7 +20,7 @@ def wait_for(condition: Callable[[], object], timeout_s: float, what: str) -> ob
             return result
         if time.monotonic() > deadline:
             pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(0.2)
+        time.sleep(every_s)
 
 
 def alive(pid: int) -> bool:
