@@ -37,6 +37,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # One worker runs the tests that share a fixture, so their graph or model folder is made
             # once; every other test goes to whichever worker is free (`--dist loadgroup`).
             item.add_marker(pytest.mark.xdist_group(group))
+    # The tests that serve graphs first (seconds to minutes each), the quick ones after: xdist hands
+    # out work in this order, and quick tests fill the workers' last minutes instead of a long test
+    # starting last and running alone. Otherwise in collection order.
+    items.sort(key=lambda item: item.get_closest_marker("graph") is None)
 
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:
