@@ -25,7 +25,10 @@ _ROUTINE_LEVEL = re.compile(
 # reply of a stream the frontend had already cancelled: Dynamo 1.6 cancels each stream as it
 # completes, so the worker's final message races it (8 of the conformance suite's 20 requests).
 # And the frontend's for every guided request (a structured output, a forced tool choice): it will
-# not move one to another worker mid-stream, since the grammar's state cannot move with it.
+# not move one to another worker mid-stream, since the grammar's state cannot move with it. And the
+# planner's for each quantity of traffic it reads while there is none: an idle graph printed seven
+# every look (the frontend's series do not exist before its first request); `dynamo status` says
+# "no traffic observed yet" instead.
 _ROUTINE_WARNINGS = re.compile(
     r"WARN dynamo_kv_router::sequences::multi_worker: (Adding|Removing) worker|WARN mm_routing: "
     r'|"msg":"simple token is not cryptographically signed"'
@@ -34,6 +37,7 @@ _ROUTINE_WARNINGS = re.compile(
     r"|WARN base.__init__: AllowUnauthenticatedAuth enabled|WARN state_machine._reconcile_fpm_worker_count: "
     r"|WARN handle_payload: dynamo_runtime::pipeline::network::ingress::push_handler: Failed to publish response "
     r"|WARN http-request\S*: dynamo_llm::migration: Guided-decoding request: migration disabled "
+    r"|WARN traffic_metrics\.\w+: No prometheus metric data available for "
 )
 
 

@@ -39,6 +39,11 @@ from dynamo_oss.launch.terminal import for_terminal
             "Guided-decoding request: migration disabled — FSM state is not transferable (applies to all backends)",
             False,
         ),
+        (
+            "2026-11-26T08:51:28.315262Z  WARN traffic_metrics.get_avg_request_count: No prometheus metric data "
+            "available for dynamo_frontend_requests_started_total with model openai/gpt-oss-120b",
+            False,
+        ),
         ("2026-11-22T23:29:14.540970Z  WARN dynamo_llm::discovery: worker lease lost", True),
         ("2026-11-22T23:29:14.540970Z ERROR dynamo_llm::engine: stream failed", True),
         ("[16361] 2026/11/22 23:29:10.152179 [ERR] JetStream store failed", True),
