@@ -37,10 +37,21 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             # One worker runs the tests that share a fixture, so their graph or model folder is made
             # once; every other test goes to whichever worker is free (`--dist loadgroup`).
             item.add_marker(pytest.mark.xdist_group(group))
-    # The tests that serve graphs first (seconds to minutes each), the quick ones after: xdist hands
-    # out work in this order, and quick tests fill the workers' last minutes instead of a long test
-    # starting last and running alone. Otherwise in collection order.
-    items.sort(key=lambda item: item.get_closest_marker("graph") is None)
+    # The longest tests first, then those that serve graphs (seconds each), the quick ones last: xdist
+    # hands out work in this order, and quick tests fill the workers' last minutes instead of a long
+    # test starting last and running alone. Otherwise in collection order.
+    items.sort(key=lambda item: (item.get_closest_marker("long") is None, item.get_closest_marker("graph") is None))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """Stop a session's shared graph after the last test of this worker that uses it, not when the
+    session ends: its tests run one after another (xdist hands out their group at once), and an
+    idle README graph keeps using 8% of a core, its planner looking at the load every five seconds."""
+    for name in GRAPH_FIXTURES & set(item.fixturenames):
+        definition = item._fixtureinfo.name2fixturedefs[name][-1]
+        if definition.scope == "session" and (nextitem is None or name not in nextitem.fixturenames):
+            definition.finish(item._request)
 
 
 def _shared_fixture_group(item: pytest.Item) -> str | None:

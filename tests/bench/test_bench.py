@@ -62,6 +62,7 @@ def sweep_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.long
 def test_a_sweep_stores_each_run_with_the_graph_and_parameters(sweep_folder: Path) -> None:
     sweep = Sweep.load(sweep_folder)
     assert [run.concurrency for run in sweep.runs] == [1, 4]

@@ -24,7 +24,8 @@ from dynamo_oss.bench.streams import Outcome, read_outcomes
 from tests.support.ports import free_ports
 from tests.support.waiting import wait_for
 
-pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"), pytest.mark.graph]
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="network namespaces need root"), pytest.mark.graph,
+              pytest.mark.long]  # fmt: skip
 
 NODES = ["head", "prefill", "decode"]
 REGISTRY_POLL_S = 2  # each look at the registrations starts a Python process in the head node

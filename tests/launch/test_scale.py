@@ -22,6 +22,8 @@ from tests.support.ports import free_ports
 from tests.support.served import ServedGraph, serving
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.long
+
 SLOW = 10  # the mocker runs 10x slower than modelled, so a stream lasts seconds
 STREAM_TOKENS = 600  # long enough to outlast `dynamo scale` starting on a busy 2-core machine
 

@@ -21,6 +21,8 @@ from tests.support.served import ServedGraph, serving
 from tests.support.traffic import Load
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.long
+
 SLOW = 10  # the mocker runs 10x slower than modelled, so streams last seconds and load builds up
 TOKENS = 400
 RAMP_STREAMS = 24

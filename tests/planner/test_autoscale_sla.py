@@ -18,6 +18,8 @@ from tests.support.served import ServedGraph, serving
 from tests.support.traffic import Load
 from tests.support.waiting import wait_for
 
+pytestmark = pytest.mark.long
+
 
 @pytest.fixture(scope="module")
 def sla_scaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
