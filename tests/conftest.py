@@ -23,7 +23,7 @@ sys.dont_write_bytecode = False
 # The fixtures that serve a graph (or start Dynamo's frontend): a test using one, directly or through
 # another fixture, carries the `graph` marker; a test that serves one itself is marked where it is.
 GRAPH_FIXTURES = {"disagg", "fast_graph", "autoscaled", "sla_scaled", "served", "stock_mocker_endpoint", "two_decoders",
-                  "own_graph", "sweep_folder", "frontend_prompts", "keyed_graph"}  # fmt: skip
+                  "own_graph", "sweep_folder", "frontend_prompts", "keyed_graph", "slowed_pair"}  # fmt: skip
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+import yaml
 
 from tests.support.graphs import write_graph, write_keyed_graph
-from tests.support.served import FAST_MOCKER, ServedGraph, serving
+from tests.support.served import FAST_MOCKER, SLOW_MOCKER, ServedGraph, serving
 
 
 @pytest.fixture(scope="session")
@@ -28,3 +29,18 @@ def keyed_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGrap
     folder = tmp_path_factory.mktemp("keyed")
     with serving(write_keyed_graph(folder), folder / "run", *FAST_MOCKER) as graph:
         yield graph
+
+
+@pytest.fixture(scope="session")
+def slowed_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    """The small mocker graph with two decode workers, stepping 20x slower than modelled so streams
+    stay in flight for seconds, its gateway uncapped: shared by the test that holds a hundred and
+    more streams open at once and the one that kills a decode worker mid-stream."""
+    folder = tmp_path_factory.mktemp("slowed-pair")
+    path = write_graph(folder)
+    graph = yaml.safe_load(path.read_text())
+    graph["hardware"]["gpus"] = 3
+    graph["pools"]["decode"]["workers"] = 2
+    path.write_text(yaml.safe_dump(graph))
+    with serving(path, folder / "run", *SLOW_MOCKER) as served:
+        yield served

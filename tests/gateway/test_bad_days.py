@@ -21,13 +21,12 @@ import yaml
 
 from dynamo_oss.launch.probes import worker_streams
 from tests.support.graphs import write_graph
-from tests.support.served import ServedGraph, serving
+from tests.support.served import SLOW_MOCKER, ServedGraph, serving
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.graph  # every test here serves a graph
 
 MODEL = "openai/gpt-oss-20b"
-SLOW = ("--mocker-time-scale", "20")  # streams last seconds, so a fault lands in the middle of them
 LONG = 120  # tokens: a stream on a slowed decode worker outlasts the wait for it to be busy and the kill
 # The shared graph's gateway admits this many requests at once: above the streams any other test here
 # holds (four, and recover's one), below the sixteen the cap's own test sends.
@@ -70,7 +69,7 @@ def slowed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     launcher's backoff starts afresh for it) and ends when the graph answers again, so the next finds
     it whole (`served` checks)."""
     folder = tmp_path_factory.mktemp("slowed")
-    with serving(graph_with(folder, gateway={"max_in_flight": MAX_IN_FLIGHT}), folder / "run", *SLOW) as served:
+    with serving(graph_with(folder, gateway={"max_in_flight": MAX_IN_FLIGHT}), folder / "run", *SLOW_MOCKER) as served:
         yield served
 
 
@@ -197,17 +196,13 @@ def kill_when_busy(served: ServedGraph, worker: str) -> None:
     os.kill(served.pid_of(worker), signal.SIGKILL)
 
 
-def test_a_decode_worker_killed_mid_stream_loses_nothing_when_a_second_one_serves(tmp_path: Path) -> None:
-    graph = graph_with(tmp_path, hardware={"gpus": 3})
-    spec = yaml.safe_load(graph.read_text())
-    spec["pools"]["decode"]["workers"] = 2
-    graph.write_text(yaml.safe_dump(spec))
-    with serving(graph, tmp_path / "run", *SLOW) as served:
-        streams = Streams(served, 8, LONG)
-        kill_when_busy(served, "decode-0")
-        outcomes = streams.finish()
-        serves_again = re.compile(r"decode-0\s+\| \[dynamo-oss\] serves again")
-        wait_for(lambda: serves_again.search(served.output.read_text()), 60, "the launcher to say decode-0 serves")
+def test_a_decode_worker_killed_mid_stream_loses_nothing_when_a_second_one_serves(slowed_pair: ServedGraph) -> None:
+    served = slowed_pair
+    streams = Streams(served, 8, LONG)
+    kill_when_busy(served, "decode-0")
+    outcomes = streams.finish()
+    serves_again = re.compile(r"decode-0\s+\| \[dynamo-oss\] serves again")
+    wait_for(lambda: serves_again.search(served.output.read_text()), 60, "the launcher to say decode-0 serves")
     # Every stream, those that lived on the killed worker included, carried on elsewhere to its full length.
     assert all(outcome == (200, LONG, None) for outcome in outcomes.values()), outcomes
 

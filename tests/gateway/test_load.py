@@ -5,16 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from pathlib import Path
 
 import httpx
 import pytest
 import yaml
 
-from tests.support.graphs import write_graph
-from tests.support.served import start_serving, wait_ready
-
-pytestmark = pytest.mark.graph  # every test here serves a graph of its own
+from tests.support.served import ServedGraph
 
 STREAMS = 120  # above aiohttp's default pool of 100 connections
 INFLIGHT = "dynamo_frontend_inflight_requests"
@@ -52,14 +48,8 @@ async def hold_streams(endpoint: str, frontend: str, count: int, timeout_s: floa
         return seen
 
 
-def test_the_gateway_does_not_cap_streams_in_flight(tmp_path: Path) -> None:
-    graph = write_graph(tmp_path)
-    # 20x slower than modelled: every stream is still decoding when the last one opens.
-    served = start_serving(graph, tmp_path / "run", "--mocker-time-scale", "20")
-    try:
-        wait_ready(served)
-        frontend = f"http://127.0.0.1:{yaml.safe_load(graph.read_text())['frontend']['dynamo_port']}"
-        seen = asyncio.run(hold_streams(served.endpoint, frontend, STREAMS, timeout_s=60))
-    finally:
-        served.stop()
+def test_the_gateway_does_not_cap_streams_in_flight(slowed_pair: ServedGraph) -> None:
+    # Slowed 20x: every stream is still decoding when the last one opens.
+    frontend = f"http://127.0.0.1:{yaml.safe_load(slowed_pair.graph.read_text())['frontend']['dynamo_port']}"
+    seen = asyncio.run(hold_streams(slowed_pair.endpoint, frontend, STREAMS, timeout_s=60))
     assert seen == pytest.approx(STREAMS), f"the frontend saw at most {seen:.0f} of {STREAMS} streams in flight"

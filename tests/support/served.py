@@ -19,6 +19,8 @@ from tests.support.waiting import wait_for
 
 # `dynamo serve` arguments for tests that judge answers' shape, not speed: mocker steps 20x faster than modelled.
 FAST_MOCKER = ("--mocker-time-scale", "0.05")
+# And for tests that need streams in flight for seconds (a fault or a count lands in the middle of them): 20x slower.
+SLOW_MOCKER = ("--mocker-time-scale", "20")
 
 
 @dataclass
