@@ -16,26 +16,19 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
-from agents import (
-    Agent,
-    OpenAIChatCompletionsModel,
-    OpenAIResponsesModel,
-    ReasoningItem,
-    Runner,
-    RunResult,
-    RunResultStreaming,
-    ToolCallItem,
-    function_tool,
-    set_tracing_disabled,
-)
 from openai import AsyncOpenAI
 
 from tests.support.npm_clients import npm_client, run_in_own_group
 from tests.support.served import ServedGraph
+
+# The Agents SDK is imported where it is used: it takes 3 CPU-seconds, which every xdist worker
+# collecting this module would pay.
+if TYPE_CHECKING:
+    from agents import ReasoningItem, RunResult, RunResultStreaming
 
 CLIENTS = Path(__file__).resolve().parent / "clients"  # package.json and package-lock.json: the npm clients
 MODEL = "openai/gpt-oss-20b"
@@ -129,6 +122,9 @@ class AgentRun:
 
 async def run_agent(endpoint: str, api: str, streamed: bool) -> AgentRun:
     """One Agents SDK run that asks for get_weather, the SDK's model requests recorded on the way out."""
+    from agents import Agent, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool
+    from agents import set_tracing_disabled
+
     set_tracing_disabled(True)
     tool_calls: list[str] = []
     requests: list[dict[str, Any]] = []
@@ -184,6 +180,8 @@ def reasoning_text(item: ReasoningItem) -> str:
 def test_agents_sdk_calls_the_tool_and_sends_the_reasoning_back(
     fast_graph: ServedGraph, api: str, streamed: bool
 ) -> None:
+    from agents import ReasoningItem, RunResultStreaming, ToolCallItem
+
     run = asyncio.run(run_agent(fast_graph.endpoint, api, streamed))
     result = run.result
     items = result.new_items
