@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib
 import numpy as np
 
 from dynamo_oss.catalog.hardware import HARDWARE
@@ -36,8 +36,8 @@ from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.pareto import interactivity_ratios, ratio_summary
 from dynamo_oss.perf.search import LayoutPoint, SearchResult, search, sweep
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # after choosing the file-only backend
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 HERE = Path(__file__).parent
 MODEL, GPUS, ISL = "gpt-oss-120b", 8, 32768
@@ -383,7 +383,7 @@ def write_markdown(
     return "\n".join(lines) + "\n"
 
 
-def _draw_fronts(ax: plt.Axes, case: dict) -> None:
+def _draw_fronts(ax: Axes, case: dict) -> None:
     for mode, colour in (("agg", "tab:blue"), ("disagg", "tab:red")):
         every = [p for p in case["points"] if p["mode"] == mode]
         ax.scatter([p["tok_s_gpu"] for p in every], [p["tok_s_user"] for p in every], s=8, color=colour, alpha=0.25)
@@ -403,6 +403,11 @@ def _draw_fronts(ax: plt.Axes, case: dict) -> None:
 
 
 def plot(cases: list[dict], reference: dict, sweep_cases: list[dict], before: list[dict], path: Path) -> None:
+    import matplotlib  # here, not at the top: the suite imports this module to test its tables
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # after choosing the file-only backend
+
     fig, axes = plt.subplots(len(HARDWARES) + 1, len(OSLS), figsize=(11, 16), squeeze=False)
     for c in cases:
         _draw_fronts(axes[HARDWARES.index(c["hardware"])][OSLS.index(c["osl"])], c)
