@@ -1,5 +1,5 @@
 """Stored responses: `store`, `previous_response_id`, GET and DELETE /v1/responses/{id} and its input
-items, per-key ownership and retention, against a served disaggregated mocker graph whose gateway
+items, per-key ownership and retention, against the session's keyed mocker graph, whose gateway
 keeps them in the graph's NATS; and a continuation served by a second gateway process and by the
 first one after it was killed and restarted. The prompt a continuation renders is checked without
 a graph: it begins with the previous turn's prompt, so the KV router finds it cached."""
@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -31,27 +30,22 @@ from dynamo_oss.gateway.responses.route import ITEMS, input_items
 from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.responses.store import StoredResponse
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
-from tests.support.graphs import write_graph
+from tests.support.graphs import KEYS, RETENTION_S
 from tests.support.ports import free_ports
-from tests.support.served import FAST_MOCKER, ServedGraph, serving
+from tests.support.served import ServedGraph
 from tests.support.waiting import alive, wait_for
 
 MODEL = "openai/gpt-oss-20b"
-KEYS = {"alice": "sk-alice-0123456789", "bob": "sk-bob-0123456789"}
-RETENTION_S = 3600
 BUCKET = "responses-test-graph"  # commands.responses_bucket of write_graph's graph
 WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
 ITEM = TypeAdapter(ResponseItem)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("store")
-    (folder / "keys").write_text("".join(f"{name} {key}\n" for name, key in KEYS.items()))
-    gateway = {"auth": {"keys_file": str(folder / "keys")}, "responses": {"retention_s": RETENTION_S}}
-    with serving(write_graph(folder, gateway=gateway), folder / "run", *FAST_MOCKER) as graph:
-        yield graph
+@pytest.fixture
+def served(keyed_graph: ServedGraph) -> ServedGraph:
+    """The session's keyed graph: alice and bob are two tenants of it."""
+    return keyed_graph
 
 
 def client(served: ServedGraph, name: str, endpoint: str | None = None) -> openai.OpenAI:

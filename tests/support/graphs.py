@@ -59,15 +59,21 @@ KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e"
         "erin": "sk-erin-5e18", "frank": "sk-frank-3a90"}  # fmt: skip
 
 
+# How long the keyed graph keeps a stored response (`gateway.responses.retention_s`).
+RETENTION_S = 3600
+
+
 def write_keyed_graph(folder: Path) -> Path:
-    """write_graph's graph with the gateway asking for KEYS, and its usage metrics on a free loopback
-    port (`observability.gateway_port`) that no Prometheus scrapes: a test reads them itself."""
+    """write_graph's graph with the gateway asking for KEYS, keeping stored responses RETENTION_S, and
+    its usage metrics on a free loopback port (`observability.gateway_port`) that no Prometheus
+    scrapes: a test reads them itself."""
     keys = folder / "api-keys"
     keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''}\n" for name, key in KEYS.items()))
     launcher, gateway_metrics = free_ports(2)
     observability = {"prometheus": {"mode": "external", "url": "http://127.0.0.1:1"}, "launcher_port": launcher,
                      "gateway_port": gateway_metrics}  # fmt: skip
-    return write_graph(folder, gateway={"auth": {"keys_file": str(keys)}}, observability=observability)
+    gateway = {"auth": {"keys_file": str(keys)}, "responses": {"retention_s": RETENTION_S}}
+    return write_graph(folder, gateway=gateway, observability=observability)
 
 
 # The sla mode on prompts long enough that prefill queues, the mocker 10x slower than modelled: at
