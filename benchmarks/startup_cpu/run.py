@@ -7,8 +7,8 @@ then read every process's user + system CPU time from /proc (psutil), and, for t
 run Dynamo's Rust runtime, how much of it their tokio threads spent; then, with no request sent,
 the share of a core each process keeps using over the next IDLE_S seconds (a graph a test module
 shares stays up, idle, while other modules run). Also loads the model folder's
-`tokenizer.json` with HF tokenizers in this process, the one load both Dynamo's frontend and the
-gateway pay. Writes results.md beside this file; under a minute here:
+`tokenizer.json` with HF tokenizers in this process, a load Dynamo's frontend pays twice (its
+multimodal-routing probe loads its own copy). Writes results.md beside this file; under a minute here:
 
     uv run python benchmarks/startup_cpu/run.py
 """
