@@ -13,6 +13,7 @@ import asyncio
 import datetime
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from dynamo_oss.assets import ENCODINGS_ENV, chat_template, model_folder, tiktok
 from dynamo_oss.assets import folder as folder_module
 from dynamo_oss.assets.cache import build_once
 from dynamo_oss.assets.encodings import O200K_FILE, O200K_PATTERN
+from dynamo_oss.assets.tokenizer import tokenizer_file
 from dynamo_oss.catalog.models import GPT_OSS_20B, GPT_OSS_120B, ModelShape
 from dynamo_oss.conformance.reference import reference_prompt
 
@@ -40,7 +42,13 @@ from dynamo_oss.conformance.reference import reference_prompt
 
 @pytest.fixture(scope="session")
 def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("dynamo-oss-cache")
+    """A cache of its own for the model folders these tests build, holding the tokenizer of the default
+    cache (built there first if need be, as a graph's start does): converting o200k's ranks takes
+    9 CPU-seconds, and the default cache's build is the one every graph uses and these tests check."""
+    root = tmp_path_factory.mktemp("dynamo-oss-cache")
+    built = tokenizer_file(GPT_OSS_20B.vocab_size).parent
+    shutil.copytree(built, root / built.name)
+    return root
 
 
 @pytest.fixture(scope="session")
