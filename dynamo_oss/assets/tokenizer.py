@@ -59,10 +59,16 @@ def tokenizer_config(max_length: int, vocab_size: int, chat_template: str) -> di
         "model_input_names": ["input_ids", "attention_mask"],
         "clean_up_tokenization_spaces": False,
         "added_tokens_decoder": {
-            str(i): {"content": name, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False,
-                     "special": True}
+            str(i): {
+                "content": name,
+                "lstrip": False,
+                "normalized": False,
+                "rstrip": False,
+                "single_word": False,
+                "special": True,
+            }
             for i, name in special_tokens(vocab_size).items()
-        },  # fmt: skip
+        },
         "chat_template": chat_template,
     }
 
