@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.support.graphs import write_graph, write_keyed_graph
+from tests.support.ports import free_port_run
 from tests.support.served import FAST_MOCKER, SLOW_MOCKER, ServedGraph, serving
 
 
@@ -40,7 +41,7 @@ def slowed_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGrap
     path = write_graph(folder)
     graph = yaml.safe_load(path.read_text())
     graph["hardware"]["gpus"] = 3
-    graph["pools"]["decode"]["workers"] = 2
+    graph["pools"]["decode"].update(workers=2, system_port=free_port_run(2))  # worker i: system_port + i
     path.write_text(yaml.safe_dump(graph))
     with serving(path, folder / "run", *SLOW_MOCKER) as served:
         yield served

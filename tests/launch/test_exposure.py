@@ -21,7 +21,7 @@ import yaml
 
 from dynamo_oss.cli import main
 from tests.support.graphs import observed, write_graph
-from tests.support.ports import free_ports
+from tests.support.ports import free_port_run, free_ports
 from tests.support.served import ServedGraph, serving
 from tests.support.waiting import wait_for
 
@@ -41,7 +41,7 @@ def autoscaled_graph(folder: Path, host: str) -> Path:
     graph = yaml.safe_load(path.read_text())
     (folder / "api-keys").write_text(f"tests {KEY}\n")
     graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
-    decode_port, _, prometheus, launcher, planner = free_ports(5)  # decode workers take decode_port + 0..1
+    decode_port, (prometheus, launcher, planner) = free_port_run(2), free_ports(3)  # decode workers: decode_port + 0..1
     graph["hardware"]["gpus"] = 3
     graph["frontend"]["host"] = host
     graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": decode_port}

@@ -18,7 +18,7 @@ import yaml
 
 from tests.support.commands import DYNAMO, REPO, run_dynamo
 from tests.support.graphs import exact_stream, observed, write_graph
-from tests.support.ports import free_ports
+from tests.support.ports import free_port_run, free_ports
 from tests.support.served import ServedGraph, serving
 from tests.support.waiting import wait_for
 
@@ -35,7 +35,7 @@ def two_decoders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGra
     graph = yaml.safe_load(path.read_text())
     graph["hardware"]["gpus"] = 3
     graph["pools"]["decode"]["workers"] = 2
-    decode_port, _second_decode_port, prometheus, launcher = free_ports(4)
+    decode_port, (prometheus, launcher) = free_port_run(2), free_ports(2)  # decode workers take decode_port + 0..1
     graph["pools"]["decode"]["system_port"] = decode_port
     graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))

@@ -16,7 +16,7 @@ import yaml
 
 from tests.support.commands import run_dynamo
 from tests.support.graphs import observed, write_graph
-from tests.support.ports import free_ports
+from tests.support.ports import free_port_run, free_ports
 from tests.support.served import ServedGraph, serving
 from tests.support.traffic import Load
 from tests.support.waiting import wait_for
@@ -36,7 +36,7 @@ def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph
     folder = tmp_path_factory.mktemp("autoscale")
     path = write_graph(folder)
     graph = yaml.safe_load(path.read_text())
-    decode_port, _, _, prometheus, launcher = free_ports(5)  # decode workers take decode_port + 0..2
+    decode_port, (prometheus, launcher) = free_port_run(3), free_ports(2)  # decode workers take decode_port + 0..2
     graph["hardware"]["gpus"] = 4
     graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 3}, "engine": "mocker", "system_port": decode_port}
     graph["planner"] = {"mode": "load", "ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2,
