@@ -32,13 +32,11 @@ def two_nodes(folder: Path, tls: object) -> Path:
     return path
 
 
-def test_open_infrastructure_on_a_network_is_refused_unless_the_graph_says_so(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    code, out, err = dynamo(capsys, "check", str(two_nodes(tmp_path, None)))
+def test_open_infrastructure_on_a_network_is_refused_unless_the_graph_says_so(tmp_path: Path) -> None:
+    code, out, err = dynamo("check", str(two_nodes(tmp_path, None)))
     assert code == 2 and "infrastructure.tls: embedded etcd and NATS listen on 10.9.0.1, where the other nodes " \
         "reach them, so they need mutual TLS" in err, out + err  # fmt: skip
-    code, out, err = dynamo(capsys, "check", str(two_nodes(tmp_path, "none")))
+    code, out, err = dynamo("check", str(two_nodes(tmp_path, "none")))
     assert code == 0 and "warning: infrastructure.etcd.client_port listens on 10.9.0.1:2379" in err, out + err
 
 
@@ -51,10 +49,10 @@ def test_open_infrastructure_on_a_network_is_refused_unless_the_graph_says_so(
     ids=["etcd over http", "nats without tls"],
 )
 def test_external_services_are_reached_over_tls_when_the_graph_asks_for_it(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, infrastructure: dict, named: str
+    tmp_path: Path, infrastructure: dict, named: str
 ) -> None:
     files = write_certificates(tmp_path / "certs", {"local": "127.0.0.1"})
-    code, _, err = dynamo(capsys, "check", str(write_graph(tmp_path, infrastructure={**infrastructure, "tls": files})))
+    code, _, err = dynamo("check", str(write_graph(tmp_path, infrastructure={**infrastructure, "tls": files})))
     assert code == 2 and named in err, err
 
 
@@ -87,16 +85,14 @@ def test_each_node_serves_and_reaches_the_infrastructure_with_its_own_certificat
     assert etcd_job["scheme"] == "https" and etcd_job["tls_config"]["cert_file"] == str(certs / "head.pem")
 
 
-def test_check_warns_and_serve_refuses_when_a_file_cannot_be_read(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_check_warns_and_serve_refuses_when_a_file_cannot_be_read(tmp_path: Path) -> None:
     files = write_certificates(tmp_path / "certs", {"local": "127.0.0.1"})
     graph = write_graph(tmp_path, infrastructure={**yaml.safe_load(write_graph(tmp_path).read_text())["infrastructure"],
                                                   "tls": files})  # fmt: skip
-    code, out, err = dynamo(capsys, "check", str(graph))
+    code, out, err = dynamo("check", str(graph))
     assert code == 0 and f"  tls        mutual, trusting {tmp_path / 'certs' / 'ca.pem'}" in out and err == ""
     (tmp_path / "certs" / "local-key.pem").write_text("not a key")
-    code, out, err = dynamo(capsys, "check", str(graph))
+    code, out, err = dynamo("check", str(graph))
     assert code == 0 and "warning: infrastructure.tls: " in err and "`dynamo serve` on node local refuses" in err
     (tmp_path / "certs" / "local-key.pem").unlink()
     served = run_dynamo("serve", str(graph), "--run-dir", str(tmp_path / "run"))

@@ -43,8 +43,8 @@ def test_the_host_plan_starts_the_placed_workers_on_their_gpus(tmp_path: Path) -
     assert plan.gpus == 8
 
 
-def test_check_prints_the_placement(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = dynamo(capsys, "check", str(REPO / "graphs" / "disagg.yaml"))
+def test_check_prints_the_placement() -> None:
+    code, out, err = dynamo("check", str(REPO / "graphs" / "disagg.yaml"))
     assert code == 0, err
     assert "  placement:\n    local 127.0.0.1, 8 GPUs (infrastructure, frontend): prefill-0 GPU 0; decode-0 GPU 1; " \
            "spare slots prefill-1, prefill-2, prefill-3, decode-1," in out  # fmt: skip
@@ -130,11 +130,11 @@ def test_a_worker_wider_than_a_tray_spans_whole_trays_of_one_nvlink_domain(tmp_p
     ],
 )
 def test_what_cannot_be_placed_is_refused_with_the_reason(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: Callable[[dict], None], named: str
+    tmp_path: Path, change: Callable[[dict], None], named: str
 ) -> None:
     graph = two_nodes()
     change(graph)
-    code, out, err = dynamo(capsys, "check", str(write(tmp_path, graph)))
+    code, out, err = dynamo("check", str(write(tmp_path, graph)))
     assert code == 2 and named in err and "nothing was started" in err, out + err
 
 
@@ -155,22 +155,22 @@ def test_each_node_plans_its_own_share_on_its_address(tmp_path: Path) -> None:
     assert sorted(t for group in targets for t in group["targets"]) == ["10.9.0.2:8100", "10.9.0.2:8101"]
 
 
-def test_check_prints_a_rack_as_a_cluster_and_a_bare_metal_node_by_name(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = dynamo(capsys, "check", str(REPO / "graphs" / "gb200-nvl72.yaml"))
+def test_check_prints_a_rack_as_a_cluster_and_a_bare_metal_node_by_name() -> None:
+    code, out, err = dynamo("check", str(REPO / "graphs" / "gb200-nvl72.yaml"))
     assert code == 0, err
     assert "valid, on a cluster of 18 nodes" in out and "    node-17, 4 GPUs: agg-17 GPU 0,1,2,3" in out
-    code, out, err = dynamo(capsys, "check", str(REPO / "graphs" / "disagg-2x8.yaml"), "--node", "b200-b")
+    code, out, err = dynamo("check", str(REPO / "graphs" / "disagg-2x8.yaml"), "--node", "b200-b")
     assert code == 0, err
     assert "the share of node b200-b" in out and "    decode-1   ports 8201" in out and "prefill-0  ports" not in out
-    code, out, err = dynamo(capsys, "check", str(REPO / "graphs" / "disagg-2x8.yaml"), "--node", "b200-c")
+    code, out, err = dynamo("check", str(REPO / "graphs" / "disagg-2x8.yaml"), "--node", "b200-c")
     assert code == 2 and "--node: 'b200-c' is not one of the graph's nodes: b200-a, b200-b" in err
 
 
-def test_bare_metal_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_bare_metal_refuses_what_it_cannot_run(tmp_path: Path) -> None:
     graph = two_nodes(prefill={"workers": 1, "engine": "mocker"},
                       decode={"autoscale": {"min": 1, "max": 1}, "engine": "mocker"})  # fmt: skip
     graph["planner"] = {"ttft_ms": 2000, "itl_ms": 50, "mode": "load"}
-    code, out, err = dynamo(capsys, "check", str(write(tmp_path, graph)))
+    code, out, err = dynamo("check", str(write(tmp_path, graph)))
     assert code == 2 and "pools.decode.autoscale: slot decode-0 is on node gpu-a, but on bare metal the planner " \
         "resizes pools only on its own node (head): pin the pool there" in err, out + err  # fmt: skip
     rack = {"name": "trays", "model": "gpt-oss-20b",
@@ -178,7 +178,7 @@ def test_bare_metal_refuses_what_it_cannot_run(capsys: pytest.CaptureFixture[str
                                                    for i in range(2)]},
             "infrastructure": {"tls": "none"},
             "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine": "mocker"}}}  # fmt: skip
-    code, out, err = dynamo(capsys, "check", str(write(tmp_path, rack)))
+    code, out, err = dynamo("check", str(write(tmp_path, rack)))
     assert code == 2 and "pools.agg.gpus_per_worker: worker agg-0 spans nodes tray-0, tray-1, which engine mocker " \
         "cannot do: give it at most one node's GPUs" in err, out + err  # fmt: skip
 

@@ -59,21 +59,19 @@ def test_keys_come_from_a_file_of_names_or_one_variable(tmp_path: Path, monkeypa
         ApiKeys.from_env("NO_SUCH_KEY")
 
 
-def test_an_endpoint_past_loopback_needs_keys_unless_the_graph_says_none(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_an_endpoint_past_loopback_needs_keys_unless_the_graph_says_none(tmp_path: Path) -> None:
     graph = graph_with(tmp_path, "0.0.0.0")
-    code, _, err = dynamo(capsys, "check", str(graph))
+    code, _, err = dynamo("check", str(graph))
     assert code == 2 and "gateway.auth: the endpoint listens on 0.0.0.0, beyond this host, so it needs API keys" in err
     graph = graph_with(tmp_path, "0.0.0.0", gateway={"auth": "none"})
-    code, _, err = dynamo(capsys, "check", str(graph))
+    code, _, err = dynamo("check", str(graph))
     assert code == 0 and "the endpoint is open to the network with no authentication" in err
     graph = graph_with(tmp_path, "0.0.0.0", gateway={"auth": {"keys_file": "missing-keys"}})
-    code, out, err = dynamo(capsys, "check", str(graph))
+    code, out, err = dynamo("check", str(graph))
     assert code == 0 and f"api keys   from {tmp_path / 'missing-keys'}" in out, out
     assert "warning: gateway.auth.keys_file:" in err and "frontend.port listens" not in err  # keys, so not open
     graph = graph_with(tmp_path, "127.0.0.1", gateway={"enabled": False, "auth": {"keys_env": "KEY"}})
-    code, _, err = dynamo(capsys, "check", str(graph))
+    code, _, err = dynamo("check", str(graph))
     assert code == 2 and "Got max_in_flight or auth with enabled false" in err
 
 

@@ -19,14 +19,14 @@ SHIPPED = ["disagg.yaml", "disagg-1p1d.yaml", "agg.yaml", "disagg-h200.yaml", "a
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_shipped_graphs_are_valid(capsys: pytest.CaptureFixture[str], name: str) -> None:
-    code, out, err = dynamo(capsys, "check", f"graphs/{name}")
+def test_shipped_graphs_are_valid(name: str) -> None:
+    code, out, err = dynamo("check", f"graphs/{name}")
     assert code == 0, out + err
     assert "valid" in out
 
 
-def test_check_prints_placement_and_command_lines(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = dynamo(capsys, "check", "graphs/disagg.yaml", "--json")
+def test_check_prints_placement_and_command_lines() -> None:
+    code, out, err = dynamo("check", "graphs/disagg.yaml", "--json")
     assert code == 0, out + err
     plan = json.loads(out)
     by_name = {p["name"]: p for p in plan["processes"]}
@@ -43,8 +43,8 @@ def test_check_prints_placement_and_command_lines(capsys: pytest.CaptureFixture[
     assert by_name["frontend"]["ports"][0] == {"field": "frontend.dynamo_port", "host": "127.0.0.1", "port": 8001}
 
 
-def test_check_with_mocker_swaps_engines_only(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = dynamo(capsys, "check", "graphs/disagg-1p1d.yaml", "--engine", "mocker", "--json")
+def test_check_with_mocker_swaps_engines_only() -> None:
+    code, out, err = dynamo("check", "graphs/disagg-1p1d.yaml", "--engine", "mocker", "--json")
     assert code == 0, out + err
     plan = json.loads(out)
     workers = [p for p in plan["processes"] if p["kind"] == "worker"]
@@ -54,13 +54,9 @@ def test_check_with_mocker_swaps_engines_only(capsys: pytest.CaptureFixture[str]
     assert decode[decode.index("--data-parallel-size") + 1] == "4"  # the engine file's attention DP, kept
 
 
-def test_every_path_check_prints_exists_or_is_written_when_served(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_every_path_check_prints_exists_or_is_written_when_served(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
-    code, out, err = dynamo(
-        capsys, "check", "graphs/disagg.yaml", "--engine", "mocker", "--run-dir", str(run_dir), "--json"
-    )
+    code, out, err = dynamo("check", "graphs/disagg.yaml", "--engine", "mocker", "--run-dir", str(run_dir), "--json")
     assert code == 0, out + err
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
@@ -75,13 +71,13 @@ def test_every_path_check_prints_exists_or_is_written_when_served(
     made_by_serve = {run_dir, run_dir / "etcd", run_dir / "nats", run_dir / "prometheus", run_dir / "planner-look.json"}
     missing = [path for path in paths if not path.exists() and path not in planned | made_by_serve]
     assert paths and not missing
-    code, out, _ = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker")
+    code, out, _ = dynamo("check", "graphs/disagg.yaml", "--engine", "mocker")
     assert "files written when the graph is served:" in out
     assert "<run-dir>/profiles/decode.npz" in out
 
 
 @pytest.fixture
-def broken(capsys: pytest.CaptureFixture[str], tmp_path: Path):
+def broken(tmp_path: Path):
     """Check a test graph changed by `mutate`; it must fail with status 2, naming the problem on stderr."""
 
     def check(mutate) -> str:
@@ -89,7 +85,7 @@ def broken(capsys: pytest.CaptureFixture[str], tmp_path: Path):
         graph = yaml.safe_load(path.read_text())
         mutate(graph)
         path.write_text(yaml.safe_dump(graph))
-        code, out, err = dynamo(capsys, "check", str(path))
+        code, out, err = dynamo("check", str(path))
         assert code == 2, out + err
         assert "nothing was started" in err and not out
         return err
@@ -167,10 +163,10 @@ def test_external_etcd_needs_endpoints(broken) -> None:
     assert "infrastructure.etcd.endpoints: Field required" in out
 
 
-def test_yaml_that_is_not_a_mapping(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_yaml_that_is_not_a_mapping(tmp_path: Path) -> None:
     path = tmp_path / "graph.yaml"
     path.write_text("- just\n- a list\n")
-    code, _, err = dynamo(capsys, "check", str(path))
+    code, _, err = dynamo("check", str(path))
     assert code == 2
     assert "file: expected a mapping" in err
 
@@ -240,7 +236,7 @@ def test_autoscale_range_is_ordered(broken) -> None:
     assert "pools.decode.autoscale: Got min 2 and max 1" in err
 
 
-def test_autoscaled_pool_starts_at_its_minimum(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_autoscaled_pool_starts_at_its_minimum(tmp_path: Path) -> None:
     path = write_graph(tmp_path)
     graph = yaml.safe_load(path.read_text())
     graph["hardware"]["gpus"] = 4
@@ -248,7 +244,7 @@ def test_autoscaled_pool_starts_at_its_minimum(capsys: pytest.CaptureFixture[str
     graph["pools"]["decode"]["autoscale"] = {"min": 2, "max": 3}
     graph["planner"] = {"mode": "load", "ttft_ms": 1000, "itl_ms": 25}
     path.write_text(yaml.safe_dump(graph))
-    code, out, err = dynamo(capsys, "check", str(path))
+    code, out, err = dynamo("check", str(path))
     assert code == 0, out + err
     assert "decode-1  " in out and "decode-2  " not in out
     assert "worker slots a pool grows into, on free GPUs: decode-2 (port " in out
@@ -266,16 +262,14 @@ def test_engine_args_of_the_wrong_type_name_the_key(broken, tmp_path: Path) -> N
     assert "'four'" in err
 
 
-def test_external_infrastructure_starts_nothing_and_is_passed_on(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
+def test_external_infrastructure_starts_nothing_and_is_passed_on(tmp_path: Path) -> None:
     path = write_graph(tmp_path)
     graph = yaml.safe_load(path.read_text())
     graph["infrastructure"] = {"etcd": {"mode": "external", "endpoints": ["http://etcd.example:2379"]},
                                "nats": {"mode": "external", "url": "nats://nats.example:4222"}}  # fmt: skip
     graph["gateway"] = {"enabled": False}
     path.write_text(yaml.safe_dump(graph))
-    code, out, err = dynamo(capsys, "check", str(path), "--json")
+    code, out, err = dynamo("check", str(path), "--json")
     assert code == 0, out + err
     plan = json.loads(out)
     assert {p["name"] for p in plan["processes"]} == {"frontend", "prefill-0", "decode-0"}
@@ -287,9 +281,9 @@ def test_external_infrastructure_starts_nothing_and_is_passed_on(
     assert "warning: infrastructure.nats is reached at nats://nats.example:4222 in clear" in err
 
 
-def test_mocker_time_scale_slows_steps_and_kv_handoff_alike(capsys: pytest.CaptureFixture[str]) -> None:
+def test_mocker_time_scale_slows_steps_and_kv_handoff_alike() -> None:
     def prefill_argv(*extra: str) -> list[str]:
-        code, out, err = dynamo(capsys, "check", "graphs/disagg.yaml", "--engine", "mocker", "--json", *extra)
+        code, out, err = dynamo("check", "graphs/disagg.yaml", "--engine", "mocker", "--json", *extra)
         assert code == 0, err
         return next(p["argv"] for p in json.loads(out)["processes"] if p["name"] == "prefill-0")
 

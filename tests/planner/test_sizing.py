@@ -134,8 +134,8 @@ def test_the_live_ramp_is_sized_one_then_two_of_each(tmp_path: Path) -> None:
     assert max(sizer.predict({"prefill": 2, "decode": 2}, high)) < math.inf
 
 
-def check_refused(capsys: pytest.CaptureFixture[str], path: Path) -> str:
-    code, out, err = dynamo(capsys, "check", str(path))
+def check_refused(path: Path) -> str:
+    code, out, err = dynamo("check", str(path))
     assert code == 2 and "nothing was started" in err, out + err
     return err
 
@@ -154,10 +154,8 @@ def changed_sla_graph(tmp_path: Path, change: dict) -> Path:
     return path
 
 
-def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    err = check_refused(capsys, changed_sla_graph(tmp_path, {"planner": {"itl_ms": 0.5, "ttft_ms": 1}}))
+def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(tmp_path: Path) -> None:
+    err = check_refused(changed_sla_graph(tmp_path, {"planner": {"itl_ms": 0.5, "ttft_ms": 1}}))
     assert (
         "planner.itl_ms: 0.5 ms is below the fastest decode step the performance model predicts for this "
         "layout (disagg P 1xTP1 + D 1xTP1 on h200): "
@@ -182,10 +180,8 @@ def test_targets_no_size_can_meet_are_refused_with_the_best_the_model_predicts(
     ],
     ids=["unknown mode", "no prometheus", "range past the gpus", "min above max", "no itl target"],
 )
-def test_bad_planner_sections_are_named(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, change: dict, named: str
-) -> None:
-    assert named in check_refused(capsys, changed_sla_graph(tmp_path, change))
+def test_bad_planner_sections_are_named(tmp_path: Path, change: dict, named: str) -> None:
+    assert named in check_refused(changed_sla_graph(tmp_path, change))
 
 
 def test_the_planner_runs_the_plugins_at_the_mocker_speed_it_sizes_for(tmp_path: Path) -> None:

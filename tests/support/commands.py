@@ -8,19 +8,21 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[2]
 DYNAMO = [sys.executable, "-m", "dynamo_oss.cli"]
 
 
-def dynamo(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """Run the `dynamo` command in this process: (exit status, stdout, stderr)."""
+def dynamo(*args: str) -> tuple[int, str, str]:
+    """Run the `dynamo` command in this process, from the repository's root: (exit status, stdout, stderr)."""
     from dynamo_oss.cli import main
 
-    code = main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(args))
+        except SystemExit as exit_:  # argparse refusing a flag
+            code = exit_.code
+    return code, out.getvalue(), err.getvalue()
 
 
 # Commands that take over the process's signals or run until stopped: always a process of their own.
@@ -33,12 +35,4 @@ def run_dynamo(*args: str, timeout_s: float = 60) -> subprocess.CompletedProcess
     each time, and the suite runs dozens); `serve` and `bench` run as a subprocess, within `timeout_s`."""
     if args[0] in OWN_PROCESS:
         return subprocess.run([*DYNAMO, *args], capture_output=True, text=True, timeout=timeout_s, cwd=REPO)
-    from dynamo_oss.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.chdir(REPO), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(args))
-        except SystemExit as exit_:  # argparse refusing a flag
-            code = exit_.code
-    return subprocess.CompletedProcess([*DYNAMO, *args], code, out.getvalue(), err.getvalue())
+    return subprocess.CompletedProcess([*DYNAMO, *args], *dynamo(*args))
