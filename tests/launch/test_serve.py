@@ -1,6 +1,6 @@
 """`dynamo serve graphs/disagg.yaml --engine mocker`: real etcd, NATS, Dynamo frontend and mocker
 workers, driven through the official openai client. Most tests share one served graph and
-leave it as they found it; a test that kills a worker serves a graph of its own."""
+leave it as they found it; the test that kills a worker, then the supervisor, serves a graph of its own."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import pytest
 from tests.support.commands import run_dynamo
 from tests.support.graphs import write_graph
 from tests.support.served import ServedGraph, start_serving, wait_ready
-from tests.support.waiting import wait_for
+from tests.support.waiting import alive, wait_for
 
 NAMESPACE = "gpt-oss-120b-disagg"
 MODEL = "openai/gpt-oss-120b"
@@ -331,13 +331,14 @@ def cached_share(served: ServedGraph, prompt: str) -> tuple[int, int]:
     return usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0
 
 
-def test_killed_decode_worker_is_restarted_serves_again_and_bills_the_prefill_worker_s_cache(
+def test_a_killed_decode_worker_restarts_and_bills_the_prefill_cache_a_killed_supervisor_takes_all_with_it(
     own_graph: ServedGraph,
 ) -> None:
     """The restarted decode worker's prefix cache is empty while the prefill worker's still holds a
     prompt sent before the kill: that prompt, sent again, is billed as cached (the prefill worker's
     hits, which is where a prompt's cache is used), where the decode worker's own count would be none
-    of it (Dynamo 4239: the frontend reports the decode worker's usage)."""
+    of it (Dynamo 4239: the frontend reports the decode worker's usage). Then the supervisor itself is
+    killed, and every process of the graph exits with it."""
     long_prompt = " ".join(f"ledger entry {i} reconciled" for i in range(300))
     cached_share(own_graph, long_prompt)
     old_pid = own_graph.pid_of("decode-0")
@@ -372,6 +373,12 @@ def test_killed_decode_worker_is_restarted_serves_again_and_bills_the_prefill_wo
     routes = wait_for(lambda: routed_workers(own_graph)[decoded_before:], 10, "the frontend to log the route")
     assert routes[-1][1] in new_decode_ids  # decoded by the worker that never saw the prompt
     assert cached >= 0.9 * tokens, (tokens, cached)
+
+    pids = [p["pid"] for p in own_graph.state()["processes"]]
+    assert len(pids) == 6 and all(pids)
+    os.kill(own_graph.process.pid, signal.SIGKILL)
+    own_graph.process.wait(30)
+    wait_for(lambda: not any(alive(pid) for pid in pids), 30, "every child of the killed supervisor to exit")
 
 
 def test_routine_log_lines_stay_out_of_the_terminal(disagg: ServedGraph) -> None:
