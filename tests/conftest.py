@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
-from tests.support.graphs import shipped_graph_on_free_ports
+from tests.support.graphs import AUTOSCALE_SLOW, shipped_graph_on_free_ports, write_autoscaled_graph
 from tests.support.served import ServedGraph, serving
 
 # CI's environment sets PYTHONDONTWRITEBYTECODE, so each of the hundreds of Python processes the suite
@@ -22,7 +22,7 @@ sys.dont_write_bytecode = False
 
 # The fixtures that serve a graph (or start Dynamo's frontend): a test using one, directly or through
 # another fixture, carries the `graph` marker; a test that serves one itself is marked where it is.
-GRAPH_FIXTURES = {"disagg", "fast_graph", "autoscaled", "sla_scaled", "served", "stock_mocker_endpoint", "two_decoders",
+GRAPH_FIXTURES = {"disagg", "fast_graph", "autoscaled", "sla_scaled", "stock_mocker_endpoint", "two_decoders",
                   "own_graph", "sweep_folder", "frontend_prompts", "keyed_graph", "slowed_pair"}  # fmt: skip
 
 
@@ -87,6 +87,17 @@ def disagg(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
     on the one worker their group runs on."""
     folder = tmp_path_factory.mktemp("disagg")
     with serving(shipped_graph_on_free_ports("disagg.yaml", folder), folder / "run") as served:
+        yield served
+
+
+@pytest.fixture(scope="session")
+def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
+    """The load-autoscaled graph (tests.support.graphs.write_autoscaled_graph), its endpoint on
+    0.0.0.0 behind a key: the planner's load ramp runs on it, and the exposure tests list its
+    listeners (every kind of process a graph starts, Dynamo's planner included)."""
+    folder = tmp_path_factory.mktemp("autoscale")
+    with serving(write_autoscaled_graph(folder, "0.0.0.0"), folder / "run", "--mocker-time-scale",
+                 str(AUTOSCALE_SLOW)) as served:  # fmt: skip
         yield served
 
 

@@ -4,14 +4,13 @@ when a graph leaves it open on purpose (`gateway.auth: none`).
 
 The live tests list the listening TCP sockets of the whole `dynamo serve` process tree (etcd, NATS,
 Prometheus, the gateway, Dynamo's frontend, workers and planner, the launcher's control API and metrics),
-on graphs with an autoscaled pool so that Dynamo's planner runs too: the README's, on loopback, and one
-with its endpoint on 0.0.0.0 behind a key.
+on graphs where Dynamo's planner runs too: the README's, on loopback, and the load-autoscaled graph the
+planner's tests share (tests/conftest.py), with its endpoint on 0.0.0.0 behind a key.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -20,35 +19,14 @@ import pytest
 import yaml
 
 from dynamo_oss.cli import main
-from tests.support.graphs import observed, write_graph
-from tests.support.ports import free_port_run, free_ports
-from tests.support.served import ServedGraph, serving
+from tests.support.graphs import AUTOSCALE_KEY, write_autoscaled_graph, write_graph
+from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
 
 WARNING = "the endpoint is open to the network with no authentication in front"
 LOOPBACK = ("127.0.0.1", "::1")
 # Processes of the graph that listen at all; the actuator and the engines' helpers do not.
 LISTENING = {"launcher", "etcd", "nats", "prometheus", "gateway", "frontend", "prefill-0", "decode-0", "planner"}
-
-
-KEY = "sk-exposure-test"
-
-
-def autoscaled_graph(folder: Path, host: str) -> Path:
-    """write_graph's disaggregated mocker graph on free ports, its endpoint on `host` (behind an API
-    key), with decode autoscaled (so Dynamo's planner runs) and an embedded Prometheus."""
-    path = write_graph(folder)
-    graph = yaml.safe_load(path.read_text())
-    (folder / "api-keys").write_text(f"tests {KEY}\n")
-    graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
-    decode_port, (prometheus, launcher, planner) = free_port_run(2), free_ports(3)  # decode workers: decode_port + 0..1
-    graph["hardware"]["gpus"] = 3
-    graph["frontend"]["host"] = host
-    graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": decode_port}
-    graph["planner"] = {"ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2, "metrics_port": planner}
-    graph["observability"] = observed(prometheus, launcher)
-    path.write_text(yaml.safe_dump(graph))
-    return path
 
 
 def listeners(served: ServedGraph) -> list[tuple[str, str, int]]:
@@ -68,15 +46,8 @@ def listeners(served: ServedGraph) -> list[tuple[str, str, int]]:
     return sorted(rows)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("exposure")
-    with serving(autoscaled_graph(folder, "0.0.0.0"), folder / "run") as graph:
-        yield graph
-
-
-def test_every_listener_binds_loopback_but_the_endpoint(served: ServedGraph) -> None:
-    assert_only_the_endpoint_leaves_loopback(served, "openai/gpt-oss-20b")
+def test_every_listener_binds_loopback_but_the_endpoint(autoscaled: ServedGraph) -> None:
+    assert_only_the_endpoint_leaves_loopback(autoscaled, "openai/gpt-oss-20b")
 
 
 def test_the_readmes_graph_binds_every_listener_to_loopback(disagg: ServedGraph) -> None:
@@ -90,7 +61,7 @@ def assert_only_the_endpoint_leaves_loopback(served: ServedGraph, model: str) ->
     host, port = graph["frontend"].get("host", "127.0.0.1"), graph["frontend"]["port"]
     # A request first, so anything opened on the request path is open; the planner opens its listener
     # after the graph is ready.
-    reply = httpx.post(f"{served.endpoint}/chat/completions", timeout=60, headers={"authorization": f"Bearer {KEY}"},
+    reply = httpx.post(f"{served.endpoint}/chat/completions", timeout=60, headers={"authorization": f"Bearer {AUTOSCALE_KEY}"},
                        json={"model": model, "messages": [{"role": "user", "content": "hi"}],
                              "max_tokens": 8})  # fmt: skip
     assert reply.status_code == 200, reply.text
@@ -105,8 +76,8 @@ def assert_only_the_endpoint_leaves_loopback(served: ServedGraph, model: str) ->
     print(f"listeners of the graph (frontend.host {host}):\n{table}")
 
 
-def test_serve_does_not_warn_of_an_endpoint_behind_keys(served: ServedGraph) -> None:
-    assert "warning: frontend.port listens" not in served.output.read_text(), served.output.read_text()[-3000:]
+def test_serve_does_not_warn_of_an_endpoint_behind_keys(autoscaled: ServedGraph) -> None:
+    assert "warning: frontend.port listens" not in autoscaled.output.read_text(), autoscaled.output.read_text()[-3000:]
 
 
 def check(capsys: pytest.CaptureFixture[str], graph: Path, *args: str) -> tuple[str, str]:
@@ -140,14 +111,22 @@ def test_check_warns_when_the_endpoint_is_open_to_the_network(
 def test_check_plans_every_internal_listener_on_loopback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     """With the endpoint open to the network, the plan keeps all else on loopback, spare worker slots
     included, and gives every Dynamo process the loopback binds."""
-    out, _ = check(capsys, autoscaled_graph(tmp_path, "0.0.0.0"), "--json")
+    out, _ = check(capsys, write_autoscaled_graph(tmp_path, "0.0.0.0"), "--json")
     plan = json.loads(out)
     processes = plan["processes"] + plan["spare_workers"]
-    assert [p["name"] for p in plan["spare_workers"]] == ["decode-1"]
+    assert [p["name"] for p in plan["spare_workers"]] == ["decode-1", "decode-2"]
     uses = [use for p in processes for use in p["ports"]] + [plan["launcher_metrics"]]
     assert [use["field"] for use in uses if use["host"] != "127.0.0.1"] == ["frontend.port"]
     dynamo = [p for p in processes if p["kind"] in ("frontend", "worker", "planner")]
-    assert {p["name"] for p in dynamo} >= {"frontend", "prefill-0", "decode-0", "decode-1", "planner", "actuator"}
+    assert {p["name"] for p in dynamo} >= {
+        "frontend",
+        "prefill-0",
+        "decode-0",
+        "decode-1",
+        "decode-2",
+        "planner",
+        "actuator",
+    }
     for process in dynamo:
         env = process["env"]
         binds = [env.get(key) for key in ("DYN_TCP_RPC_HOST", "DYN_TCP_RESPONSE_STREAM_HOST", "DYN_SYSTEM_HOST")]

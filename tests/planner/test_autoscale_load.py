@@ -7,44 +7,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-import yaml
 
 from tests.support.commands import run_dynamo
-from tests.support.graphs import observed, write_graph
-from tests.support.ports import free_port_run, free_ports
-from tests.support.served import ServedGraph, serving
+from tests.support.graphs import AUTOSCALE_KEY
+from tests.support.served import ServedGraph
 from tests.support.traffic import Load
 from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.long
 
-SLOW = 10  # the mocker runs 10x slower than modelled, so streams last seconds and load builds up
 TOKENS = 400
 RAMP_STREAMS = 24
-# The mocker's KV cache (modelled on an H200) holds about 4.3M tokens, which 24 streams on this
-# machine never come near; the thresholds are set where they do.
-KV_PERCENT = [0.15, 0.03]
-
-
-@pytest.fixture(scope="module")
-def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph]:
-    folder = tmp_path_factory.mktemp("autoscale")
-    path = write_graph(folder)
-    graph = yaml.safe_load(path.read_text())
-    decode_port, (prometheus, launcher) = free_port_run(3), free_ports(2)  # decode workers take decode_port + 0..2
-    graph["hardware"]["gpus"] = 4
-    graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 3}, "engine": "mocker", "system_port": decode_port}
-    graph["planner"] = {"mode": "load", "ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2,
-                        "decode_kv_percent": KV_PERCENT, "metrics_port": free_ports(1)[0]}  # fmt: skip
-    graph["observability"] = observed(prometheus, launcher)
-    path.write_text(yaml.safe_dump(graph))
-    with serving(path, folder / "run", "--mocker-time-scale", str(SLOW)) as served:
-        yield served
 
 
 def decode_pool(served: ServedGraph) -> dict:
@@ -61,7 +38,7 @@ def test_the_planner_grows_decode_under_load_and_shrinks_it_after(
     autoscaled: ServedGraph, record_property: pytest.RecordProperty
 ) -> None:
     assert decode_pool(autoscaled)["live"] == 1
-    load = Load(autoscaled.endpoint, TOKENS)
+    load = Load(autoscaled.endpoint, TOKENS, api_key=AUTOSCALE_KEY)
     load.users = 1
     load.thread.start()
     try:

@@ -1,5 +1,5 @@
-"""The small graphs tests serve, on free ports: the two-worker mocker graph, its sla-autoscaled
-variant, and the shipped graphs moved off the shipped ports."""
+"""The small graphs tests serve, on free ports: the two-worker mocker graph, its keyed, sla-autoscaled
+and load-autoscaled variants, and the shipped graphs moved off the shipped ports."""
 
 from __future__ import annotations
 
@@ -92,6 +92,31 @@ def write_sla_graph(folder: Path) -> Path:
                       for role in ("prefill", "decode")}  # fmt: skip
     graph["planner"] = {"ttft_ms": 1500, "itl_ms": 40, "interval_s": 2, "scale_down_after_s": 20,
                         "metrics_port": metrics}  # mode sla: the default, with 20% headroom  # fmt: skip
+    graph["observability"] = observed(prometheus, launcher)
+    path.write_text(yaml.safe_dump(graph))
+    return path
+
+
+# The load-autoscaled graph (write_autoscaled_graph): the mocker runs AUTOSCALE_SLOW times slower than
+# modelled, so streams last seconds and load builds up; its endpoint asks for AUTOSCALE_KEY. The
+# mocker's KV cache (modelled on an H200) holds about 4.3M tokens, which 24 streams on this machine
+# never come near: the planner's KV thresholds are set where they do.
+AUTOSCALE_SLOW, AUTOSCALE_KEY, AUTOSCALE_KV_PERCENT = 10, "sk-autoscaled-5d2b", [0.15, 0.03]
+
+
+def write_autoscaled_graph(folder: Path, host: str) -> Path:
+    """write_graph's graph with decode autoscaled 1-3 by Dynamo's planner in load mode (a GPU budget of
+    3 caps it at 2), an embedded Prometheus, and the endpoint on `host` behind AUTOSCALE_KEY."""
+    path = write_graph(folder)
+    graph = yaml.safe_load(path.read_text())
+    (folder / "api-keys").write_text(f"tests {AUTOSCALE_KEY}\n")
+    decode_port, (prometheus, launcher, planner) = free_port_run(3), free_ports(3)  # decode worker i: decode_port + i
+    graph["hardware"]["gpus"] = 4
+    graph["frontend"]["host"] = host
+    graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
+    graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 3}, "engine": "mocker", "system_port": decode_port}
+    graph["planner"] = {"mode": "load", "ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2,
+                        "decode_kv_percent": AUTOSCALE_KV_PERCENT, "metrics_port": planner}  # fmt: skip
     graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
     return path

@@ -15,8 +15,8 @@ class Load:
     """Streaming users in a thread of their own: `users` closed-loop ones, and open-loop arrivals at
     `per_second`; both can change while it runs."""
 
-    def __init__(self, endpoint: str, tokens: int, prompt_words: int = 0) -> None:
-        self.endpoint, self.tokens, self.users, self.per_second = endpoint, tokens, 0, 0.0
+    def __init__(self, endpoint: str, tokens: int, prompt_words: int = 0, api_key: str = "unused") -> None:
+        self.endpoint, self.tokens, self.api_key, self.users, self.per_second = endpoint, tokens, api_key, 0, 0.0
         self.padding = " hello" * prompt_words
         self.completed: list[int] = []
         self.failures: list[str] = []
@@ -24,7 +24,7 @@ class Load:
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()))
 
     async def _run(self) -> None:
-        client = openai.AsyncOpenAI(base_url=self.endpoint, api_key="unused", max_retries=0, timeout=120)
+        client = openai.AsyncOpenAI(base_url=self.endpoint, api_key=self.api_key, max_retries=0, timeout=120)
         running: set[asyncio.Task] = set()
         users: set[asyncio.Task] = set()
         next_arrival = time.monotonic()
