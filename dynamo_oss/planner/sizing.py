@@ -35,7 +35,9 @@ from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.perf.costs import CostModel, attention_spans, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Role
 
-BISECTION_STEPS = 60
+# How closely the settled batch is found: a thousandth of a request per rank. The planner runs the
+# bisection for every size it tries at every look, each step a cost-model step.
+BATCH_TOLERANCE = 1e-3
 
 
 class Load(Frozen):
@@ -115,7 +117,7 @@ def settled_batch(tokens_per_s: float, step_ms: Callable[[float], float], larges
     if largest * 1e3 / step_ms(largest) < tokens_per_s:
         return None
     low, high = 0.0, largest
-    for _ in range(BISECTION_STEPS):
+    while high - low > BATCH_TOLERANCE:
         middle = (low + high) / 2
         low, high = (middle, high) if middle * 1e3 / step_ms(middle) < tokens_per_s else (low, middle)
     return max(high, 1.0)
