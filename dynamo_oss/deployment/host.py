@@ -17,6 +17,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from dynamo_oss.assets.cache import resolve_cache_root
+from dynamo_oss.assets.encodings import ENCODINGS_ENV
 from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
@@ -139,7 +140,7 @@ def plan_host(
         "DYN_EVENT_PLANE": "nats",
         "NATS_SERVER": nats_url,
         # Dynamo's harmony parsers load the o200k ranks from here; without it tool calls come back empty.
-        "TIKTOKEN_ENCODINGS_BASE": str(encodings_dir),
+        ENCODINGS_ENV: str(encodings_dir),
         "DYN_SDK_DISABLE_ANSI_LOGGING": "1",  # plain log lines: the supervisor prefixes them
         # Dynamo's own listeners bind the node's address (loopback on one host) whatever frontend.host
         # says, and advertise it to the other nodes; without these they bind the host's default-route
@@ -349,7 +350,12 @@ def _frontend_processes(
                             ["--model-folder", str(model_folder)], reasoning_key_file(deployment),
                             deployment.gateway.keys_file, (ports[1].host, ports[1].port) if ports[1:] else None,
                             _responses_store(deployment, nats_url, tls))  # fmt: skip
-        processes.append(ProcessPlan(name="gateway", kind="gateway", argv=[sys.executable, *args], env={}, ports=ports))
+        # The gateway renders harmony itself (the Responses API, prompt counts): the same o200k ranks,
+        # or openai_harmony downloads them, and offline it fails the request.
+        env = {ENCODINGS_ENV: shared_env[ENCODINGS_ENV]}
+        processes.append(
+            ProcessPlan(name="gateway", kind="gateway", argv=[sys.executable, *args], env=env, ports=ports)
+        )
     return processes
 
 

@@ -40,6 +40,8 @@ def test_check_prints_placement_and_command_lines() -> None:
     assert prefill_argv[prefill_argv.index("--disaggregation-mode") + 1] == "prefill"
     assert "dynamo.trtllm" in prefill_argv
     assert by_name["gateway"]["ports"][0]["port"] == 8000  # clients meet the gateway
+    # The gateway renders harmony with the o200k ranks Dynamo's processes read, never a download.
+    assert by_name["gateway"]["env"]["TIKTOKEN_ENCODINGS_BASE"] == by_name["frontend"]["env"]["TIKTOKEN_ENCODINGS_BASE"]
     assert by_name["frontend"]["ports"][0] == {"field": "frontend.dynamo_port", "host": "127.0.0.1", "port": 8001}
 
 

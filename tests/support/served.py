@@ -14,6 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from dynamo_oss.assets import ENCODINGS_ENV
+
 from tests.support.commands import DYNAMO, REPO
 from tests.support.waiting import wait_for
 
@@ -68,6 +70,13 @@ class ServedGraph:
         return self.process.wait()
 
 
+def served_env() -> dict[str, str]:
+    """The test's environment for `dynamo serve`, less what serve must give its processes itself: unit
+    tests set the o200k ranks' folder in this process, and a graph inheriting it hid a gateway that
+    was not given it."""
+    return {**{k: v for k, v in os.environ.items() if k != ENCODINGS_ENV}, "PYTHONUNBUFFERED": "1"}
+
+
 def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
     output = run_dir.parent / f"{run_dir.name}.out"
     with output.open("w") as sink:
@@ -76,7 +85,7 @@ def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
             stdout=sink,
             stderr=subprocess.STDOUT,
             cwd=REPO,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env=served_env(),
         )
     return ServedGraph(process=process, graph=graph, run_dir=run_dir, output=output)
 
