@@ -10,10 +10,12 @@ import jsonschema
 import pytest
 
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
+from dynamo_oss.assets.cache import CACHE_ENV
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 
 from dynamo_oss.engines.harmony.answers import ASSISTANT_TURN, completion_for, encoding  # noqa: E402
+from dynamo_oss.engines.harmony.token_table import token_table  # noqa: E402
 from dynamo_oss.engines.mocker_worker import _replays  # noqa: E402
 
 CHAT_PROMPT = [
@@ -35,6 +37,25 @@ def test_a_chat_answer_is_reasoning_then_a_final_message() -> None:
     assert text.startswith("<|channel|>analysis<|message|>We ")
     assert "<|end|><|start|>assistant<|channel|>final<|message|>Here " in text
     assert text.endswith("<|return|>")
+
+
+def test_the_token_table_holds_what_harmony_encodes_and_is_built_once(tmp_path, monkeypatch) -> None:  # noqa: ANN001
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    calls: list[str] = []
+
+    def special(text: str) -> list[int]:
+        calls.append(text)
+        return encoding().encode(text, allowed_special="all")
+
+    def plain(text: str) -> list[int]:
+        return encoding().encode(text, disallowed_special=())
+
+    texts, words = ("<|channel|>analysis<|message|>", "Here"), ("answer", "disaggregation")
+    table = token_table(texts, words, special, plain)
+    assert table.texts == {text: tuple(special(text)) for text in texts}
+    assert table.single_token_words(["disaggregation", "answer"]) == (plain(" answer")[0],)  # one token, not two
+    calls.clear()
+    assert token_table(texts, words, special, plain).texts == table.texts and calls == []  # read, not encoded
 
 
 def test_the_same_request_gets_the_same_answer() -> None:

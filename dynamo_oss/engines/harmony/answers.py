@@ -35,6 +35,7 @@ from dynamo_oss.assets.tokenizer import CALL, RETURN
 from dynamo_oss.assets.tokenizer import ENDOFTEXT as END_OF_TEXT  # an eos id in gpt-oss's generation_config
 from dynamo_oss.engines.harmony.grammar import answer_schema
 from dynamo_oss.engines.harmony.instances import instance_of
+from dynamo_oss.engines.harmony.token_table import TokenTable, token_table
 from dynamo_oss.engines.harmony.tool_args import ToolRequest, arguments_for, tool_request
 
 ASSISTANT_TURN = [200006, 173781]  # <|start|>assistant: the chat template's generation prompt
@@ -155,16 +156,25 @@ def encoding() -> HarmonyEncoding:
     return load_harmony_encoding(HarmonyEncodingName.HARMONY_GPT_OSS)
 
 
+# The fixed pieces of every answer, found in the token table (harmony/token_table.py) without the ranks.
+_FIXED_TEXTS = ("<|start|>developer", "<|end|><|start|>assistant<|channel|>final<|message|>", "Here", ".",
+                "<|channel|>analysis<|message|>", "We")  # fmt: skip
+
+
 @cache
-def _single_token_words(words: tuple[str, ...]) -> tuple[int, ...]:
-    """Each word as ' word', kept only where that is one token: then n tokens are n whole words."""
-    ids = [_text(" " + word) for word in words]
-    return tuple(t[0] for t in ids if len(t) == 1)
+def _table() -> TokenTable:
+    """The fixed texts' ids, and each word as ' word' where that is one token: n of them are n whole words."""
+    return token_table(_FIXED_TEXTS, (*_REASONING_WORDS, *_ANSWER_WORDS), _encoded_special, _text)
 
 
 @cache
 def _special(text: str) -> tuple[int, ...]:
-    return tuple(encoding().encode(text, allowed_special="all"))
+    fixed = _table().texts.get(text)
+    return fixed if fixed is not None else tuple(_encoded_special(text))
+
+
+def _encoded_special(text: str) -> list[int]:
+    return encoding().encode(text, allowed_special="all")
 
 
 def _text(text: str) -> list[int]:
@@ -267,7 +277,7 @@ def _assemble(rng: random.Random, reasoning_tokens: int, body: tuple[int, ...]) 
 
 def _words(rng: random.Random, vocabulary: list[str], count: int) -> list[int]:
     """`count` tokens of sentences: single-token words, a full stop every 6 to 14 words."""
-    words = _single_token_words(tuple(vocabulary))
+    words = _table().single_token_words(vocabulary)
     (full_stop,) = _special(".")
     tokens: list[int] = []
     until_stop = rng.randint(6, 14)
