@@ -31,6 +31,9 @@ LONG = 120  # tokens: a stream on a slowed decode worker outlasts the wait for i
 # The shared graph's gateway admits this many requests at once: above the streams any other test here
 # holds (four, and recover's one), below the sixteen the cap's own test sends.
 MAX_IN_FLIGHT = 5
+# Words of prompt (a token each): a prefill on the slowed worker lasts seconds, so the wait for the
+# prefill worker to be busy sees it, whatever else takes the machine's cores at that moment
+PREFILL_WORDS = 4000
 
 
 def graph_with(folder: Path, **changes: dict) -> Path:
@@ -159,17 +162,18 @@ def test_past_max_in_flight_requests_are_refused_with_retry_after_and_the_admitt
 
 
 class Streams:
-    """`count` streaming chats of `tokens` tokens each, from threads, with what each client saw."""
+    """`count` streaming chats of `tokens` tokens each, from threads, with what each client saw; with
+    `prompt_words`, a prompt that long."""
 
-    def __init__(self, served: ServedGraph, count: int, tokens: int) -> None:
-        self.tokens, self.outcomes = tokens, {}
+    def __init__(self, served: ServedGraph, count: int, tokens: int, prompt_words: int = 0) -> None:
+        self.tokens, self.padding, self.outcomes = tokens, " hello" * prompt_words, {}
         self.threads = [threading.Thread(target=self._one, args=(served, i)) for i in range(count)]
         for thread in self.threads:
             thread.start()
 
     def _one(self, served: ServedGraph, index: int) -> None:
         request = chat(self.tokens, stream=True)
-        request["messages"][0]["content"] += f" ({index})"
+        request["messages"][0]["content"] += f" ({index}){self.padding}"
         with httpx.Client(base_url=served.endpoint, timeout=120) as client:
             with client.stream("POST", "/chat/completions", json=request) as reply:
                 data = [e for e in events(list(reply.iter_lines())) if isinstance(e, dict)]
@@ -225,7 +229,7 @@ def test_a_lone_decode_worker_killed_mid_stream_ends_its_streams_with_a_retryabl
 def test_a_prefill_worker_killed_under_load_costs_only_retryable_errors(
     served: ServedGraph, record_property: Callable[[str, object], None]
 ) -> None:
-    streams = Streams(served, 4, 100)
+    streams = Streams(served, 4, 100, prompt_words=PREFILL_WORDS)
     kill_when_busy(served, "prefill-0")
     killed_at = time.monotonic()
     with httpx.Client(base_url=served.endpoint, timeout=60) as client:
