@@ -18,7 +18,7 @@ import psutil  # installed with aiperf
 import pytest
 import yaml
 
-from dynamo_oss.cli import main
+from tests.support.commands import dynamo
 from tests.support.graphs import AUTOSCALE_KEY, write_autoscaled_graph, write_graph
 from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
@@ -80,25 +80,22 @@ def test_serve_does_not_warn_of_an_endpoint_behind_keys(autoscaled: ServedGraph)
     assert "warning: frontend.port listens" not in autoscaled.output.read_text(), autoscaled.output.read_text()[-3000:]
 
 
-def check(capsys: pytest.CaptureFixture[str], graph: Path, *args: str) -> tuple[str, str]:
+def check(graph: Path, *args: str) -> tuple[str, str]:
     """`dynamo check GRAPH --engine mocker` in this process: (stdout, stderr)."""
-    code = main(["check", str(graph), "--engine", "mocker", *args])
-    out, err = capsys.readouterr()
+    code, out, err = dynamo("check", str(graph), "--engine", "mocker", *args)
     assert code == 0, out + err
     return out, err
 
 
 @pytest.mark.parametrize(("host", "open_to_network"), [("0.0.0.0", True), ("::", True), ("127.0.0.1", False),
                                                        ("::1", False)])  # fmt: skip
-def test_check_warns_when_the_endpoint_is_open_to_the_network(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path, host: str, open_to_network: bool
-) -> None:
+def test_check_warns_when_the_endpoint_is_open_to_the_network(tmp_path: Path, host: str, open_to_network: bool) -> None:
     graph = write_graph(tmp_path)
     spec = yaml.safe_load(graph.read_text())
     spec["frontend"]["host"] = host
     spec["gateway"] = {"auth": "none"}  # open on purpose
     graph.write_text(yaml.safe_dump(spec))
-    out, err = check(capsys, graph)
+    out, err = check(graph)
     warnings = [line for line in (out + err).splitlines() if line.startswith("warning:")]
     if open_to_network:
         assert len(warnings) == 1 and WARNING in warnings[0], out + err
@@ -108,10 +105,10 @@ def test_check_warns_when_the_endpoint_is_open_to_the_network(
         assert warnings == [], out + err
 
 
-def test_check_plans_every_internal_listener_on_loopback(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+def test_check_plans_every_internal_listener_on_loopback(tmp_path: Path) -> None:
     """With the endpoint open to the network, the plan keeps all else on loopback, spare worker slots
     included, and gives every Dynamo process the loopback binds."""
-    out, _ = check(capsys, write_autoscaled_graph(tmp_path, "0.0.0.0"), "--json")
+    out, _ = check(write_autoscaled_graph(tmp_path, "0.0.0.0"), "--json")
     plan = json.loads(out)
     processes = plan["processes"] + plan["spare_workers"]
     assert [p["name"] for p in plan["spare_workers"]] == ["decode-1", "decode-2"]

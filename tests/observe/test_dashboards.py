@@ -7,23 +7,23 @@ from pathlib import Path
 
 import yaml
 
-from dynamo_oss.cli import main
 from dynamo_oss.observe.dashboards import DASHBOARDS, render
-from tests.support.commands import REPO
+from tests.support.commands import REPO, dynamo
 
 COMMITTED = REPO / "deploy" / "grafana" / "dashboards"
 
 
 def test_committed_dashboards_are_what_the_code_renders() -> None:
     assert sorted(p.name for p in COMMITTED.glob("*.json")) == sorted(f"{name}.json" for name in DASHBOARDS)
-    assert main(["dashboard", "write", "--out", str(COMMITTED), "--check"]) == 0
+    code, out, err = dynamo("dashboard", "write", "--out", str(COMMITTED), "--check")
+    assert code == 0, out + err
 
 
 def test_check_fails_when_a_file_is_stale(tmp_path: Path) -> None:
     for name, text in render().items():
         (tmp_path / name).write_text(text)
     (tmp_path / "overview.json").write_text("{}")
-    assert main(["dashboard", "write", "--out", str(tmp_path), "--check"]) == 1
+    assert dynamo("dashboard", "write", "--out", str(tmp_path), "--check")[0] == 1
 
 
 def test_every_panel_has_a_description_a_unit_and_queries() -> None:
