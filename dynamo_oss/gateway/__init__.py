@@ -1,8 +1,8 @@
-"""The request gateway: a thin process in front of Dynamo's frontend that turns bad requests
-into OpenAI-style 4xx errors before they reach a worker.
-
-Dynamo 1.6's frontend accepts a tool schema that is not JSON Schema, answers a prompt longer
-than the context with a 500 once the worker refuses it, and writes its errors as
-`{"message", "type", "code"}` rather than OpenAI's `{"error": {...}}`; its extension hook
-only adds GET routes, so the checks live here. Responses stream through untouched.
+"""The request gateway: the endpoint's own process in front of Dynamo's frontend, and the one that
+meets the network. It checks what clients send before any worker sees it, knows who is asking
+(auth.py, tenancy.py), bills each key (usage.py), and owns the APIs Dynamo 1.6 serves short of what
+gpt-oss's clients need: the Responses API (responses/) and Anthropic's Messages API (messages/),
+rendered into harmony token ids by the gateway itself (harmony/), so that Dynamo's frontend still
+routes, disaggregates and reuses KV. Errors come back in OpenAI's shape (Anthropic's on its API),
+never as a 5xx for a client's mistake.
 """

@@ -22,7 +22,7 @@ from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
-from dynamo_oss.gateway.responses.sealed_reasoning import KEY_BYTES, ReasoningSeal
+from dynamo_oss.gateway.harmony.sealing import KEY_BYTES, ReasoningSeal
 
 DRAIN_TIMEOUT_S = 30.0  # how long streams in flight may take to finish after SIGTERM
 

@@ -32,7 +32,7 @@ from dynamo_oss.gateway.messages import errors as anthropic_errors
 from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import ResponseStore
 from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute

@@ -10,7 +10,7 @@ API's `output_config.format`) becomes two things:
   `guided_json`, which is what Dynamo's frontend would make of `response_format` itself).
 
 A required or named tool choice guides the completion to a tool call instead (its own grammar:
-tool_choice.py, completion.py), and a format shapes only an answer to the user, so it then guides
+tool_choice.py, harmony/completion.py), and a format shapes only an answer to the user, so it then guides
 nothing: its schema is in the prompt all the same.
 """
 

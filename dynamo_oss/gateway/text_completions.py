@@ -17,8 +17,8 @@ from typing import Any
 
 import orjson
 
-from dynamo_oss.gateway.responses.conversation import encoding
-from dynamo_oss.gateway.responses.harmony_text import HarmonyText
+from dynamo_oss.gateway.harmony.parsing import HarmonyText
+from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.routes import Checks, EventStream, Upstream, WholeBody, checked_request
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 

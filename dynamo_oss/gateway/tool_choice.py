@@ -1,7 +1,7 @@
 """A required or named tool choice on chat, enforced as a grammar of the whole completion: the
 reasoning free, then a call to an allowed tool with arguments that tool's schema accepts
 (engines/harmony/grammar.py says why a JSON-only guide cannot do it; the Responses and Messages
-APIs send the same grammar with their completions, completion.py).
+APIs send the same grammar with their completions, harmony/completion.py).
 
 Left to itself, Dynamo 1.6's frontend turns a forced `tool_choice` into `guided_decoding.json` (the
 named tool's argument schema, or an array of {name, parameters} for `required`), and it refuses any

@@ -18,17 +18,18 @@ from dynamo_oss.deployment.commands import gateway_args
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.app import Gateway
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
-from dynamo_oss.gateway.completion import CompletionAnswer
+from dynamo_oss.gateway.harmony.completion import CompletionAnswer
 from dynamo_oss.gateway.errors import ApiError, openai_error
 from dynamo_oss.gateway.messages.conversation import conversation
 from dynamo_oss.gateway.messages.errors import from_openai, invalid_request
 from dynamo_oss.gateway.messages.stream import MessageBuilder
 from dynamo_oss.gateway.protocol.messages import MessagesRequest
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import Prompt, render
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.harmony.rendering import Prompt
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.tenancy import salted
 from dynamo_oss.graph.loader import load_graph
+from tests.support.harmony import render_request
 from tests.support.graphs import write_graph
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
@@ -74,8 +75,10 @@ def test_a_conversation_renders_as_the_same_conversation_sent_to_the_responses_a
             {"role": "user", "content": "Try again."},
         ],
     })  # fmt: skip
-    assert render(mapped, SEAL, TODAY).token_ids == render(same, SEAL, TODAY).token_ids
-    assert list(render(mapped, SEAL, TODAY).tools) == ["functions.get_weather"]  # Anthropic's own tools: not offered
+    assert render_request(mapped, SEAL, TODAY).token_ids == render_request(same, SEAL, TODAY).token_ids
+    assert list(render_request(mapped, SEAL, TODAY).tools) == [
+        "functions.get_weather"
+    ]  # Anthropic's own tools: not offered
 
 
 @pytest.mark.parametrize(
@@ -128,7 +131,7 @@ def built(text: str, pieces: int, streaming: bool, **fields: object) -> tuple[by
     talk = conversation(request, SEAL)
     prompt = Prompt(token_ids=[1, 2, 3], tools={}, function_schemas={})
     if talk.request.tools:
-        prompt = render(talk.request, SEAL, TODAY)
+        prompt = render_request(talk.request, SEAL, TODAY)
     answer = CompletionAnswer(MessageBuilder(request, prompt, SEAL, talk.thinking, streaming), streaming)
     out = b""
     for start in range(0, len(text), pieces):

@@ -24,12 +24,13 @@ from pydantic import TypeAdapter
 
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import encoding, render
+from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
 from dynamo_oss.gateway.responses.route import ITEMS, input_items
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import StoredResponse
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
+from tests.support.harmony import render_request
 from tests.support.graphs import KEYS, RETENTION_S
 from tests.support.ports import free_ports
 from tests.support.served import ServedGraph
@@ -172,7 +173,9 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
         request = ResponsesRequest(model=MODEL, input=f"Question {turn}?", instructions="Be brief.", tools=[WEATHER],
                                    previous_response_id=record.id if record else None)  # fmt: skip
         inherited, own = (record.conversation() if record else []), input_items(request)
-        prompt = render(request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}), seal, today)
+        prompt = render_request(
+            request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}), seal, today
+        )
         completion = (f"<|channel|>analysis<|message|>Thinking about {turn}.<|end|><|start|>assistant"
                       f"<|channel|>final<|message|>Answer {turn}.<|return|>")  # fmt: skip
         builder = ResponseBuilder(request, prompt, seal, streaming=False)

@@ -9,13 +9,14 @@ import os
 import pytest
 from pydantic import ValidationError
 
+from tests.support.harmony import render_request
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.chat import ReasoningStream
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import encoding, render
-from dynamo_oss.gateway.responses.harmony_text import HarmonyText
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.harmony.rendering import encoding
+from dynamo_oss.gateway.harmony.parsing import HarmonyText
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal, UnopenableReasoning
 from dynamo_oss.gateway.usage import Usage
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
@@ -63,7 +64,7 @@ def request(**fields) -> ResponsesRequest:
 
 
 def prompt_text(**fields) -> str:
-    return encoding().decode(render(request(**fields), SEAL, TODAY).token_ids)
+    return encoding().decode(render_request(request(**fields), SEAL, TODAY).token_ids)
 
 
 def test_tools_become_harmony_namespaces_and_hosted_tools_are_not_offered() -> None:
@@ -71,7 +72,7 @@ def test_tools_become_harmony_namespaces_and_hosted_tools_are_not_offered() -> N
              {"type": "namespace", "name": "files", "description": "File tools", "tools": [
                  {"type": "function", "name": "read", "parameters": {"type": "object", "properties": {}}},
                  {"type": "custom", "name": "apply_patch", "description": "Edit files."}]}]  # fmt: skip
-    prompt = render(request(input="hi", tools=tools), SEAL, TODAY)
+    prompt = render_request(request(input="hi", tools=tools), SEAL, TODAY)
     text = encoding().decode(prompt.token_ids)
     assert "namespace functions {" in text and "type get_weather = (_: {" in text
     assert "namespace files {" in text and "type read = (_: {" in text and "input: string," in text
@@ -116,7 +117,7 @@ def test_sealed_reasoning_opens_here_and_nowhere_else() -> None:
         ReasoningSeal(b"o" * 32).open(token)
     altered = token[:-6] + ("AAAAAA" if not token.endswith("AAAAAA") else "BBBBBB")
     with pytest.raises(ApiError) as refused:
-        render(request(input=[CALL[0], {**sealed[0], "encrypted_content": altered}]), SEAL, TODAY)
+        render_request(request(input=[CALL[0], {**sealed[0], "encrypted_content": altered}]), SEAL, TODAY)
     assert refused.value.status == 400 and refused.value.param == "input[1].encrypted_content"
 
 
@@ -160,7 +161,7 @@ def test_malformed_requests_name_the_field(body: dict, param: str) -> None:
 )
 def test_requests_that_cannot_be_rendered_are_refused_by_field(fields: dict, param: str) -> None:
     with pytest.raises(ApiError) as refused:
-        render(request(**fields), SEAL, TODAY)
+        render_request(request(**fields), SEAL, TODAY)
     assert (refused.value.status, refused.value.param) == (400, param)
 
 
@@ -218,10 +219,10 @@ FINAL_ANSWER = {"role": "assistant", "content": [{"type": "output_text", "text":
 def test_the_prompt_rendered_piece_by_piece_is_harmony_s_rendering_of_the_whole(
     fields: dict, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dynamo_oss.gateway.responses import conversation
+    from dynamo_oss.gateway.harmony import rendering
 
     captured: list = []
-    kept = conversation._kept
-    monkeypatch.setattr(conversation, "_kept", lambda messages: captured.append(messages) or kept(messages))
-    prompt = render(request(**fields), SEAL, TODAY)
-    assert prompt.token_ids == conversation.render_whole(captured[0])
+    kept = rendering._kept
+    monkeypatch.setattr(rendering, "_kept", lambda messages: captured.append(messages) or kept(messages))
+    prompt = render_request(request(**fields), SEAL, TODAY)
+    assert prompt.token_ids == rendering.render_whole(captured[0])

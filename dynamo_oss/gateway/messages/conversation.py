@@ -1,6 +1,6 @@
 """A Messages request as the conversation the Responses API renders: one harmony rendering for both.
 
-The Responses models are the gateway's shared conversation (`responses/conversation.py` renders
+The Responses models are the gateway's shared conversation (`harmony/conversation.py` renders
 them with openai-harmony), so a Messages request is mapped onto them rather than rendered again:
 - `system` (and `system` messages) become the developer message's instructions;
 - a user message's text a user message, each `tool_result` block a tool's output to the call
@@ -52,7 +52,7 @@ from dynamo_oss.gateway.protocol.responses import (
     TextPart,
     ToolChoice,
 )
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal, UnopenableReasoning
 from dynamo_oss.gateway.validation import parameters_problem
 
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}

@@ -1,22 +1,24 @@
 """POST /v1/messages, Anthropic's Messages API, owned by the gateway: Claude Code and other
 Anthropic-SDK clients speak it, and Dynamo 1.6 has it only behind an experimental flag.
 
-The request is checked and typed here (protocol/messages.py), mapped onto the conversation the
-Responses API renders (conversation.py), rendered into harmony by that same code, and run as a
-plain completion (completion.py); the completion's text comes back as a Message (stream.py).
+The request is checked and typed here (protocol/messages.py), mapped onto the Responses models
+(conversation.py), rendered into harmony as a Responses request is (harmony/conversation.py), and
+run as a plain completion (harmony/completion.py); the completion comes back as a Message (stream.py).
 """
 
 from __future__ import annotations
 
 import orjson
 
-from dynamo_oss.gateway.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request, rendered
 from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.harmony import conversation as harmony
+from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request
+from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, rendered
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.messages.conversation import conversation
 from dynamo_oss.gateway.messages.errors import invalid_request
 from dynamo_oss.gateway.messages.stream import MessageBuilder
 from dynamo_oss.gateway.protocol.messages import BetaMessagesRequest, MessagesRequest
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
 
 
@@ -34,7 +36,7 @@ class MessagesRoute:
             raise ApiError(400, "mcp_servers: MCP servers are not supported here: connect them to the client "
                            "(Claude Code runs its MCP servers itself).", param="mcp_servers")  # fmt: skip
         talk = conversation(request, self.seal)
-        prompt = await rendered(talk.request, self.seal, len(body))
+        prompt = await rendered(lambda: harmony.conversation(talk.request, self.seal), len(body) > OFF_LOOP_BYTES)
         check_context(prompt, request.max_tokens, context, "messages", "max_tokens")
         completion = completion_request(talk.request, prompt)
         if request.top_k is not None:

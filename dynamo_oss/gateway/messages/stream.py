@@ -24,10 +24,10 @@ import orjson
 from dynamo_oss.gateway.messages.conversation import Thinking
 from dynamo_oss.gateway.messages.errors import stream_error_event
 from dynamo_oss.gateway.protocol.messages import MessagesRequest
-from dynamo_oss.gateway.responses.conversation import Prompt
-from dynamo_oss.gateway.responses.harmony_text import HarmonyText, Header
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
-from dynamo_oss.gateway.responses.stream import new_id
+from dynamo_oss.gateway.harmony.parsing import HarmonyText, Header
+from dynamo_oss.gateway.harmony.rendering import Prompt
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.usage import Usage
 
 DELTAS = {"text": (b"text_delta", b"text"), "thinking": (b"thinking_delta", b"thinking")}

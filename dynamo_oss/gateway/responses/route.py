@@ -1,8 +1,8 @@
 """POST /v1/responses, owned by the gateway: Dynamo 1.6's own Responses adapter returns no
 reasoning, refuses hosted tools and has no namespaces (dynamo issue 14069).
 
-The request is checked and rendered into harmony here (conversation.py); Dynamo's frontend gets
-a plain completion of those token ids (completion.py), so routing, disaggregation and KV reuse
+The request is checked and rendered into harmony here (harmony/conversation.py); Dynamo's frontend
+gets a plain completion of those token ids (harmony/completion.py), so routing, disaggregation and KV reuse
 are all Dynamo's; and the completion's text comes back as the Responses answer (stream.py).
 
 Stored responses (store.py): unless a request says `store: false`, its answer is stored before
@@ -22,14 +22,16 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter
 
-from dynamo_oss.gateway.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request, rendered
 from dynamo_oss.gateway.errors import ApiError, from_validation
+from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request
+from dynamo_oss.gateway.harmony.conversation import conversation
+from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS, Prompt, rendered
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import Prompt
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
 from dynamo_oss.gateway.responses.store import ResponseStore, StoredResponse, StoreUnavailable
 from dynamo_oss.gateway.responses.stored import find
-from dynamo_oss.gateway.responses.stream import ResponseBuilder, new_id
+from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
 
 log = logging.getLogger("dynamo_oss.gateway")
@@ -56,7 +58,8 @@ class ResponsesRoute:
             request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}) if inherited else request
         )
         try:
-            prompt = await rendered(whole, self.seal, len(body), len(inherited))
+            heavy = len(body) > OFF_LOOP_BYTES or len(inherited) > OFF_LOOP_ITEMS
+            prompt = await rendered(lambda: conversation(whole, self.seal), heavy)
         except ApiError as err:
             raise _shifted(err, len(inherited)) from None
         check_context(prompt, request.max_output_tokens, context, "input", "max_output_tokens")

@@ -17,7 +17,6 @@ text the frontend streams (it streams a token a piece), not by tokenizing again.
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from typing import Any
 
@@ -25,9 +24,10 @@ import orjson
 
 from dynamo_oss.gateway.errors import openai_error
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import CUSTOM_INPUT, FUNCTIONS, Prompt
-from dynamo_oss.gateway.responses.harmony_text import HarmonyText, Header
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.harmony.parsing import HarmonyText, Header
+from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, FUNCTIONS, Prompt
+from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.usage import Usage
 
 DELTA_EVENTS = {
@@ -35,10 +35,6 @@ DELTA_EVENTS = {
     "message": b"response.output_text.delta",
     "function_call": b"response.function_call_arguments.delta",
 }
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{secrets.token_hex(16)}"
 
 
 class ResponseBuilder:

@@ -1,7 +1,6 @@
 """The plain completion an API the gateway owns asks of Dynamo's frontend, and its stream read back.
 
-The Responses and Messages APIs render their conversation into harmony token ids here (with
-openai-harmony, over the Responses models as the shared conversation), so routing,
+Each API renders its conversation into harmony token ids (rendering.py), so routing,
 disaggregation and KV reuse stay Dynamo's. Dynamo's frontend gets a plain completion of those
 ids, streamed whether or not the client streams, so one reader serves both; each API only says
 how the completion's text is written back (its `Builder`).
@@ -9,7 +8,6 @@ how the completion's text is written back (its `Builder`).
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, Protocol
 
 import orjson
@@ -17,22 +15,11 @@ import orjson
 from dynamo_oss.engines.harmony.grammar import forced_call_grammar
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequest
-from dynamo_oss.gateway.responses.conversation import Prompt, render
-from dynamo_oss.gateway.responses.sealed_reasoning import ReasoningSeal
+from dynamo_oss.gateway.harmony.rendering import Prompt
 from dynamo_oss.gateway.structured import guided_grammar
 from dynamo_oss.gateway.usage import Usage
 
 COMPLETIONS_URL = b"/v1/completions"
-RENDER_OFF_LOOP_BYTES = 64 * 1024  # a longer input renders in a thread, as long prompts are counted
-RENDER_OFF_LOOP_ITEMS = 64  # as does a continuation of more stored items than this
-
-
-async def rendered(request: ResponsesRequest, seal: ReasoningSeal, size: int, stored_items: int = 0) -> Prompt:
-    """The request's harmony prompt; off the event loop for a body of `size` bytes past the limit,
-    or for a continuation that prepends `stored_items` items past theirs (previous_response_id)."""
-    if size > RENDER_OFF_LOOP_BYTES or stored_items > RENDER_OFF_LOOP_ITEMS:
-        return await asyncio.to_thread(render, request, seal)
-    return render(request, seal)
 
 
 def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_field: str, limit_field: str) -> None:
