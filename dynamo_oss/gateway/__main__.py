@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import secrets
 import signal
 from pathlib import Path
@@ -15,7 +16,7 @@ from pathlib import Path
 import uvloop
 from prometheus_client import start_http_server
 
-from dynamo_oss.assets import model_folder
+from dynamo_oss.assets import ENCODINGS_ENV, model_folder, tiktoken_encodings_dir
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
@@ -127,6 +128,9 @@ def main() -> None:
     store.add_argument("--responses-nats-tls", nargs=3, type=Path, metavar=("CA", "CERT", "KEY"),
                        help="PEM files for a NATS that asks clients for a certificate")  # fmt: skip
     args = parser.parse_args()
+    # harmony's o200k ranks, which every rendering and parse reads: `dynamo serve` names the folder it
+    # made them in; in a container nothing does, and they are made offline here.
+    os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
     if args.model:
         args.model_folder = model_folder(BUILTIN_MODELS[args.model])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

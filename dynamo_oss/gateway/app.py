@@ -25,7 +25,7 @@ import aiohttp
 import httptools
 
 from dynamo_oss.gateway.auth import ApiKeys
-from dynamo_oss.gateway.chat import ChatRoute
+from dynamo_oss.gateway.chat.route import ChatRoute
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
 from dynamo_oss.gateway.limits import ConnectionCount, Deadline, Limits
 from dynamo_oss.gateway.messages import errors as anthropic_errors

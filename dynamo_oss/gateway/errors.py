@@ -53,10 +53,14 @@ def openai_error(status: int, message: str, param: str | None = None, code: str 
     return {"error": error.model_dump()}
 
 
+def stream_cut() -> dict:
+    """The error of a stream whose frontend went away: retryable, in OpenAI's shape."""
+    return openai_error(503, "Dynamo's frontend stopped mid-stream; retry the request.", code="frontend_unavailable")
+
+
 def stream_cut_event() -> bytes:
-    """The server-sent event that ends a stream whose frontend went away: retryable, in OpenAI's shape."""
-    error = openai_error(503, "Dynamo's frontend stopped mid-stream; retry the request.", code="frontend_unavailable")
-    return b"data: " + json.dumps(error).encode() + b"\n\n"
+    """The server-sent event that ends a stream whose frontend went away."""
+    return b"data: " + json.dumps(stream_cut()).encode() + b"\n\n"
 
 
 def from_upstream(status: int, body: object) -> dict:

@@ -10,19 +10,16 @@ API's `output_config.format`) becomes two things:
   `guided_json`, which is what Dynamo's frontend would make of `response_format` itself).
 
 A required or named tool choice guides the completion to a tool call instead (its own grammar:
-tool_choice.py, harmony/completion.py), and a format shapes only an answer to the user, so it then guides
+harmony/completion.py), and a format shapes only an answer to the user, so it then guides
 nothing: its schema is in the prompt all the same.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
-from pydantic import BaseModel, ValidationError
 
 from dynamo_oss.engines.harmony.grammar import completion_grammar
-from dynamo_oss.gateway.errors import from_validation
 from dynamo_oss.gateway.protocol.formats import (
     ChatJsonSchemaFormat,
     ChatResponseFormat,
@@ -30,14 +27,8 @@ from dynamo_oss.gateway.protocol.formats import (
     ResponsesTextFormat,
     TextFormat,
 )
-from dynamo_oss.gateway.tool_choice import chat_functions, forced
 
-TEMPLATE_VARIABLE = "response_formats"  # what the chat template adds to the developer message
 ANY_OBJECT = {"type": "object"}
-
-
-class _ChatFormat(BaseModel):
-    response_format: ChatResponseFormat
 
 
 def json_schema(fmt: ChatResponseFormat | ResponsesTextFormat) -> JsonSchema | None:
@@ -63,40 +54,3 @@ def guided_grammar(fmt: ChatResponseFormat | ResponsesTextFormat | None, recipie
         return None
     schema = json_schema(fmt)
     return completion_grammar(schema.schema_ if schema is not None else ANY_OBJECT, recipients)
-
-
-def constrain_chat(request: dict[str, Any]) -> bool:
-    """Chat's `response_format` taken out of the request (Dynamo's frontend would guide the whole
-    completion with it) and put back as the prompt's section and a final-channel grammar; whether
-    the request changed. A malformed format or schema is an ApiError naming the field."""
-    raw = request.get("response_format")
-    if raw is None:
-        return False
-    try:
-        fmt = _ChatFormat.model_validate({"response_format": raw}).response_format
-    except ValidationError as err:
-        raise from_validation(err, {"response_format": raw}) from None
-    if isinstance(fmt, TextFormat):
-        return False
-    del request["response_format"]
-    section = prompt_section(fmt)
-    if section:
-        _template_args(request)[TEMPLATE_VARIABLE] = section
-    if not forced(request.get("tool_choice")):
-        request["guided_grammar"] = guided_grammar(fmt, _chat_recipients(request))
-    return True
-
-
-def _template_args(request: dict[str, Any]) -> dict[str, Any]:
-    """The request's chat template variables (either of Dynamo's names for them), made if absent."""
-    for name in ("chat_template_args", "chat_template_kwargs"):
-        if isinstance(request.get(name), dict):
-            return request[name]
-    request["chat_template_args"] = {}
-    return request["chat_template_args"]
-
-
-def _chat_recipients(request: dict[str, Any]) -> list[str]:
-    """The function tools a completion may call (none when tool_choice is none: Dynamo leaves them
-    out of the prompt), as harmony addresses them."""
-    return [] if request.get("tool_choice") == "none" else list(chat_functions(request))

@@ -3,8 +3,8 @@
 Dynamo's frontend reports no reasoning tokens for a plain completion (it parses no channels
 there), so the gateway counts them: a completion of a harmony prompt (one ending
 `<|start|>assistant`, as the Responses API asks for its answers) is harmony text, whose analysis
-channel is gpt-oss's reasoning. Its messages are tokenized again with gpt-oss's encoding, streamed
-or not, so an answer is billed the same either way; a completion of a plain-text prompt has none.
+channel is gpt-oss's reasoning. Its text is tokenized again with gpt-oss's encoding, streamed or
+not, so an answer is billed the same either way; a completion of a plain-text prompt has none.
 
 Every stream asks Dynamo for its usage, which its key is billed by (usage.py); a client that did
 not ask for it gets the stream without the usage chunk. Other chunks pass as they came.
@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from dynamo_oss.gateway.harmony.parsing import HarmonyText
+from dynamo_oss.gateway.harmony.parsing import AnswerParser
 from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.routes import Checks, EventStream, Upstream, WholeBody, checked_request
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
@@ -37,18 +37,11 @@ class CompletionsRoute:
 
 
 def reasoning_tokens(text: str) -> int:
-    """Tokens on the analysis channel of a completion's text (0 for text that is not harmony)."""
-    harmony, messages, analysis = HarmonyText(), [], None
-    for kind, value in [*harmony.feed(text), *harmony.finish()]:
-        if kind == "begin":
-            analysis = [] if value.channel == "analysis" else None  # type: ignore[attr-defined]
-            if analysis is not None:
-                messages.append(analysis)
-        elif kind == "text" and analysis is not None:
-            analysis.append(value)
-        elif kind == "end":
-            analysis = None
-    return sum(len(encoding().encode("".join(message), allowed_special="all")) for message in messages)
+    """Tokens on the analysis channel of a completion's text (0 for text that is not harmony). The
+    text is the completion's own, tokenized again with harmony's markers read as the tokens they were."""
+    parser = AnswerParser(declared=())
+    parser.feed(encoding().encode(text, allowed_special="all"))
+    return parser.reasoning_tokens
 
 
 def with_reasoning(usage: dict[str, Any], texts: list[str]) -> dict[str, Any]:

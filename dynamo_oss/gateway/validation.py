@@ -8,7 +8,9 @@ from jsonschema import Draft202012Validator, SchemaError
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
 from dynamo_oss.gateway.prompt import PromptCounter
 
-ROLES = ("system", "developer", "user", "assistant", "tool", "function")
+# Dynamo's request extensions (`nvext`) a client may set. The others pick a worker, skip the router,
+# set the cache salt, replace the prompt or the template, or ask for token ids: the gateway's to set.
+CLIENT_EXTENSIONS = ("annotations",)
 TOKEN_LIMIT_FIELDS = {
     "chat": ("max_tokens", "max_completion_tokens"),
     "completions": ("max_tokens",),
@@ -19,18 +21,15 @@ TOKEN_LIMIT_FIELDS = {
 
 def check_request(api: str, body: object, models: dict[str, int], counter: PromptCounter | None) -> int:
     """Raise ApiError for the first thing wrong with a request to `api` (chat, completions, responses,
-    messages); return the model's context window. A Responses or Messages request's input and tools
-    are its route's to check (it renders them): only what every API shares is checked here for it."""
+    messages); return the model's context window. A chat, Responses or Messages request's messages,
+    input and tools are its route's to check (it types and renders them): only what every API shares
+    is checked here for it."""
     if not isinstance(body, dict):
         raise ApiError(400, "The request body must be a JSON object.")
     context = _check_model(body, models)
     limit = _check_token_limits(api, body, context)
     _check_choices(body)
-    if api == "chat":
-        _check_messages(body.get("messages"))
-        _check_tools(body.get("tools"))
-    if counter is not None and context and api == "chat":
-        _check_context(body, counter, context, limit)
+    _check_extensions(body.get("nvext"))
     if counter is not None and context and api == "completions":
         _check_completion_prompt(body.get("prompt"), counter, context, limit)
     return context
@@ -65,41 +64,6 @@ def _check_token_limits(api: str, body: dict, context: int) -> int:
     return limit
 
 
-def _check_messages(messages: object) -> None:
-    if not isinstance(messages, list) or not messages:
-        raise ApiError(400, "'messages' must be a non-empty array of message objects.", param="messages")
-    for index, message in enumerate(messages):
-        where = f"messages[{index}]"
-        if not isinstance(message, dict):
-            raise ApiError(400, f"Invalid '{where}': expected an object with a role.", param=where)
-        role = message.get("role")
-        if role not in ROLES:
-            raise ApiError(400, f"Invalid '{where}.role': {role!r}. Expected one of: {', '.join(ROLES)}.",
-                           param=f"{where}.role")  # fmt: skip
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise ApiError(400, f"Invalid '{where}.content': expected a string or an array of content parts.",
-                           param=f"{where}.content")  # fmt: skip
-        if role == "tool" and not isinstance(message.get("tool_call_id"), str):
-            raise ApiError(400, f"'{where}' is a tool message without a 'tool_call_id'.",
-                           param=f"{where}.tool_call_id")  # fmt: skip
-
-
-def _check_tools(tools: object) -> None:
-    if tools is None:
-        return
-    if not isinstance(tools, list):
-        raise ApiError(400, "'tools' must be an array of tool objects.", param="tools")
-    for index, tool in enumerate(tools):
-        where = f"tools[{index}]"
-        function = tool.get("function") if isinstance(tool, dict) else None
-        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
-            raise ApiError(400, f"Invalid '{where}': expected a function with a name.", param=where)
-        parameters = function.get("parameters")
-        if parameters is not None:
-            check_parameters(parameters, f"{where}.function.parameters")
-
-
 def check_parameters(parameters: object, param: str) -> None:
     """A tool's arguments must be described by a JSON Schema of an object, as OpenAI requires."""
     if not isinstance(parameters, dict):
@@ -120,25 +84,6 @@ def parameters_problem(parameters: dict) -> str | None:
     return None
 
 
-def _check_context(body: dict, counter: PromptCounter, context: int, limit: int) -> None:
-    if counter.upper_bound(body) + limit <= context:
-        return
-    try:
-        prompt = counter.count(body)
-    except Exception as err:  # noqa: BLE001 - a template error is the request's fault, and says why
-        raise ApiError(400, f"The messages could not be rendered with the model's chat template: {err}",
-                       param="messages") from None  # fmt: skip
-    if prompt + limit > context:
-        raise ApiError(
-            400,
-            f"This model's maximum context length is {context} tokens. However, you requested "
-            f"{prompt + limit} tokens ({prompt} in the messages, {limit} in the completion). "
-            "Please reduce the length of the messages or completion.",
-            param="messages",
-            code="context_length_exceeded",
-        )
-
-
 def _check_choices(body: dict) -> None:
     """One choice per request: Dynamo's frontend would answer n > 1 with a single choice, silently."""
     n = body.get("n")
@@ -146,6 +91,21 @@ def _check_choices(body: dict) -> None:
         return
     raise ApiError(400, f"Invalid 'n': {n!r}. Only n=1 is supported; send the request again for more choices.",
                    param="n", code="unsupported_value")  # fmt: skip
+
+
+def _check_extensions(nvext: object) -> None:
+    """Only the extensions a client may set (CLIENT_EXTENSIONS), each of its type."""
+    if nvext is None:
+        return
+    if not isinstance(nvext, dict):
+        raise ApiError(400, "Invalid 'nvext': expected an object.", param="nvext")
+    for field, value in nvext.items():
+        if field not in CLIENT_EXTENSIONS:
+            raise ApiError(400, f"Invalid 'nvext.{field}': this endpoint takes only nvext."
+                           f"{', nvext.'.join(CLIENT_EXTENSIONS)} from clients; routing, caching and the prompt "
+                           "are the gateway's to set.", param=f"nvext.{field}", code="unsupported_parameter")  # fmt: skip
+        if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+            raise ApiError(400, f"Invalid 'nvext.{field}': expected an array of strings.", param=f"nvext.{field}")
 
 
 def _check_completion_prompt(prompt: object, counter: PromptCounter, context: int, limit: int) -> None:

@@ -8,6 +8,7 @@ import pytest
 import yaml
 
 from tests.support.graphs import write_graph, write_keyed_graph
+from tests.support.hostile_answers import write_trace
 from tests.support.ports import free_port_run
 from tests.support.served import FAST_MOCKER, SLOW_MOCKER, ServedGraph, serving
 
@@ -17,9 +18,10 @@ def fast_graph(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph
     """The small mocker graph, stepping 20x faster than modelled, shared by the modules that judge
     answers' shape and send nothing that changes the graph (the Responses API, the clients, the
     protocol and hostile requests): one start for all of them, on the one worker their group runs
-    on (tests/conftest.py)."""
+    on (tests/conftest.py). Its mocker also replays tests.support.hostile_answers."""
     folder = tmp_path_factory.mktemp("fast")
-    with serving(write_graph(folder), folder / "run", *FAST_MOCKER) as graph:
+    answers = ("--mocker-responses", str(write_trace(folder / "answers.jsonl")))
+    with serving(write_graph(folder), folder / "run", *FAST_MOCKER, *answers) as graph:
         yield graph
 
 

@@ -29,7 +29,7 @@ from dynamo_oss.gateway.harmony.rendering import Prompt
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.tenancy import salted
 from dynamo_oss.graph.loader import load_graph
-from tests.support.harmony import render_request
+from tests.support.harmony import completion_chunks, harmony_ids, render_request
 from tests.support.graphs import write_graph
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
@@ -126,7 +126,7 @@ def test_thinking_handed_back_opens_only_with_this_deployment_s_signature_unalte
 
 
 def built(text: str, pieces: int, streaming: bool, **fields: object) -> tuple[bytes, dict]:
-    """What a Message answer writes for a completion's `text` streamed `pieces` characters at a time."""
+    """What a Message answer writes for a completion's `text` streamed `pieces` tokens at a time."""
     request = messages_request(messages=[{"role": "user", "content": "hi"}], stream=streaming, **fields)
     talk = conversation(request, SEAL)
     prompt = Prompt(token_ids=[1, 2, 3], tools={}, function_schemas={})
@@ -134,9 +134,8 @@ def built(text: str, pieces: int, streaming: bool, **fields: object) -> tuple[by
         prompt = render_request(talk.request, SEAL, TODAY)
     answer = CompletionAnswer(MessageBuilder(request, prompt, SEAL, talk.thinking, streaming), streaming)
     out = b""
-    for start in range(0, len(text), pieces):
-        chunk = {"choices": [{"index": 0, "text": text[start : start + pieces], "finish_reason": None}]}
-        out += answer.feed(b"data: " + json.dumps(chunk).encode() + b"\n\n")
+    for chunk in completion_chunks(harmony_ids(text), pieces):
+        out += answer.feed(chunk)
         if answer.done:
             break
     if not answer.done:

@@ -126,7 +126,8 @@ def test_a_client_leaving_mid_stream_cancels_its_request_and_harms_nothing(serve
 
 def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(served, tmp_path: Path) -> None:
     """In a container there is no model folder: `--model gpt-oss-20b` makes one offline at start, and
-    the gateway counts chat prompts against the context with it (Dynamo's frontend never sees them)."""
+    the gateway counts raw completion prompts against the context with its tokenizer (chat's are
+    rendered by harmony) before Dynamo's frontend sees them."""
     _, _, dynamo_port = served
     (port,) = free_ports(1)
     log = tmp_path / "gateway.log"
@@ -136,12 +137,11 @@ def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(ser
         gateway = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:
         wait_for(lambda: "listening" in log.read_text(), 120, "the gateway to listen")
-        too_long = {"model": "openai/gpt-oss-20b", "max_tokens": 8,
-                    "messages": [{"role": "user", "content": "hello " * 140_000}]}  # fmt: skip
-        reply = httpx.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=too_long, timeout=60)
+        too_long = {"model": "openai/gpt-oss-20b", "max_tokens": 8, "prompt": "hello " * 140_000}
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=too_long, timeout=60)
         assert reply.status_code == 400, reply.text
         error = reply.json()["error"]
-        assert error["code"] == "context_length_exceeded" and "in the messages" in error["message"]
+        assert error["code"] == "context_length_exceeded" and "in the prompt" in error["message"]
     finally:
         gateway.terminate()
         gateway.wait(timeout=40)

@@ -30,7 +30,7 @@ from dynamo_oss.gateway.responses.route import ITEMS, input_items
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import StoredResponse
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
-from tests.support.harmony import render_request
+from tests.support.harmony import harmony_ids, render_request
 from tests.support.graphs import KEYS, RETENTION_S
 from tests.support.ports import free_ports
 from tests.support.served import ServedGraph
@@ -179,7 +179,7 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
         completion = (f"<|channel|>analysis<|message|>Thinking about {turn}.<|end|><|start|>assistant"
                       f"<|channel|>final<|message|>Answer {turn}.<|return|>")  # fmt: skip
         builder = ResponseBuilder(request, prompt, seal, streaming=False)
-        builder.feed(completion)
+        builder.feed(harmony_ids(completion))
         builder.finish("stop", {"prompt_tokens": len(prompt.token_ids), "completion_tokens": 1})
         assert builder.final is not None
         record = StoredResponse(id=builder.id, owner=None, created_at=0, inherited=inherited, input=own,

@@ -1,5 +1,5 @@
-"""A required or named tool choice on chat, which the gateway sends Dynamo as `tool_choice: auto`
-with a grammar of the forced call: the call still comes back as `tool_calls` after the reasoning,
+"""A required or named tool choice on chat, which the gateway sends Dynamo's frontend as a grammar of
+the forced call beside the rendered prompt: the call comes back as `tool_calls` after the reasoning,
 to the named tool even where the user's message names another, with arguments its schema accepts,
 streamed or not and beside a `response_format`; a call cut by max_tokens ends "length" (Dynamo's
 own forced path gives no finish_reason); a named tool not offered is a 400 naming it that reaches
@@ -42,11 +42,13 @@ def answer(client: openai.OpenAI, streamed: bool, **body: object) -> tuple[str, 
         return choice.message.model_extra["reasoning"] or "", calls, choice.finish_reason
     chunks = [chunk for chunk in client.chat.completions.create(**request, stream=True) if chunk.choices]
     reasoning = "".join((chunk.choices[0].delta.model_extra or {}).get("reasoning") or "" for chunk in chunks)
-    calls = [(call.function.name, call.function.arguments)
-             for chunk in chunks for call in chunk.choices[0].delta.tool_calls or []]  # fmt: skip
+    calls: dict[int, tuple[str, str]] = {}  # by index: the name first, then the arguments piece by piece
+    for call in [call for chunk in chunks for call in chunk.choices[0].delta.tool_calls or []]:
+        name, arguments = calls.get(call.index, ("", ""))
+        calls[call.index] = (name + (call.function.name or ""), arguments + (call.function.arguments or ""))
     finishes = [chunk.choices[0].finish_reason for chunk in chunks if chunk.choices[0].finish_reason]
     assert len(finishes) == 1, finishes
-    return reasoning, calls, finishes[0]
+    return reasoning, list(calls.values()), finishes[0]
 
 
 @pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])

@@ -236,10 +236,8 @@ def test_bad_request_gets_an_openai_error_naming_the_field(disagg: ServedGraph, 
 
 
 def test_errors_dynamo_raises_itself_come_back_in_openai_shape(disagg: ServedGraph) -> None:
-    """A mistake the gateway leaves to Dynamo's frontend (here a string temperature)."""
-    response = httpx.post(
-        f"{disagg.endpoint}/chat/completions", json={"model": MODEL, "messages": HELLO, "temperature": "hot"}
-    )
+    """A mistake the gateway leaves to Dynamo's frontend (here a raw completion's string temperature)."""
+    response = httpx.post(f"{disagg.endpoint}/completions", json={"model": MODEL, "prompt": "hi", "temperature": "hot"})
     assert response.status_code == 400
     error = response.json()["error"]
     assert error["type"] == "invalid_request_error"

@@ -8,18 +8,21 @@ how the completion's text is written back (its `Builder`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import orjson
 
 from dynamo_oss.engines.harmony.grammar import forced_call_grammar
-from dynamo_oss.gateway.errors import ApiError
-from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ResponsesRequest
+from dynamo_oss.gateway.errors import ApiError, stream_cut
+from dynamo_oss.gateway.protocol.formats import ChatResponseFormat, ResponsesTextFormat
+from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ToolChoice
 from dynamo_oss.gateway.harmony.rendering import Prompt
 from dynamo_oss.gateway.structured import guided_grammar
 from dynamo_oss.gateway.usage import Usage
 
 COMPLETIONS_URL = b"/v1/completions"
+TOKEN_IDS = {"extra_fields": ["completion_token_ids"]}  # each chunk's token ids, which parsing.py reads
 
 
 def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_field: str, limit_field: str) -> None:
@@ -32,28 +35,42 @@ def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_fi
                        code="context_length_exceeded")  # fmt: skip
 
 
-def completion_request(request: ResponsesRequest, prompt: Prompt) -> dict[str, Any]:
+@dataclass
+class Generation:
+    """What a completion is asked for besides its prompt, whichever API asked."""
+
+    model: str
+    sampling: dict[str, Any]  # Dynamo's completion fields the request set: max_tokens, temperature, ...
+    tool_choice: ToolChoice = "auto"
+    text_format: ChatResponseFormat | ResponsesTextFormat | None = None
+    nvext: dict[str, list[str]] | None = None  # the client's, holding only what validation.py lets through
+
+
+def completion_request(generation: Generation, prompt: Prompt) -> dict[str, Any]:
     """The plain completion Dynamo's frontend runs for the rendered prompt: streamed whether or not
-    the client streams, so one reader serves both (and counts reasoning tokens as they come). A
-    required or named tool choice guides the completion to a call (`forced_call_grammar`); otherwise a
-    structured output's `text.format` guides its final channel (structured.py)."""
-    completion: dict[str, Any] = {"model": request.model, "prompt": prompt.token_ids, "stream": True,
-                                  "stream_options": {"include_usage": True}}  # fmt: skip
-    optional = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
-                "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens, "nvext": request.nvext}  # fmt: skip
-    completion.update({key: value for key, value in optional.items() if value is not None})
-    forced = _forced_calls(request, prompt)
+    the client streams, so one reader serves both, with each chunk's token ids, which the answer is
+    parsed from. A required or named tool choice guides the completion to a call
+    (`forced_call_grammar`); otherwise a structured output's format guides its final channel
+    (structured.py)."""
+    completion: dict[str, Any] = {
+        "model": generation.model,
+        "prompt": prompt.token_ids,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "nvext": {**(generation.nvext or {}), **TOKEN_IDS},
+        **{field: value for field, value in generation.sampling.items() if value is not None},
+    }
+    forced = _forced_calls(generation.tool_choice, prompt)
     if forced:  # a tool call the choice forces: a format shapes only an answer to the user
         completion["guided_grammar"] = forced_call_grammar(forced)
-    elif (grammar := guided_grammar(request.text.format if request.text else None, list(prompt.tools))) is not None:
+    elif (grammar := guided_grammar(generation.text_format, list(prompt.tools))) is not None:
         completion["guided_grammar"] = grammar
     return completion
 
 
-def _forced_calls(request: ResponsesRequest, prompt: Prompt) -> dict[str, dict[str, Any]]:
+def _forced_calls(choice: ToolChoice, prompt: Prompt) -> dict[str, dict[str, Any]]:
     """The calls a required or named tool choice allows, harmony recipient -> argument schema:
     every tool offered, or the named one (none for any other choice)."""
-    choice = request.tool_choice
     if isinstance(choice, NamedToolChoice):
         recipient = next((r for r, tool in prompt.tools.items() if tool.name == choice.name), None)
         if recipient is None:
@@ -64,7 +81,7 @@ def _forced_calls(request: ResponsesRequest, prompt: Prompt) -> dict[str, dict[s
 
 
 class Builder(Protocol):
-    """One API's answer, built from the completion's text as it streams."""
+    """One API's answer, built from the completion's token ids as they stream."""
 
     final: dict[str, Any] | None  # the whole answer, once finished: the body of an answer not streamed
     done: bool  # the answer ended before the completion did (a stop sequence): the rest is not read
@@ -74,17 +91,27 @@ class Builder(Protocol):
         """The events that open a stream (b"" for an answer not streamed)."""
         ...
 
-    def feed(self, text: str) -> bytes:
-        """The events for the next piece of completion text."""
+    def feed(self, token_ids: list[int]) -> bytes:
+        """The events for the completion's next token ids."""
         ...
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
         """The events that close the answer, once the completion has ended."""
         ...
 
-    def error(self, message: str) -> bytes:
-        """The event that ends a stream the frontend cut."""
+    def error(self, error: dict[str, Any]) -> bytes:
+        """The event that ends a stream the graph could not finish: `error` is OpenAI's error object
+        (Dynamo's, when a worker failed mid-stream; the gateway's own when the frontend went away)."""
         ...
+
+
+class MissingTokenIds(RuntimeError):
+    """Dynamo's frontend streamed a completion's text without its token ids, which the answer is parsed from."""
+
+
+class FailedMidAnswer(ConnectionError):
+    """Dynamo's frontend ended a completion with an error (a worker died) before a client that does not
+    stream had its answer: retryable, as the frontend going away is."""
 
 
 class CompletionAnswer:
@@ -99,6 +126,7 @@ class CompletionAnswer:
         self.started = False
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
+        self.failed = False  # the frontend's stream ended with an error event
 
     @property
     def done(self) -> bool:
@@ -109,7 +137,7 @@ class CompletionAnswer:
         return self.builder.billed
 
     def feed(self, body: bytes) -> bytes:
-        if self.builder.done:
+        if self.builder.done or self.failed:
             return b""
         out = b"" if self.started else self._start()
         data = self.buffer + body if self.buffer else body
@@ -124,6 +152,8 @@ class CompletionAnswer:
         if not event.startswith(b"data: {") or self.builder.done:
             return b""  # [DONE], comments, and whatever follows an answer that ended early
         chunk = orjson.loads(event[6:])
+        if isinstance(chunk.get("error"), dict):  # a worker failed mid-stream: Dynamo's retryable error
+            return self._fail(chunk["error"])
         if chunk.get("usage"):
             self.usage = chunk["usage"]
         choices = chunk.get("choices")
@@ -132,14 +162,24 @@ class CompletionAnswer:
         choice = choices[0]
         if choice.get("finish_reason"):
             self.finish_reason = choice["finish_reason"]
-        text = choice.get("text")
-        return self.builder.feed(text) if text else b""
+        token_ids = (chunk.get("nvext") or {}).get("completion_token_ids")
+        if token_ids is None and choice.get("text"):
+            raise MissingTokenIds("Dynamo's frontend returned no completion_token_ids for a completion's text")
+        return self.builder.feed(token_ids) if token_ids else b""
 
     def _start(self) -> bytes:
         self.started = True
         return self.builder.start()
 
+    def _fail(self, error: dict[str, Any]) -> bytes:
+        self.failed = True
+        if not self.streaming:
+            raise FailedMidAnswer(str(error.get("message") or "a worker failed mid-answer"))
+        return self.builder.error(error)
+
     def end(self) -> bytes:
+        if self.failed:
+            return b""
         out = b"" if self.started else self._start()
         if not self.builder.done:
             out += self.builder.finish(self.finish_reason, self.usage)
@@ -147,4 +187,4 @@ class CompletionAnswer:
 
     def cut(self) -> bytes:
         head = b"" if self.started else self._start()
-        return head + self.builder.error("Dynamo's frontend stopped mid-stream; retry the request.")
+        return head + self.builder.error(stream_cut()["error"])

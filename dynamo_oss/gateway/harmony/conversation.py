@@ -19,6 +19,7 @@ import json
 from openai_harmony import Author, DeveloperContent, Message, ReasoningEffort, Role
 
 from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.harmony.completion import Generation
 from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, EFFORTS, FUNCTIONS, Conversation, Toolset, toolset
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal, UnopenableReasoning
 from dynamo_oss.gateway.protocol.responses import (
@@ -49,6 +50,14 @@ def conversation(request: ResponsesRequest, seal: ReasoningSeal, today: datetime
         history=_history(rest, seal),
         date=today,
     )
+
+
+def generation(request: ResponsesRequest) -> Generation:
+    """What the request asks of the completion besides its prompt."""
+    sampling = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
+                "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens}  # fmt: skip
+    text_format = request.text.format if request.text else None
+    return Generation(request.model, sampling, request.tool_choice, text_format, request.nvext)
 
 
 def _leading_instructions(request: ResponsesRequest) -> tuple[list[str], list]:

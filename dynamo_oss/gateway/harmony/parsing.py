@@ -1,119 +1,115 @@
-"""Harmony read back from the text a completion streams: which message, on which channel, to whom.
+"""An answer read from the completion's token ids by openai-harmony's own parser: which message, on
+which channel, to whom.
 
-The gateway renders the prompt itself and asks Dynamo's frontend for a plain completion, whose
-text keeps harmony's special tokens (`<|channel|>`, `<|message|>`, ...). This parser cuts that
-text into messages as it arrives, so an answer can stream as Responses events. The prompt ends
-with `<|start|>assistant`, so the text begins inside the first message's header. A header may
-put the recipient before or after the channel (`assistant to=functions.f<|channel|>commentary`
-as openai-harmony renders, `<|channel|>commentary to=functions.f` as gpt-oss often writes).
+The gateway asks Dynamo's frontend for each chunk's token ids (`nvext.extra_fields:
+["completion_token_ids"]`, completion.py) and parses those, never the text: a message's bounds,
+channel and recipient come only from harmony's special tokens, so text a model copies from a
+document (`<|call|>` written as ordinary tokens) stays text. The prompt ends `<|start|>assistant`,
+so the ids begin inside the first message's header.
+
+A message to a recipient the request did not declare is not a call (OpenAI's API returns only
+calls to tools the request offered): it is written as what its channel holds, reasoning on
+`analysis` and the answer's text otherwise, so no client runs a tool it never offered.
 """
 
 from __future__ import annotations
 
-import re
+from collections.abc import Collection
 from dataclasses import dataclass
 
-START, CHANNEL, MESSAGE, CONSTRAIN = "<|start|>", "<|channel|>", "<|message|>", "<|constrain|>"
-ENDS = ("<|end|>", "<|call|>", "<|return|>")
-MARKERS = (START, CHANNEL, MESSAGE, CONSTRAIN, *ENDS)
-_RECIPIENT = re.compile(r"to=([^\s<]+)")
-_CHANNEL = re.compile(re.escape(CHANNEL) + r"\s*(\w+)")
+from openai_harmony import HarmonyError, Role, StreamableParser, StreamState
+
+from dynamo_oss.gateway.harmony.rendering import encoding
+
+START, MESSAGE = 200006, 200008
+HARMONY_ENDS = {200007: "<|end|>", 200012: "<|call|>", 200002: "<|return|>"}  # a message's end, in harmony
+ENDS = {**HARMONY_ENDS, 199999: "<|endoftext|>"}  # and gpt-oss's end of text, a stop token too
+FIRST_SPECIAL = 199998  # o200k_harmony's special tokens are the ids from here up
+ASSISTANT = "assistant"  # the recipient of a tool's answer, never a call
+
+Event = tuple[str, object]  # ("begin", Header), ("text", str) or ("end", ending)
 
 
 @dataclass
 class Header:
-    """A message's header: its channel, its recipient (a tool's `namespace.name`) and content type."""
+    """A message's header: its channel, its recipient (a declared tool's `namespace.name`), content type."""
 
     channel: str
     recipient: str | None
     content_type: str | None
+    undeclared: str | None = None  # a recipient the request did not declare, which is no call
 
 
-def parse_header(text: str) -> Header:
-    """`assistant<|channel|>commentary to=functions.f <|constrain|>json`, in any of harmony's orders."""
-    channel = _CHANNEL.search(text)
-    recipient = _RECIPIENT.search(text)
-    content_type = text.split(CONSTRAIN, 1)[1].strip() if CONSTRAIN in text else None
-    if content_type is None and recipient is not None:
-        after = text[recipient.end() :].replace(CHANNEL, " ").split()
-        content_type = next((word for word in after if word == "json"), None)
-    return Header(
-        channel=channel.group(1) if channel else "final",
-        recipient=recipient.group(1) if recipient else None,
-        content_type=content_type,
-    )
+class AnswerParser:
+    """Feed the completion's token ids; get back ("begin", Header), ("text", str) and ("end", ending).
 
-
-class HarmonyText:
-    """Feed completion text; get back ("begin", Header), ("text", str) and ("end", ending) events.
-
-    `ending` is the marker that closed the message (`<|end|>`, `<|call|>`, `<|return|>`), or ""
-    when the completion stopped without one (a stop token the frontend does not print, or a
-    length cut: `finish()` closes the open message).
+    `ending` is the token that closed the message (`<|end|>`, `<|call|>`, `<|return|>`), or ""
+    when the completion stopped without one (a length cut: `finish()` closes the open message).
+    `reasoning_tokens` counts the tokens of analysis messages' text, as they were generated.
     """
 
-    def __init__(self) -> None:
-        self.header: str | None = ""  # the header being read; None inside a message's content
-        self.pending = ""  # text that may be the start of a marker, held until the next piece
-        self.open = False
+    def __init__(self, declared: Collection[str]) -> None:
+        self.declared = declared
+        self.parser = _new_parser()
+        self.open = False  # inside a message's content
+        self.channel: str | None = None
+        self.reasoning_tokens = 0
 
-    def feed(self, text: str) -> list[tuple[str, object]]:
-        events: list[tuple[str, object]] = []
-        text = self.pending + text
-        self.pending = ""
-        while text:
-            if self.header is not None:
-                text = self.header + text
-                at = text.find(MESSAGE)
-                if at < 0:
-                    self.header = text
-                    break
-                header, text = text[:at], text[at + len(MESSAGE) :]
-                self.header, self.open = None, True
-                events.append(("begin", parse_header(header)))
-                continue
-            at = text.find("<|")
-            if at < 0:
-                held = 1 if text.endswith("<") else 0  # perhaps the first character of a marker
-                if len(text) > held:
-                    events.append(("text", text[: len(text) - held]))
-                self.pending = text[len(text) - held :]
-                break
-            if at:
-                events.append(("text", text[:at]))
-                text = text[at:]
-            marker = next((m for m in MARKERS if text.startswith(m)), None)
-            if marker is None:
-                if any(m.startswith(text) for m in MARKERS):  # a marker cut between two pieces
-                    self.pending = text
-                    break
-                events.append(("text", "<|"))  # literal text that only looks like one
-                text = text[2:]
-                continue
-            text = text[len(marker) :]
-            if marker == START:  # a new message with no end marker before it
-                events.append(("end", ""))
-                self.header, self.open = "", False
-            elif marker in ENDS:
-                events.append(("end", marker))
-                self.open = False
-                self.header = ""
-                text = text.removeprefix(START)
+    def feed(self, token_ids: list[int]) -> list[Event]:
+        events: list[Event] = []
+        for token in token_ids:
+            if self.open and token < FIRST_SPECIAL:  # the common case: one more token of the open message
+                self.parser.process(token)
+                if self.channel == "analysis":
+                    self.reasoning_tokens += 1
+                delta = self.parser.last_content_delta
+                if delta:
+                    events.append(("text", delta))
             else:
-                events.append(("text", marker))  # a header marker inside content: keep it as text
+                events += self._structural(token)
         return events
 
-    def in_content(self) -> bool:
-        """Inside a message's text with nothing held back: plain text is that message's, as it is."""
-        return self.header is None and not self.pending
-
-    def finish(self) -> list[tuple[str, object]]:
+    def finish(self) -> list[Event]:
         """The completion ended: close the open message, if any."""
-        events: list[tuple[str, object]] = []
-        if self.pending and self.open:
-            events.append(("text", self.pending))
-        self.pending = ""
-        if self.open:
-            events.append(("end", ""))
-            self.open = False
-        return events
+        if not self.open:
+            return []
+        self.open = False
+        return [("end", "")]
+
+    def _structural(self, token: int) -> list[Event]:
+        if token in ENDS and self.open:
+            self.open, self.channel = False, None
+            if token not in HARMONY_ENDS or not self._process(token):
+                self.parser = _new_parser()  # the end of text: whatever follows is a new header
+            return [("end", ENDS[token])]
+        if not self._process(token):
+            return []
+        if self.open:  # a special token inside a message's text is that text, as harmony reads it
+            delta = self.parser.last_content_delta
+            return [("text", delta)] if delta else []
+        if token != MESSAGE or self.parser.state != StreamState.CONTENT:
+            return []
+        self.open, self.channel = True, self.parser.current_channel or "final"
+        return [("begin", self._header())]
+
+    def _process(self, token: int) -> bool:
+        """One token through harmony's parser; False, and a parser at a new header, where harmony cannot
+        read it (text between two messages, which a model ignoring its end token writes)."""
+        try:
+            self.parser.process(token)
+        except HarmonyError:
+            self.parser = _new_parser()
+            return False
+        return True
+
+    def _header(self) -> Header:
+        recipient = self.parser.current_recipient
+        content_type = self.parser.current_content_type
+        if recipient is None or recipient == ASSISTANT or recipient in self.declared:
+            return Header(channel=self.channel or "final", recipient=recipient, content_type=content_type)
+        return Header(channel=self.channel or "final", recipient=None, content_type=None, undeclared=recipient)
+
+
+def _new_parser() -> StreamableParser:
+    """A parser inside an assistant message's header, as after the prompt's `<|start|>assistant`."""
+    return StreamableParser(encoding(), role=Role.ASSISTANT)

@@ -131,20 +131,22 @@ def render_whole(messages: list[Message]) -> list[int]:
     return encoding().render_conversation_for_completion(HarmonyConversation.from_messages(messages), Role.ASSISTANT)
 
 
-def toolset(tools: list[Tool]) -> Toolset:
+def toolset(tools: list[Tool], field: str = "tools[{}]") -> Toolset:
     """The request's tools as harmony namespaces (hosted tools are left out: nothing here runs them);
-    a second tool of one name, or a schema that is not JSON Schema, is an ApiError naming it."""
+    a second tool of one name, or a schema that is not JSON Schema, is an ApiError naming it, the
+    tool at index i being `field.format(i)` in the request."""
     functions: list[ToolDescription] = []
     offered = Toolset()
     for index, tool in enumerate(tools):
+        where = field.format(index)
         if isinstance(tool, (FunctionTool, CustomTool)):
-            functions.append(_described(tool, f"tools[{index}]", FUNCTIONS, None, offered))
+            functions.append(_described(tool, where, FUNCTIONS, None, offered))
         elif isinstance(tool, NamespaceTool):
             if tool.name == FUNCTIONS:
-                raise ApiError(400, f"Invalid 'tools[{index}].name': '{FUNCTIONS}' is the namespace of top-level "
-                               "function tools; give the group another name.", param=f"tools[{index}].name")  # fmt: skip
+                raise ApiError(400, f"Invalid '{where}.name': '{FUNCTIONS}' is the namespace of top-level "
+                               "function tools; give the group another name.", param=f"{where}.name")  # fmt: skip
             members = [
-                _described(member, f"tools[{index}].tools[{inner}]", tool.name, tool.name, offered)
+                _described(member, f"{where}.tools[{inner}]", tool.name, tool.name, offered)
                 for inner, member in enumerate(tool.tools)
             ]
             description = tool.description or None

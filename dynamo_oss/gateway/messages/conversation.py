@@ -98,6 +98,7 @@ def conversation(request: MessagesRequest, seal: ReasoningSeal) -> Conversation:
         top_p=request.top_p,
         text=text,
         stream=request.stream,
+        nvext=request.nvext,
     )
     shown = not isinstance(request.thinking, ThinkingDisabled)
     display = getattr(request.thinking, "display", None)

@@ -38,9 +38,9 @@ class MessagesRoute:
         talk = conversation(request, self.seal)
         prompt = await rendered(lambda: harmony.conversation(talk.request, self.seal), len(body) > OFF_LOOP_BYTES)
         check_context(prompt, request.max_tokens, context, "messages", "max_tokens")
-        completion = completion_request(talk.request, prompt)
-        if request.top_k is not None:
-            completion["top_k"] = request.top_k
+        asked = harmony.generation(talk.request)
+        asked.sampling["top_k"] = request.top_k
+        completion = completion_request(asked, prompt)
         builder = MessageBuilder(request, prompt, self.seal, talk.thinking, streaming=request.stream)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=CompletionAnswer(builder,
                         request.stream))  # fmt: skip

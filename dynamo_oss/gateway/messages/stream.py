@@ -1,6 +1,6 @@
-"""A completion's harmony text, turned into an Anthropic Message: content blocks, their events, usage.
+"""A completion's harmony, turned into an Anthropic Message: content blocks, their events, usage.
 
-`MessageBuilder` reads the text as `HarmonyText` cuts it into messages: the `analysis` channel
+`MessageBuilder` reads the completion's token ids as `AnswerParser` cuts them into messages: the `analysis` channel
 becomes a `thinking` block (its signature the text sealed under the graph's key, so the block
 handed back is verified and its text rendered again), a message to a tool a `tool_use` block,
 anything else a `text` block. Streaming, the events come in the order the SDK accumulates:
@@ -9,8 +9,7 @@ anything else a `text` block. Streaming, the events come in the order the SDK ac
 complete, so the SDK never parses a partial that will not close), `content_block_stop`, then
 `message_delta` with the stop reason and usage, and `message_stop`.
 
-Stop sequences apply to the answer's text, never to the thinking (gpt-oss reasons before it
-answers): text that may begin a stop sequence is held back until it cannot; a match ends the
+Stop sequences apply to the answer's text, never to the thinking (stops.py): a match ends the
 message (`stop_reason: "stop_sequence"`) and the shell stops the generation.
 """
 
@@ -24,7 +23,8 @@ import orjson
 from dynamo_oss.gateway.messages.conversation import Thinking
 from dynamo_oss.gateway.messages.errors import stream_error_event
 from dynamo_oss.gateway.protocol.messages import MessagesRequest
-from dynamo_oss.gateway.harmony.parsing import HarmonyText, Header
+from dynamo_oss.gateway.stops import StopSequences
+from dynamo_oss.gateway.harmony.parsing import ASSISTANT, AnswerParser, Header
 from dynamo_oss.gateway.harmony.rendering import Prompt
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.ids import new_id
@@ -45,12 +45,10 @@ class MessageBuilder:
         self.block: dict[str, Any] | None = None  # the block being written (None: none, or thinking not shown)
         self.open = False  # inside a harmony message, shown or not
         self.text: list[str] = []  # the open message's text so far
-        self.held = ""  # answer text that may begin a stop sequence
         self.delta_head = b""  # the open block's delta events up to the delta's text
-        self.harmony = HarmonyText()
-        self.stops = [s for s in request.stop_sequences or [] if s]
-        self.hold = max((len(s) for s in self.stops), default=1) - 1
-        self.pieces = self.thinking_pieces = 0  # the frontend streams a token a piece
+        self.harmony = AnswerParser(prompt.tools)
+        self.stops = StopSequences(request.stop_sequences or [])
+        self.tokens = 0  # the completion's tokens so far
         self.done = False
         self.final: dict[str, Any] | None = None
         self.billed: Usage | None = None
@@ -59,15 +57,13 @@ class MessageBuilder:
     def start(self) -> bytes:
         return self._event("message_start", message=self._message(None, None, self._usage(None, started=True)))
 
-    def feed(self, text: str) -> bytes:
-        if self.open and "<" not in text and self.harmony.in_content():
-            return self._text(text)  # the common case: one more token of the block being written
-        return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(text)])
+    def feed(self, token_ids: list[int]) -> bytes:
+        self.tokens += len(token_ids)
+        return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(token_ids)])
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
-        out = [self._text(value) if kind == "text" else b"" for kind, value in self.harmony.finish()]  # type: ignore[arg-type]
-        if self.open:
-            out.append(self._close())
+        self.harmony.finish()
+        out = [self._close()] if self.open else []
         if self.content and self.content[-1]["type"] == "tool_use" and finish_reason != "length":
             reason = "tool_use"
         else:
@@ -75,8 +71,8 @@ class MessageBuilder:
         out.append(self._end(reason, None, usage))
         return b"".join(out)
 
-    def error(self, message: str) -> bytes:
-        return stream_error_event(message) if self.streaming else b""
+    def error(self, error: dict[str, Any]) -> bytes:
+        return stream_error_event(str(error.get("message") or "")) if self.streaming else b""
 
     # harmony messages
     def _on(self, kind: str, value: object) -> bytes:
@@ -87,10 +83,9 @@ class MessageBuilder:
         return self._close() if self.open else b""
 
     def _begin(self, header: Header) -> bytes:
-        self.open, self.text, self.held = True, [], ""
-        if header.recipient and header.recipient != "assistant":
-            tool = self.prompt.tools.get(header.recipient)
-            name = tool.name if tool else header.recipient.rpartition(".")[2]
+        self.open, self.text = True, []
+        if header.recipient and header.recipient != ASSISTANT:  # a call to a tool the request declared
+            name = self.prompt.tools[header.recipient].name
             block: dict[str, Any] | None = {"type": "tool_use", "id": new_id("toolu"), "name": name, "input": {}}
         elif header.channel == "analysis":
             block = {"type": "thinking", "thinking": "", "signature": ""} if self.thinking.shown else None
@@ -111,34 +106,19 @@ class MessageBuilder:
     def _text(self, text: str) -> bytes:
         if not self.open or not text:
             return b""
-        self.pieces += 1
         block = self.block
-        if block is None or block["type"] == "thinking":
-            self.thinking_pieces += 1
-        self.text.append(text)
-        if block is None or block["type"] == "tool_use":
-            return b""  # hidden thinking, or a call's input: sent whole when complete
-        if block["type"] == "thinking":
+        if block is None or block["type"] != "text":
+            self.text.append(text)
+            if block is None or block["type"] == "tool_use":
+                return b""  # hidden thinking, or a call's input: sent whole when complete
             return self._delta(text) if self.thinking.with_text else b""
-        if not self.stops:
-            return self._delta(text)
-        return self._answer_text(text)
-
-    def _answer_text(self, text: str) -> bytes:
-        """Answer text past the stop sequences: what cannot begin one goes out, a match ends the message."""
-        held = self.held + text
-        found = [(held.find(stop), stop) for stop in self.stops if stop in held]
-        if found:
-            at, stop = min(found)
-            self.held = ""
-            self.text = ["".join(self.text)[: -len(held)] + held[:at]]
-            out = self._delta(held[:at]) if at else b""
+        sent, stop = self.stops.push(text)
+        self.text.append(sent)
+        out = self._delta(sent) if sent else b""
+        if stop is not None:  # the answer ends before the stop sequence
             out += self._close()
             return out + self._end("stop_sequence", stop, None)
-        keep = min(self.hold, len(held))
-        self.held = held[len(held) - keep :] if keep else ""
-        sent = held[: len(held) - keep]
-        return self._delta(sent) if sent else b""
+        return out
 
     def _delta(self, text: str) -> bytes:
         if not self.streaming:
@@ -162,10 +142,9 @@ class MessageBuilder:
             out += self._event("content_block_delta", index=index,
                                delta={"type": "input_json_delta", "partial_json": json.dumps(block["input"])})  # fmt: skip
         else:
-            if self.held:
-                out += self._delta(self.held)
-                self.held = ""
-            block["text"] = text
+            rest = self.stops.flush()
+            out += self._delta(rest) if rest else b""
+            block["text"] = text + rest
         return out + self._event("content_block_stop", index=index)
 
     def _end(self, reason: str, stop: str | None, usage: dict[str, Any] | None) -> bytes:
@@ -203,17 +182,17 @@ class MessageBuilder:
         if started:
             return {"input_tokens": prompt, "output_tokens": 0}
         if usage is None:
-            return {"input_tokens": prompt, "output_tokens": self.pieces,
-                    "output_tokens_details": {"thinking_tokens": self.thinking_pieces}}  # fmt: skip
+            return {"input_tokens": prompt, "output_tokens": self.tokens,
+                    "output_tokens_details": {"thinking_tokens": self.harmony.reasoning_tokens}}  # fmt: skip
         prompt = int(usage.get("prompt_tokens") or prompt)
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        output = int(usage.get("completion_tokens") or self.pieces)
+        output = int(usage.get("completion_tokens") or self.tokens)
         return {
             "input_tokens": prompt - cached,
             "cache_creation_input_tokens": 0,
             "cache_read_input_tokens": cached,
             "output_tokens": output,
-            "output_tokens_details": {"thinking_tokens": min(self.thinking_pieces, output)},
+            "output_tokens_details": {"thinking_tokens": min(self.harmony.reasoning_tokens, output)},
         }
 
 

@@ -214,6 +214,8 @@ class MessagesRequest(Strict):
     temperature: float | None = Field(default=None, ge=0, le=1)
     top_p: float | None = Field(default=None, gt=0, le=1)
     top_k: int | None = Field(default=None, ge=0)
+    # Dynamo's extensions a client may set (annotations: validation.py), as on the OpenAI APIs.
+    nvext: dict[str, list[str]] | None = None
     # Accepted and ignored: they change nothing on a graph (one tier, one region, automatic prefix caching).
     metadata: Metadata | None = None
     cache_control: CacheControl | None = None

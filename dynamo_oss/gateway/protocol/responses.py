@@ -115,9 +115,12 @@ ToolOutputItem = FunctionCallOutputItem | CustomToolCallOutputItem
 ToolCallItem = FunctionCallItem | CustomToolCallItem
 
 
+TOOL_NAME = r"^[A-Za-z0-9_\-]{1,128}$"  # OpenAI's characters for a tool's name
+
+
 class FunctionTool(Lenient):
     type: Literal["function"]
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(pattern=TOOL_NAME)
     description: str | None = None
     parameters: dict[str, Any] | None = None
     strict: bool | None = None
@@ -128,7 +131,7 @@ class CustomTool(Lenient):
     function of one string, `input`, and returned as a `custom_tool_call`."""
 
     type: Literal["custom"]
-    name: str = Field(min_length=1, max_length=128)
+    name: str = Field(pattern=TOOL_NAME)
     description: str | None = None
     format: dict[str, Any] | None = None
 
@@ -140,7 +143,7 @@ class NamespaceTool(Lenient):
     """A group of tools, rendered as a harmony namespace of its own name."""
 
     type: Literal["namespace"]
-    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_\-]+$")
+    name: str = Field(pattern=TOOL_NAME)
     description: str = ""
     tools: list[NamespacedTool]
 
@@ -203,7 +206,7 @@ class ResponsesRequest(Lenient):
     # Engine options Dynamo's frontend takes beside OpenAI's (benchmarks fix output lengths with them).
     ignore_eos: bool | None = None
     min_tokens: int | None = Field(default=None, ge=0)
-    nvext: dict[str, Any] | None = None  # Dynamo's extensions (annotations, cache_salt, ...), passed on
+    nvext: dict[str, list[str]] | None = None  # Dynamo's extensions a client may set (validation.py), passed on
 
     def wants_sealed_reasoning(self) -> bool:
         return "reasoning.encrypted_content" in self.include

@@ -24,7 +24,7 @@ from pydantic import TypeAdapter
 
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request
-from dynamo_oss.gateway.harmony.conversation import conversation
+from dynamo_oss.gateway.harmony.conversation import conversation, generation
 from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS, Prompt, rendered
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.ids import new_id
@@ -63,7 +63,7 @@ class ResponsesRoute:
         except ApiError as err:
             raise _shifted(err, len(inherited)) from None
         check_context(prompt, request.max_output_tokens, context, "input", "max_output_tokens")
-        completion = completion_request(request, prompt)
+        completion = completion_request(generation(request), prompt)
         if stored:
             assert self.store is not None
             transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, self.seal, self.store,

@@ -1,6 +1,6 @@
-"""A completion's harmony text, turned into a Responses answer: output items, their events, usage.
+"""A completion's harmony, turned into a Responses answer: output items, their events, usage.
 
-`ResponseBuilder` reads the text as `HarmonyText` cuts it into messages: the `analysis` channel
+`ResponseBuilder` reads the completion's token ids as `AnswerParser` cuts them into messages: the `analysis` channel
 becomes a `reasoning` item (its text as `reasoning_text` content, sealed into `encrypted_content`
 when asked), a message to a tool a `function_call` (or a `custom_tool_call`, under the name and
 namespace the client declared), anything else an assistant `message`. Streaming, every step is an
@@ -8,10 +8,9 @@ event with a rising `sequence_number`, in OpenAI's order: `response.created`, `i
 item `output_item.added`, its part and deltas, `output_item.done`, then `response.completed` (or
 `response.incomplete` when max_output_tokens cut it) carrying the whole response and its usage.
 
-Deltas are the hot path (one per token): text inside a message's content skips the harmony
-parser when it holds no marker, and a delta's JSON is a fixed prefix per item plus the escaped
-text, written without building a dict. Reasoning tokens are counted as the pieces of reasoning
-text the frontend streams (it streams a token a piece), not by tokenizing again.
+Deltas are the hot path (one per token): a delta's JSON is a fixed prefix per item plus the
+escaped text, written without building a dict. Reasoning tokens are the analysis messages' tokens
+as the parser counts them.
 """
 
 from __future__ import annotations
@@ -22,10 +21,9 @@ from typing import Any
 
 import orjson
 
-from dynamo_oss.gateway.errors import openai_error
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.harmony.parsing import HarmonyText, Header
-from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, FUNCTIONS, Prompt
+from dynamo_oss.gateway.harmony.parsing import ASSISTANT, AnswerParser, Header
+from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, ClientTool, Prompt
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.usage import Usage
@@ -52,8 +50,7 @@ class ResponseBuilder:
         self.item: dict[str, Any] | None = None  # the item being written
         self.text: list[str] = []  # its text so far
         self.delta_head = b""  # its delta events up to the delta's text
-        self.harmony = HarmonyText()
-        self.reasoning_tokens = 0
+        self.harmony = AnswerParser(prompt.tools)
         self.final: dict[str, Any] | None = None  # the whole response, once finished
         self.billed: Usage | None = None  # its usage, once finished
         self.done = False  # a Responses answer ends only with its completion
@@ -65,10 +62,8 @@ class ResponseBuilder:
             "response.in_progress", response=snapshot
         )
 
-    def feed(self, text: str) -> bytes:
-        if self.item is not None and "<" not in text and self.harmony.in_content():
-            return self._text(text)  # the common case: one more token of the message being written
-        return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(text)])
+    def feed(self, token_ids: list[int]) -> bytes:
+        return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(token_ids)])
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
         return self.close_output(finish_reason, usage) + self.completed()
@@ -76,22 +71,23 @@ class ResponseBuilder:
     def close_output(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
         """The last item's closing events; the whole response is `final` from then on."""
         cut = finish_reason == "length"
-        out = [self._text(value) if kind == "text" else b"" for kind, value in self.harmony.finish()]  # type: ignore[arg-type]
-        if self.item is not None:  # the message the completion stopped in: whole, unless max_tokens cut it
-            out.append(self._close(complete=not cut))
+        self.harmony.finish()
+        # The message the completion stopped in: whole, unless max_tokens cut it.
+        out = self._close(complete=not cut) if self.item is not None else b""
         self.final = self.response("incomplete" if cut else "completed", usage)
         self.billed = Usage.of_responses(self.final["usage"]) if self.final["usage"] else None
-        return b"".join(out)
+        return out
 
     def completed(self) -> bytes:
         """The event carrying the whole response (`response.completed` or `response.incomplete`)."""
         assert self.final is not None
         return self._event(f"response.{self.final['status']}", response=self.final)
 
-    def error(self, message: str) -> bytes:
-        """The stream could not finish (the frontend went away): an `error` event ends it."""
-        body = openai_error(503, message, code="frontend_unavailable")["error"]
-        return self._event("error", code=body["code"], message=body["message"], param=None)
+    def error(self, error: dict[str, Any]) -> bytes:
+        """The stream could not finish (a worker failed, the frontend went away): an `error` event ends it."""
+        code = error.get("code")
+        return self._event("error", code=None if code is None else str(code), message=error.get("message") or "",
+                           param=None)  # fmt: skip
 
     # harmony messages
     def _on(self, kind: str, value: object) -> bytes:
@@ -103,8 +99,8 @@ class ResponseBuilder:
 
     def _begin(self, header: Header) -> bytes:
         index = len(self.output)
-        if header.recipient and header.recipient != "assistant":
-            item = self._call_item(header.recipient)
+        if header.recipient and header.recipient != ASSISTANT:  # a call to a tool the request declared
+            item = self._call_item(self.prompt.tools[header.recipient])
         elif header.channel == "analysis":
             item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
         else:
@@ -124,26 +120,21 @@ class ResponseBuilder:
                                + b'","output_index":%d,' % index + content_index + logprobs + b'"delta":')  # fmt: skip
         return out
 
-    def _call_item(self, recipient: str) -> dict[str, Any]:
-        tool = self.prompt.tools.get(recipient)
-        namespace, _, name = recipient.rpartition(".")
-        if tool is not None and tool.kind == "custom":
+    def _call_item(self, tool: ClientTool) -> dict[str, Any]:
+        if tool.kind == "custom":
             item: dict[str, Any] = {"id": new_id("ctc"), "type": "custom_tool_call", "call_id": new_id("call"),
                                     "name": tool.name, "input": ""}  # fmt: skip
         else:
             item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": new_id("call"),
-                    "name": tool.name if tool else name, "arguments": ""}  # fmt: skip
-        client_namespace = tool.namespace if tool else (namespace if namespace != FUNCTIONS else None)
-        if client_namespace:
-            item["namespace"] = client_namespace
+                    "name": tool.name, "arguments": ""}  # fmt: skip
+        if tool.namespace:
+            item["namespace"] = tool.namespace
         return item
 
     def _text(self, text: str) -> bytes:
         if self.item is None or not text:
             return b""
         self.text.append(text)
-        if self.item["type"] == "reasoning":
-            self.reasoning_tokens += 1
         if not self.streaming or self.item["type"] == "custom_tool_call":
             return b""  # a custom tool's input is the string inside its JSON arguments: sent whole at the end
         self.sequence += 1
@@ -222,7 +213,7 @@ class ResponseBuilder:
         prompt = int(usage.get("prompt_tokens") or 0)
         completion = int(usage.get("completion_tokens") or 0)
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
-        reasoning = self.reasoning_tokens
+        reasoning = self.harmony.reasoning_tokens
         return {
             "input_tokens": prompt,
             "input_tokens_details": {"cached_tokens": cached, "cache_write_tokens": 0},
