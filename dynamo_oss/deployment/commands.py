@@ -23,6 +23,11 @@ FRONTEND_LOG = ("info,dynamo_parsers::reasoning::gpt_oss_parser=error,"
                 "dynamo_parsers::tool_calling::harmony::harmony_parser=error")  # fmt: skip
 
 
+# Dynamo's frontend's environment: its log levels, and its admin route (`/busy_threshold`, which marks
+# every worker busy for every client) turned off, since nothing of this project sets thresholds.
+FRONTEND_ENV = {"DYN_LOG": FRONTEND_LOG, "DYN_DISABLE_FRONTEND_ADMIN_API": "1"}
+
+
 def frontend_args(deployment: Deployment, listen: tuple[str, int] | None, namespace: str | None) -> list[str]:
     """Dynamo's OpenAI frontend with the graph's router and migration settings, on `listen` (else
     Dynamo's default), counting the workers of `namespace` (else DYN_NAMESPACE's)."""
@@ -60,7 +65,8 @@ def gateway_args(
             *model, "--max-in-flight", str(gateway.max_in_flight), "--reasoning-key-file", str(key_file), *keys,
             "--header-timeout-s", f"{limits.header_timeout_s:g}", "--body-timeout-s", f"{limits.body_timeout_s:g}",
             "--keep-alive-timeout-s", f"{limits.keep_alive_timeout_s:g}",
-            "--max-connections", str(limits.max_connections), "--max-body-mib", str(limits.max_body_mib),
+            "--write-timeout-s", f"{limits.write_timeout_s:g}", "--max-connections", str(limits.max_connections),
+            "--max-body-mib", str(limits.max_body_mib), "--max-buffered-mib", str(limits.max_buffered_mib),
             *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
             *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else []), *store]  # fmt: skip
 

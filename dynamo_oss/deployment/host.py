@@ -21,7 +21,7 @@ from dynamo_oss.assets.encodings import ENCODINGS_ENV
 from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
-from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, responses_bucket, worker_context
+from dynamo_oss.deployment.commands import FRONTEND_ENV, frontend_args, gateway_args, responses_bucket, worker_context
 from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.placement import Node
@@ -337,7 +337,7 @@ def _frontend_processes(
             name="frontend",
             kind="frontend",
             argv=[sys.executable, *frontend_args(deployment, (dynamo_host, dynamo_port), deployment.namespace)],
-            env={**shared_env, "DYN_LOG": FRONTEND_LOG},
+            env={**shared_env, **FRONTEND_ENV},
             ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
         )
     ]

@@ -36,7 +36,7 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
-from dynamo_oss.deployment.commands import FRONTEND_LOG, frontend_args, gateway_args, responses_bucket, worker_context
+from dynamo_oss.deployment.commands import FRONTEND_ENV, frontend_args, gateway_args, responses_bucket, worker_context
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
@@ -168,7 +168,7 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     listen = (LOOPBACK, DYNAMO_FRONTEND_PORT) if deployment.gateway else None
     args = frontend_args(deployment, listen, namespace=None)  # the operator sets DYN_NAMESPACE
     main: dict[str, Any] = {"name": "main", "image": target.image, "command": ["python3"], "args": args,
-                            "env": [{"name": "DYN_LOG", "value": FRONTEND_LOG}]}  # fmt: skip
+                            "env": [{"name": name, "value": value} for name, value in FRONTEND_ENV.items()]}  # fmt: skip
     containers = [main]
     if deployment.gateway:
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts

@@ -23,7 +23,7 @@ from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
-from dynamo_oss.gateway.harmony.sealing import KEY_BYTES, ReasoningSeal
+from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
 
 DRAIN_TIMEOUT_S = 30.0  # how long streams in flight may take to finish after SIGTERM
 
@@ -35,12 +35,13 @@ async def run(args: argparse.Namespace) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     limits = Limits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
-                    keep_alive_timeout_s=args.keep_alive_timeout_s, max_connections=args.max_connections,
-                    max_body_bytes=args.max_body_mib * 2**20)  # fmt: skip
+                    keep_alive_timeout_s=args.keep_alive_timeout_s, write_timeout_s=args.write_timeout_s,
+                    max_connections=args.max_connections, max_body_bytes=args.max_body_mib * 2**20,
+                    max_buffered_bytes=args.max_buffered_mib * 2**20)  # fmt: skip
     store = response_store(args)
     if store is not None:
         store.start()
-    gateway = Gateway(args.upstream, counter, reasoning_seal(args.reasoning_key_file), args.max_in_flight,
+    gateway = Gateway(args.upstream, counter, graph_key(args.reasoning_key_file), args.max_in_flight,
                       api_keys(args), limits, store, cache_isolation=args.cache_isolation == "tenant")  # fmt: skip
     await serve(gateway, args.host, args.port, DRAIN_TIMEOUT_S, stop)
 
@@ -67,14 +68,19 @@ def api_keys(args: argparse.Namespace) -> ApiKeys | None:
         raise SystemExit(f"gateway: API keys: {error}") from None
 
 
-def reasoning_seal(key_file: Path | None) -> ReasoningSeal:
+def graph_key(key_file: Path | None) -> GraphKey:
+    """The graph's key (graph_key.py): the file every gateway of the graph reads, or, without one, a key
+    of this process only. The gateway does not start on a key file it cannot use."""
     if key_file is not None:
-        return ReasoningSeal.from_file(key_file)
+        try:
+            return GraphKey.from_file(key_file)
+        except (OSError, KeyFileUnusable) as error:
+            raise SystemExit(f"gateway: graph key: {error}") from None
     logging.getLogger("dynamo_oss.gateway").warning(
         "no --reasoning-key-file: encrypted reasoning is sealed with a key of this process only, so another "
         "gateway, or this one after a restart, cannot open it"
     )
-    return ReasoningSeal(secrets.token_bytes(KEY_BYTES))
+    return GraphKey(secrets.token_bytes(KEY_BYTES))
 
 
 def main() -> None:
@@ -92,8 +98,9 @@ def main() -> None:
     parser.add_argument(
         "--reasoning-key-file",
         type=Path,
-        help="the graph's key for encrypted reasoning (Responses' reasoning.encrypted_content): 32 bytes, or "
-        "their base64; every gateway of a graph reads the same file",
+        help="the graph's key, which seals reasoning (Responses' reasoning.encrypted_content, Messages' "
+        "signatures) and salts each tenant's cache: 32 bytes, or their base64, owner-only; made there if missing; "
+        "every gateway of a graph reads the same file",
     )
     keys = parser.add_mutually_exclusive_group()
     keys.add_argument("--keys-file", type=Path, help="API keys it requires, a `NAME KEY [TENANT]` line each")
@@ -110,8 +117,10 @@ def main() -> None:
     parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s)
     parser.add_argument("--body-timeout-s", type=float, default=defaults.body_timeout_s)
     parser.add_argument("--keep-alive-timeout-s", type=float, default=defaults.keep_alive_timeout_s)
+    parser.add_argument("--write-timeout-s", type=float, default=defaults.write_timeout_s)
     parser.add_argument("--max-connections", type=int, default=defaults.max_connections)
     parser.add_argument("--max-body-mib", type=int, default=defaults.max_body_bytes // 2**20)
+    parser.add_argument("--max-buffered-mib", type=int, default=defaults.max_buffered_bytes // 2**20)
     parser.add_argument(
         "--max-in-flight",
         type=int,

@@ -18,6 +18,7 @@ import logging
 import socket
 import time
 from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
@@ -27,25 +28,36 @@ import httptools
 from dynamo_oss.gateway.auth import ApiKeys
 from dynamo_oss.gateway.chat.route import ChatRoute
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
-from dynamo_oss.gateway.limits import ConnectionCount, Deadline, Limits
+from dynamo_oss.gateway.limits import (
+    MAX_HEAD_BYTES,
+    MAX_QUEUED,
+    MAX_TARGET_BYTES,
+    BodyBudget,
+    ConnectionCount,
+    Deadline,
+    Limits,
+)
 from dynamo_oss.gateway.messages import errors as anthropic_errors
 from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
+from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import ResponseStore
 from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
+from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHODS
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
     LocalRoute,
+    PassThrough,
     Route,
+    RouteTable,
     Settling,
     Transform,
     Upstream,
     parse_json,
-    route_for,
 )
-from dynamo_oss.gateway.tenancy import salted
+from dynamo_oss.gateway.tenancy import NO_TENANT, Caller, Tenants
 from dynamo_oss.gateway.text_completions import CompletionsRoute
 from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
@@ -56,7 +68,6 @@ log = logging.getLogger("dynamo_oss.gateway")
 # The client's API key stays here: Dynamo's frontend neither needs nor should log it.
 NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
                  b"content-length", b"expect", b"authorization", b"x-api-key"}  # fmt: skip
-MAX_HEADER_BYTES = 64 * 1024  # names and values together; well past any real client's, cookies included
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
 # 32k-token prompt here): that runs in a thread, so the event loop keeps streaming everyone else's tokens.
@@ -76,7 +87,7 @@ class Gateway:
         self,
         upstream: str,
         counter: PromptCounter | None,
-        seal: ReasoningSeal,
+        graph_key: GraphKey,
         max_in_flight: int | None = None,
         keys: ApiKeys | None = None,
         limits: Limits = Limits(),
@@ -89,16 +100,23 @@ class Gateway:
         self.port = int(port or 80)
         self.counter = counter
         self.keys = keys  # None: no key is asked for
-        self.cache_isolation = cache_isolation and keys is not None  # each key's tenant caches apart (tenancy.py)
+        self.tenants = Tenants(graph_key, isolated=cache_isolation and keys is not None)
+        seal = ReasoningSeal(graph_key)
         self.limits = limits
         self.connections = ConnectionCount(limits)
-        self.routes: dict[bytes, Route] = {
-            b"/v1/chat/completions": ChatRoute(),
-            b"/v1/completions": CompletionsRoute(),
-            b"/v1/responses": ResponsesRoute(seal, store),
-            b"/v1/messages": MessagesRoute(seal),
-        }
-        self.local_routes: dict[bytes, LocalRoute] = {STORED_RESPONSES: StoredResponsesRoute(store)}
+        self.bodies = BodyBudget(limits)
+        probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
+        self.routes = RouteTable(
+            exact={
+                (b"POST", b"/v1/chat/completions"): ChatRoute(),
+                (b"POST", b"/v1/completions"): CompletionsRoute(),
+                (b"POST", b"/v1/responses"): ResponsesRoute(seal, store),
+                (b"POST", b"/v1/messages"): MessagesRoute(seal),
+                (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
+                **probes,
+            },
+            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store))},
+        )
         self.store = store  # None: the graph keeps no responses
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte
@@ -147,6 +165,11 @@ class Gateway:
         return next((shape for prefix, shape in ERROR_SHAPES.items()
                      if path == prefix or path.startswith(prefix + b"/")), None)  # fmt: skip
 
+    def caller(self, key: str | None) -> Caller:
+        """Who a request showing the key named `key` is from."""
+        tenant = self.keys.tenant_of(key) if self.keys is not None and key is not None else NO_TENANT
+        return self.tenants.caller(key, tenant)
+
     def forget_models(self) -> None:
         self._models = {}
 
@@ -176,6 +199,20 @@ class Gateway:
             await self.store.close()
 
 
+@dataclass(frozen=True)
+class Request:
+    """A request read whole, waiting its turn: its route, and the body bytes it holds of the budget."""
+
+    method: bytes
+    target: bytes
+    headers: list[tuple[bytes, bytes]]
+    body: bytes
+    keep_alive: bool
+    key: str | None  # the name of the API key it showed
+    route: Route | LocalRoute
+    held: int
+
+
 class ClientConnection(asyncio.Protocol):
     """One client's connection: requests in order, one exchange at a time."""
 
@@ -193,10 +230,15 @@ class ClientConnection(asyncio.Protocol):
         self.status = 0  # the current exchange's response status, once sent
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
-        self.deadline = Deadline(gateway.limits, self._too_slow, self._idle_too_long)
-        self._url, self._headers, self._body = b"", [], []
-        self._size = self._header_size = 0
+        self.deadline = Deadline(gateway.limits, self._too_slow, self._idle_too_long, self._stalled)
+        # The request being read: its target's pieces, headers, body pieces, and their sizes so far.
+        self._target: list[bytes] = []
+        self._headers: list[tuple[bytes, bytes]] = []
+        self._body: list[bytes] = []
+        self._target_size = self._header_size = self._head_size = self._size = self._held = 0
+        self._in_head = True  # between a request's first byte and the end of its headers
         self._key: str | None = None
+        self._route: Route | LocalRoute | None = None
         self._reading = False  # between a request's first byte and its last
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -212,51 +254,83 @@ class ClientConnection(asyncio.Protocol):
         if self.refused:
             return  # answered and closing: what the client still sends is read and dropped
         acknowledge_at_once(self.socket)
+        if self._in_head:
+            self._head_size += len(data)
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            pass  # an Upgrade or CONNECT, refused once its headers were read
         except httptools.HttpParserError as err:
-            self.error_shape = None  # which API it was for is not known
-            self.respond(400, openai_error(400, f"Malformed HTTP request: {err}"), keep_alive=False)
-            self.transport.close()
+            if not self.refused:
+                self._refuse(ApiError(400, f"Malformed HTTP request: {err}"))
+        if self._in_head and not self.refused and self._head_size > MAX_HEAD_BYTES:
+            # Counted as the bytes arrive, before the head is whole: a head never ending holds no more than this.
+            self._refuse(head_too_large())
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.deadline.stop()
+        self.deadline.writes_resumed()
+        self._let_go_of_body()
         if self.counted:
             self.gateway.connections.closed()
         if self.upstream is not None:  # the client left mid-response: the frontend stops generating
             self.upstream.transport.abort()
 
     def pause_writing(self) -> None:
+        self.deadline.writes_paused()
         if self.upstream is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self.deadline.writes_resumed()
         if self.upstream is not None:
             self.upstream.transport.resume_reading()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
-        self._url, self._headers, self._body, self._size, self._header_size = b"", [], [], 0, 0
+        self._target, self._headers, self._body = [], [], []
+        self._target_size = self._header_size = self._size = 0
+        self._route = None
         self._reading = True
         if not self.tasks:  # a pipelined request's clock starts when the exchanges ahead of it are done
             self.deadline.awaiting_headers()
 
     def on_url(self, url: bytes) -> None:
-        self._url += url
+        if self.refused:
+            return
+        self._target.append(url)
+        self._target_size += len(url)
+        if self._target_size > MAX_TARGET_BYTES:
+            self._refuse(ApiError(414, f"The request's target is longer than {MAX_TARGET_BYTES // 1024} KiB.",
+                                  code="request_target_too_long"))  # fmt: skip
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_size += len(name) + len(value)
-        if self._header_size <= MAX_HEADER_BYTES:
+        if not self.refused:
             self._headers.append((name, value))
+            self._header_size += len(name) + len(value) + 4  # ": " and "\r\n"
 
     def on_headers_complete(self) -> None:
+        if self.refused:
+            return
+        self._in_head = False
+        target = b"".join(self._target)
+        self._target = [target]
         try:
+            if self._target_size + self._header_size > MAX_HEAD_BYTES:  # a head whole within one read
+                raise head_too_large()
             if self.gateway.keys is not None:
                 authorization = next((v for n, v in self._headers if n.lower() == b"authorization"), None)
                 api_key = next((v for n, v in self._headers if n.lower() == b"x-api-key"), None)
-                self._key = self.gateway.keys.name_of(self._url, authorization, api_key)
-            if self.gateway.limits.declared_too_large(self._headers):
+                self._key = self.gateway.keys.name_of(target, authorization, api_key)
+            method = self.parser.get_method()
+            if method == b"CONNECT" or self.parser.should_upgrade():
+                raise ApiError(400, "This endpoint serves HTTP/1.1 requests: no Upgrade and no CONNECT.",
+                               code="upgrade_not_supported")  # fmt: skip
+            self._route = self.gateway.routes.route(method, target)
+            declared = self.gateway.limits.declared_size(self._headers)
+            if declared > self.gateway.limits.max_body_bytes:
                 raise self.gateway.limits.too_large()
+            self._hold(declared)
         except ApiError as err:
             self._refuse(err)
             return
@@ -271,25 +345,44 @@ class ClientConnection(asyncio.Protocol):
         if not self.tasks:
             self.deadline.awaiting_body()
         self._size += len(body)
-        if self._size > self.gateway.limits.max_body_bytes:  # a chunked body past the limit: refused at once
-            self._refuse(self.gateway.limits.too_large())
+        try:
+            if self._size > self.gateway.limits.max_body_bytes:  # a chunked body past the limit: refused at once
+                raise self.gateway.limits.too_large()
+            self._hold(self._size - self._held)  # past what was declared (a chunked body): counted as it comes
+        except ApiError as err:
+            self._refuse(err)
             return
         self._body.append(body)
 
     def on_message_complete(self) -> None:
         if self.refused:
             return
+        self._in_head, self._head_size = True, 0  # the next request's head, counted from its first read
         self._reading = False
         self.deadline.stop()
-        if self._header_size > MAX_HEADER_BYTES:
-            message = f"The request's headers are larger than {MAX_HEADER_BYTES // 1024} KiB."
-            self.error_shape = self.gateway.error_shape(self._url)
-            self.respond(431, openai_error(431, message), keep_alive=False)
-            self.transport.close()
+        if len(self.tasks) >= MAX_QUEUED:
+            self._refuse(ApiError(429, f"More than {MAX_QUEUED} requests are waiting on this connection; send the "
+                                  "next once an answer has come, or open another connection.",
+                                  code="too_many_pipelined_requests"))  # fmt: skip
             return
         self.transport.pause_reading()  # one exchange at a time
         method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
-        self._in_turn(self.exchange(method, self._url, self._headers, b"".join(self._body), keep_alive, self._key))
+        held, self._held = self._held, 0  # the exchange lets go of its body when it is over
+        assert self._route is not None
+        request = Request(method, self._target[0], self._headers, b"".join(self._body), keep_alive, self._key,
+                          self._route, held)  # fmt: skip
+        self._in_turn(self.exchange(request))
+
+    def _hold(self, size: int) -> None:
+        """Count `size` more bytes of the request's body in the gateway's budget (BodyBudget)."""
+        if size > 0:
+            self.gateway.bodies.take(size)
+            self._held += size
+
+    def _let_go_of_body(self) -> None:
+        """The body being read will not be answered (the connection is closing): out of the budget."""
+        self.gateway.bodies.give_back(self._held)
+        self._held = 0
 
     def _in_turn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.get_running_loop().create_task(work)
@@ -302,8 +395,9 @@ class ClientConnection(asyncio.Protocol):
         the connection, and the client would lose the answer."""
         self.refused = True
         self.deadline.stop()
+        self._let_go_of_body()
         key = REFUSED if err.status == 401 else self._key
-        shape = self.gateway.error_shape(self._url)
+        shape = self.gateway.error_shape(b"".join(self._target))
 
         async def answer() -> None:
             async with self.turn:
@@ -319,25 +413,26 @@ class ClientConnection(asyncio.Protocol):
 
         self._in_turn(answer())
 
-    async def exchange(
-        self, method: bytes, url: bytes, headers: list, body: bytes, keep_alive: bool, key: str | None
-    ) -> None:
-        """One request and its response, for the API key named `key`."""
-        async with self.turn:
-            if self.transport.is_closing():
-                return  # the client left while the request waited its turn: the frontend never sees it
-            self.key, self.status = key, 0
-            self.error_shape = self.gateway.error_shape(url)
-            await self._exchange(method, url, headers, body, keep_alive)
-            count_request(key, self.api, self.status)
+    async def exchange(self, request: Request) -> None:
+        """One request and its response."""
+        try:
+            async with self.turn:
+                if self.transport.is_closing():
+                    return  # the client left while the request waited its turn: the frontend never sees it
+                self.key, self.status = request.key, 0
+                self.error_shape = self.gateway.error_shape(request.target)
+                await self._exchange(request)
+                count_request(request.key, self.api, self.status)
+        finally:
+            self.gateway.bodies.give_back(request.held)
 
-    async def _exchange(self, method: bytes, url: bytes, headers: list, body: bytes, keep_alive: bool) -> None:
+    async def _exchange(self, request: Request) -> None:
         self.gateway.exchanges += 1
         self.started = admitted = False
-        self.api = None
+        method, url, headers, keep_alive, route = (request.method, request.target, request.headers,
+                                                   request.keep_alive, request.route)  # fmt: skip
+        self.api = route.api
         try:
-            route = route_for(self.gateway.routes, method, url, self.gateway.local_routes)
-            self.api = route.api
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
                 status, answer = await route.answer(method, url, self.key)
                 self.respond(status, answer, keep_alive)
@@ -345,9 +440,9 @@ class ClientConnection(asyncio.Protocol):
                 if self.api is not None:
                     self.gateway.admit()
                     admitted = True
-                upstream = await route.prepare(url, body, self.gateway, self.key)
-                if self.gateway.cache_isolation and self.key is not None and self.gateway.keys is not None:
-                    headers = salted(headers, self.gateway.keys.tenant_of(self.key))
+                caller = self.gateway.caller(self.key)
+                upstream = await route.prepare(url, request.body, self.gateway, caller)
+                headers = self.gateway.tenants.salted(headers, caller)
                 await self.forward(method, headers, upstream)
                 if upstream.transform is not None:
                     count_tokens(self.key, upstream.transform.billed)
@@ -385,13 +480,20 @@ class ClientConnection(asyncio.Protocol):
             return  # an answer is under way: its request arrived whole
         seconds = self.gateway.limits.header_timeout_s if not self._headers else self.gateway.limits.body_timeout_s
         message = f"The request was not received in full within {seconds:g} s."
-        self.error_shape = self.gateway.error_shape(self._url)
+        self.error_shape = self.gateway.error_shape(b"".join(self._target))
         self.respond(408, openai_error(408, message, code="request_timeout"), keep_alive=False)
         self.transport.close()
 
     def _idle_too_long(self) -> None:
         if not self.tasks:  # no exchange under way or waiting its turn
             self.transport.close()
+
+    def _stalled(self) -> None:
+        """The client took none of its answer for write_timeout_s: dropped, which stops its generation
+        upstream (connection_lost) and frees its place in the graph."""
+        log.info("a client read nothing of its answer for %g s: its connection is dropped",
+                 self.gateway.limits.write_timeout_s)  # fmt: skip
+        self.transport.abort()
 
     async def forward(self, method: bytes, headers: list, upstream: Upstream) -> None:
         head = [method + b" " + upstream.url + b" HTTP/1.1"]
@@ -659,6 +761,11 @@ async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, 
     while gateway.exchanges and loop.time() < deadline:
         await asyncio.sleep(0.05)
     await gateway.close()
+
+
+def head_too_large() -> ApiError:
+    return ApiError(431, f"The request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB.",
+                    code="request_header_fields_too_large")  # fmt: skip
 
 
 def acknowledge_at_once(sock: socket.socket | None) -> None:

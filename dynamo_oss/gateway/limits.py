@@ -1,14 +1,22 @@
-"""Connection hygiene at the gateway: how long a client may take over each part of a request, how
-long an idle keep-alive connection stays open, how many connections are open at once, and how
-large a body may be declared. nginx's defaults are the reference: 60 s for a request's headers
-(client_header_timeout) and between two reads of its body (client_body_timeout), 75 s of keep-alive
-idleness (keepalive_timeout); a body limit and a connection cap that a long gpt-oss prompt and a
-busy graph fit.
+"""What a client may make the gateway hold or wait for, before it is authenticated and after: the
+limits the HTTP shell (app.py) applies as bytes arrive. nginx's defaults are the reference: 60 s
+for a request's headers (client_header_timeout), between two reads of its body
+(client_body_timeout) and between two writes a client accepts (send_timeout), 75 s of keep-alive
+idleness (keepalive_timeout), 8 KiB for a request line's target and 64 KiB for the whole head
+(large_client_header_buffers' order); a body limit and a connection cap that a long gpt-oss
+prompt and a busy graph fit.
 
-A client too slow with its headers or body gets a 408 and the connection closed; an idle
-keep-alive connection is closed quietly; a connection past the cap is closed as it opens, with a
-log line at most every LOG_EVERY_S; a declared Content-Length over the limit gets a 413 before
-any of the body is read.
+- A target past MAX_TARGET_BYTES gets a 414, and a head past MAX_HEAD_BYTES a 431, as soon as that
+  many bytes have arrived, and the connection is closed: nothing that grows with the input is kept.
+- A client too slow with its headers or body gets a 408 and the connection closed; an idle
+  keep-alive connection is closed quietly; a client that stops reading its answer for
+  `write_timeout_s` has its connection dropped, which stops its generation and frees its slot.
+- A connection past the cap is closed as it opens, with a log line at most every LOG_EVERY_S.
+- A declared Content-Length over the body limit gets a 413 before any of the body is read; bodies
+  held at once, over all connections, are capped (`max_buffered_bytes`): past it a 503 with
+  Retry-After, before the body is read.
+- A client pipelining more than MAX_QUEUED requests on one connection gets a 429 for the one past
+  it, and the connection closed once those ahead are answered.
 """
 
 from __future__ import annotations
@@ -19,11 +27,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
 
 log = logging.getLogger("dynamo_oss.gateway")
 
 LOG_EVERY_S = 10.0
+MAX_TARGET_BYTES = 8 * 1024  # a request line's target (its path and query)
+MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers together, cookies included
+MAX_QUEUED = 16  # requests a pipelining client may have waiting on one connection
 
 
 @dataclass(frozen=True)
@@ -31,8 +42,10 @@ class Limits:
     header_timeout_s: float = 60.0
     body_timeout_s: float = 60.0
     keep_alive_timeout_s: float = 75.0
+    write_timeout_s: float = 60.0
     max_connections: int = 4096
     max_body_bytes: int = 64 * 2**20
+    max_buffered_bytes: int = 1024 * 2**20
 
     def too_large(self) -> ApiError:
         """The 413 for a body past the limit, which says what the limit is."""
@@ -40,12 +53,32 @@ class Limits:
         return ApiError(413, f"The request body is larger than {limit} MiB (the gateway's limit); send a smaller "
                         "one, or raise gateway.limits.max_body_mib.", code="request_too_large")  # fmt: skip
 
-    def declared_too_large(self, headers: list[tuple[bytes, bytes]]) -> bool:
-        """A Content-Length over the body limit (the framing itself is the HTTP parser's to check)."""
+    def declared_size(self, headers: list[tuple[bytes, bytes]]) -> int:
+        """The Content-Length a request declares (0 when none: the framing is the HTTP parser's to check)."""
         for name, value in headers:
             if name.lower() == b"content-length" and value.strip().isdigit():
-                return int(value) > self.max_body_bytes
-        return False
+                return int(value)
+        return 0
+
+
+class BodyBudget:
+    """The request bodies the gateway holds at once, over all connections, against `max_buffered_bytes`:
+    a body is counted as it is declared or arrives, and let go once its exchange is over."""
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.held = 0
+
+    def take(self, size: int) -> None:
+        """Count `size` more bytes in, or refuse them, retryably, past the budget."""
+        if self.held + size > self.limits.max_buffered_bytes:
+            limit = self.limits.max_buffered_bytes // 2**20
+            raise ApiError(503, f"The gateway holds {limit} MiB of request bodies already (gateway.limits."
+                           "max_buffered_mib); retry shortly.", code="overloaded", retry_after=RETRY_AFTER_S)  # fmt: skip
+        self.held += size
+
+    def give_back(self, size: int) -> None:
+        self.held -= size
 
 
 class ConnectionCount:
@@ -77,10 +110,17 @@ class ConnectionCount:
 class Deadline:
     """One connection's clock: the phase it is in (headers, body, idle) and what happens when it runs out."""
 
-    def __init__(self, limits: Limits, on_slow_request: Callable[[], None], on_idle: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        limits: Limits,
+        on_slow_request: Callable[[], None],
+        on_idle: Callable[[], None],
+        on_stalled: Callable[[], None],
+    ) -> None:
         self.limits = limits
-        self._on_slow_request, self._on_idle = on_slow_request, on_idle
+        self._on_slow_request, self._on_idle, self._on_stalled = on_slow_request, on_idle, on_stalled
         self._timer: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None  # runs while the client reads none of its answer
 
     def awaiting_headers(self) -> None:
         self._arm(self.limits.header_timeout_s, self._on_slow_request)
@@ -96,6 +136,16 @@ class Deadline:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def writes_paused(self) -> None:
+        """The client's buffers are full: it has `write_timeout_s` to take some of its answer."""
+        if self._stall is None:
+            self._stall = asyncio.get_running_loop().call_later(self.limits.write_timeout_s, self._on_stalled)
+
+    def writes_resumed(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
 
     def _arm(self, seconds: float, then: Callable[[], None]) -> None:
         self.stop()

@@ -1,4 +1,12 @@
-"""The gateway's route table: what each path is, and how its request reaches Dynamo's frontend.
+"""The endpoint's allow-list: every (method, path) it serves, and how each request reaches Dynamo's frontend.
+
+Only what the table names is served. Any other request, whatever its method or path, is a 404 from
+the gateway, decided once the request's head is read and before its body is: nothing reaches Dynamo's
+frontend that the gateway does not mean to pass on (the frontend's admin route `/busy_threshold`,
+`/openapi.json`, `/docs` and `/metrics` among what it would otherwise answer), and no request skips
+the gateway's checks by a path the table lacks. A target must be in origin form (`/path?query`): an
+absolute form (`http://host/path`), `*` or a fragment gets a 400. Pass-through routes forward the
+table's own path, never the client's target.
 
 A route either passes a request through (the frontend's answer goes to the client byte for
 byte, the fast path) or transforms it: the route sends the frontend a request of its own and
@@ -17,6 +25,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from dynamo_oss.gateway.errors import ApiError, stream_cut_event
+from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.gateway.usage import Usage
 
 Request = TypeVar("Request", bound=BaseModel)
@@ -142,9 +151,9 @@ class Route(Protocol):
 
     api: str | None
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
-        """Check the request (raising ApiError for the client's mistakes) and say what goes upstream.
-        `key` is the name of the API key the request showed (None without keys)."""
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
+        """Check the request (raising ApiError for the client's mistakes) and say what goes upstream,
+        for `caller` (its key's name and tenant)."""
         ...
 
 
@@ -160,12 +169,16 @@ class LocalRoute(Protocol):
 
 
 class PassThrough:
-    """Anything the gateway does not own: forwarded as it came, answered as the frontend answers."""
+    """A request passed to Dynamo's frontend as it came, at the table's own path, and answered as the
+    frontend answers (the model list, health)."""
 
     api = None
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
-        return Upstream(url=url, body=body)
+    def __init__(self, path: bytes) -> None:
+        self.path = path
+
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
+        return Upstream(url=self.path, body=body)
 
 
 async def checked_request(checks: Checks, api: str, body: bytes) -> dict[str, Any]:
@@ -189,15 +202,41 @@ async def typed_request(
         raise refusal(err, raw) from None
 
 
-def route_for(
-    table: dict[bytes, Route], method: bytes, url: bytes, local: dict[bytes, LocalRoute] | None = None
-) -> Route | LocalRoute:
-    """The route of a POST to a path the table has; of any other method to a path under a prefix
-    `local` has; every other request passes through."""
-    path = url.split(b"?", 1)[0]
-    if method != b"POST":
-        return next((route for prefix, route in (local or {}).items() if path.startswith(prefix)), PASS_THROUGH)
-    return table.get(path, PASS_THROUGH)
+def origin_path(target: bytes) -> bytes:
+    """The path of an origin-form target (`/path?query`); ApiError 400 for any other form."""
+    if not target.startswith(b"/") or b"#" in target:
+        shown = target[:100].decode(errors="replace")
+        raise ApiError(400, f"Invalid request target {shown!r}: send a path, as in `POST /v1/chat/completions`, "
+                       "without a scheme, host or fragment.", code="invalid_request_target")  # fmt: skip
+    return target.partition(b"?")[0]
+
+
+class RouteTable:
+    """The allow-list: `exact` (method, path) pairs, and `under` path prefixes with the methods they
+    take (stored responses by id, whose route reads the rest of the path)."""
+
+    def __init__(
+        self,
+        exact: dict[tuple[bytes, bytes], Route | LocalRoute],
+        under: dict[bytes, tuple[frozenset[bytes], LocalRoute]],
+    ) -> None:
+        self.exact, self.under = exact, under
+
+    def route(self, method: bytes, target: bytes) -> Route | LocalRoute:
+        """The route serving the request; ApiError 400 for a target not in origin form, 404 for
+        anything the table does not name."""
+        path = origin_path(target)
+        found = self.exact.get((method, path))
+        if found is not None:
+            return found
+        for prefix, (methods, local) in self.under.items():
+            if path.startswith(prefix) and method in methods:
+                return local
+        served = sorted({m.decode() for m, p in self.exact if p == path} | {
+            m.decode() for prefix, (methods, _) in self.under.items() if path.startswith(prefix) for m in methods})  # fmt: skip
+        shown = f"{method.decode(errors='replace')} {path[:200].decode(errors='replace')}"
+        hint = f" ({path.decode(errors='replace')} takes {', '.join(served)})" if served else ""
+        raise ApiError(404, f"Invalid URL ({shown}): this endpoint does not serve it{hint}.", code="unknown_url")
 
 
 def parse_json(raw: bytes) -> object:
@@ -206,6 +245,3 @@ def parse_json(raw: bytes) -> object:
         return json.loads(raw)
     except (ValueError, RecursionError):
         return None
-
-
-PASS_THROUGH = PassThrough()

@@ -17,23 +17,25 @@ from typing import Any
 
 import orjson
 
+from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL
 from dynamo_oss.gateway.harmony.parsing import AnswerParser
 from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.routes import Checks, EventStream, Upstream, WholeBody, checked_request
+from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 
 
 class CompletionsRoute:
     api = "completions"
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
         request = await checked_request(checks, self.api, body)
         if not request.get("stream"):
-            return Upstream(url=url, body=body, transform=CompletionJson())
+            return Upstream(url=COMPLETIONS_URL, body=body, transform=CompletionJson())
         hide_usage = ask_for_usage(request)
         if hide_usage:
             body = json.dumps(request).encode()
-        return Upstream(url=url, body=body, transform=CompletionStream(hide_usage))
+        return Upstream(url=COMPLETIONS_URL, body=body, transform=CompletionStream(hide_usage))
 
 
 def reasoning_tokens(text: str) -> int:

@@ -240,7 +240,8 @@ class GatewayAuthSection(Strict):
 
 
 class GatewayLimitsSection(Strict):
-    """How much a client may take of the gateway (nginx's defaults for the timeouts)."""
+    """How much a client may take of the gateway (nginx's defaults for the timeouts). A request's target
+    is at most 8 KiB (else 414) and its head 64 KiB (else 431), counted as they arrive."""
 
     header_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds a client has to send a "
                                     "request's headers (nginx's client_header_timeout); then 408 and closed.")  # fmt: skip
@@ -248,10 +249,16 @@ class GatewayLimitsSection(Strict):
                                   "request's body (nginx's client_body_timeout); then 408 and closed.")  # fmt: skip
     keep_alive_timeout_s: float = Field(default=75, gt=0, le=3600, description="Seconds an idle keep-alive "
                                         "connection stays open (nginx's keepalive_timeout).")  # fmt: skip
+    write_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds a client may take none of its "
+                                   "answer (nginx's send_timeout); then its connection is dropped, which stops its "
+                                   "generation and frees its place.")  # fmt: skip
     max_connections: int = Field(default=4096, ge=1, le=1_000_000, description="Client connections open at once; "
                                  "past it a new one is closed as it opens, and the log says so.")  # fmt: skip
     max_body_mib: int = Field(default=64, ge=1, le=1024, description="Largest request body, MiB; a larger declared "
                               "Content-Length gets a 413 before the body is read.")  # fmt: skip
+    max_buffered_mib: int = Field(default=1024, ge=1, le=1024 * 1024, description="Request bodies the gateway "
+                                  "holds at once, MiB, over all connections; past it a request gets a 503 with "
+                                  "Retry-After before its body is read.")  # fmt: skip
 
 
 class GatewayResponsesSection(Strict):

@@ -2,7 +2,8 @@
 
 Run by tests/gateway/test_keys.py inside the client's network namespace: `python edge_probe.py
 HOST PORT KEY`. Prints one JSON object of observations; the test judges them. The limits it expects:
-headers and body within 2 s, keep-alive idle 3 s, 8 connections, bodies of 1 MiB.
+headers and body within 2 s, keep-alive idle 3 s, answers taken within 2 s, 8 connections, bodies
+of 1 MiB and 1 MiB of them held at once, one generation request in flight.
 """
 
 from __future__ import annotations
@@ -68,6 +69,36 @@ def main() -> None:
     request = f"GET /v1/models HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n\r\n"
     said, took = raw(host, port, request.encode(), 10)
     seen["idle keep-alive"] = [said.split(b"\r\n", 1)[0].decode(), round(took, 2)]
+    # A body of 800 KiB on its way holds most of the 1 MiB budget: another of 800 KiB gets a 503 before a
+    # byte of it is sent, and is taken once the first is gone.
+    big = ("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"
+           "content-type: application/json\r\ncontent-length: 819200\r\n\r\n").encode()  # fmt: skip
+    with socket.create_connection((host, port), timeout=10) as holding:
+        holding.sendall(big + b"{")
+        said, _ = raw(host, port, big, 10)
+        seen["second body past the budget"] = said.split(b"\r\n", 1)[0].decode()
+    deadline = time.monotonic() + 10
+    while True:  # the first leaves the budget as the gateway notices it has gone
+        said, _ = raw(host, port, big + b"{" + b" " * 819199, 10)
+        if not said.startswith(b"HTTP/1.1 503") or time.monotonic() > deadline:
+            break
+    seen["body once the budget is free"] = said.split(b"\r\n", 1)[0].decode()
+    # A client that stops reading its stream holds the one place in the graph until its writes stall for
+    # 2 s; then it is dropped, and a request is served again.
+    stalled = socket.socket()
+    stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    stalled.connect((host, port))
+    stream = json.dumps({**CHAT, "max_tokens": 30_000, "min_tokens": 30_000, "ignore_eos": True, "stream": True})
+    stalled.sendall(("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"
+                     f"content-type: application/json\r\ncontent-length: {len(stream)}\r\n\r\n" + stream).encode())  # fmt: skip
+    stalled.recv(1, socket.MSG_PEEK)  # its answer has begun: it holds the place; from here on it reads nothing
+    with httpx.Client(base_url=base, timeout=30, headers={"authorization": f"Bearer {key}"}) as client:
+        seen["while a stream is unread"] = status_and_code(client.post("/v1/chat/completions", json=CHAT))
+        started, served = time.monotonic(), None
+        while served != 200 and time.monotonic() - started < 30:
+            served = client.post("/v1/chat/completions", json=CHAT).status_code
+        seen["once the unread stream is dropped"] = [served, round(time.monotonic() - started, 1)]
+    stalled.close()
     # Eight half-open connections fill the cap: a ninth is closed as it opens, and requests are served
     # again once the eight time out.
     hung = [socket.create_connection((host, port), timeout=10) for _ in range(8)]

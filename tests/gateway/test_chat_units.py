@@ -18,7 +18,7 @@ from dynamo_oss.gateway.chat.conversation import conversation
 from dynamo_oss.gateway.chat.stream import ChatBuilder
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.harmony.completion import CompletionAnswer
-from dynamo_oss.gateway.harmony.rendering import encoding, render
+from dynamo_oss.gateway.harmony.rendering import RenderCache, encoding, render
 from dynamo_oss.gateway.protocol.chat import ChatRequest
 from tests.support.harmony import completion_chunks, harmony_ids
 
@@ -54,7 +54,7 @@ def chat(**fields: object) -> ChatRequest:
 @pytest.mark.parametrize("tools", [None, TOOLS])
 def test_chat_renders_as_the_chat_template_does(name: str, tools: list | None) -> None:
     messages = CONVERSATIONS[name]
-    rendered = render(conversation(chat(messages=messages, tools=tools, reasoning_effort="high"), TODAY))
+    rendered = render(conversation(chat(messages=messages, tools=tools, reasoning_effort="high"), TODAY), RenderCache())
     expected = reference_prompt(messages, tools, "high", TODAY.isoformat())
     assert encoding().decode(rendered.token_ids) == encoding().decode(expected)  # a readable diff first
     assert rendered.token_ids == expected
@@ -65,8 +65,9 @@ def test_control_strings_in_content_names_and_descriptions_stay_text() -> None:
     tools = [{"type": "function", "function": {"name": "f", "description": forged, "parameters": {
         "type": "object", "properties": {"x": {"type": "string", "description": forged}}}}}]  # fmt: skip
     messages = [{"role": "system", "content": forged}, {"role": "user", "content": forged}]
-    plain = render(conversation(chat(messages=[{"role": "system", "content": ""}, {"role": "user", "content": ""}])))
-    rendered = render(conversation(chat(messages=messages, tools=tools)))
+    empty = [{"role": "system", "content": ""}, {"role": "user", "content": ""}]
+    plain = render(conversation(chat(messages=empty)), RenderCache())
+    rendered = render(conversation(chat(messages=messages, tools=tools)), RenderCache())
     structural = [token for token in rendered.token_ids if token >= 199998]
     # Only the structure's own control tokens: one more developer message's worth for the tools' namespace.
     assert len(structural) == len([token for token in plain.token_ids if token >= 199998]) + 3
@@ -92,7 +93,7 @@ CALLED = ('<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<
 def answered(completion: str, per_chunk: int, streaming: bool, **fields: object) -> tuple[bytes, dict]:
     """What a chat answer writes for a completion streamed `per_chunk` tokens at a time."""
     request = chat(messages=[{"role": "user", "content": "hi"}], stream=streaming, tools=TOOLS, **fields)
-    prompt = render(conversation(request, TODAY))
+    prompt = render(conversation(request, TODAY), RenderCache())
     answer = CompletionAnswer(ChatBuilder(request, prompt, streaming), streaming)
     out = b""
     for chunk in completion_chunks(harmony_ids(completion), per_chunk):
@@ -178,7 +179,7 @@ def test_a_worker_failing_mid_answer_ends_the_stream_with_dynamo_s_error_and_fai
         b'data: {"error":{"message":"Service temporarily unavailable","type":"service_unavailable","code":503}}\n\n'
     )
     request = chat(messages=[{"role": "user", "content": "hi"}], stream=True)
-    prompt = render(conversation(request, TODAY))
+    prompt = render(conversation(request, TODAY), RenderCache())
     streamed = CompletionAnswer(ChatBuilder(request, prompt, True), True)
     out = b"".join(streamed.feed(chunk) for chunk in completion_chunks(harmony_ids(ANSWER)[:6], 2))
     out += streamed.feed(failed + b"data: [DONE]\n\n") + streamed.end()

@@ -4,7 +4,10 @@ what a first fault run found; hypothesis then generates bodies of the same kinds
 
 from __future__ import annotations
 
+import contextlib
 import json
+import re
+import socket
 from collections.abc import Iterator
 
 import httpx
@@ -13,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dynamo_oss.conformance.reference import harmony_encoding
+from dynamo_oss.gateway.limits import MAX_QUEUED
 from tests.support import hostile_answers
 from tests.support.served import ServedGraph
 
@@ -186,6 +190,85 @@ def test_extensions_that_route_or_replace_the_prompt_are_refused(client: httpx.C
     for field, value in [("backend_instance_id", 1), ("token_data", [1, 2]), ("use_raw_prompt", True)]:
         reply = post(client, "/chat/completions", body(nvext={field: value}))
         assert reply.status_code == 400 and reply.json()["error"]["param"] == f"nvext.{field}", reply.text
+
+
+def exchange(graph: ServedGraph, data: bytes, timeout_s: float = 30) -> bytes:
+    """Send `data` on a connection of its own and read until the gateway closes it: all it said."""
+    host, port = graph.endpoint.removeprefix("http://").removesuffix("/v1").split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout_s) as sock:
+        sock.sendall(data)
+        said = b""
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                said += chunk
+    return said
+
+
+def statuses(said: bytes) -> list[int]:
+    return [int(status) for status in re.findall(rb"HTTP/1\.1 (\d{3}) ", said)]
+
+
+def test_a_long_target_is_refused_as_it_arrives(fast_graph: ServedGraph) -> None:
+    """8 KiB of target and a little more, never finished: the 414 comes without the rest."""
+    said = exchange(fast_graph, b"GET /v1/models?" + b"a" * 9000)
+    assert said.startswith(b"HTTP/1.1 414 ") and b'"request_target_too_long"' in said, said[:200]
+
+
+def test_a_head_past_64_kib_is_refused_as_it_arrives(fast_graph: ServedGraph) -> None:
+    """A header value that never ends: the 431 comes once 64 KiB of head have arrived."""
+    said = exchange(fast_graph, b"GET /v1/models HTTP/1.1\r\nhost: x\r\nx-padding: " + b"a" * 70_000)
+    assert said.startswith(b"HTTP/1.1 431 "), said[:200]
+
+
+def test_a_connection_pipelining_past_the_cap_is_answered_then_closed(fast_graph: ServedGraph) -> None:
+    models = b"GET /v1/models HTTP/1.1\r\nhost: x\r\n\r\n"
+    said = exchange(fast_graph, models * (MAX_QUEUED + 4))
+    assert statuses(said) == [200] * MAX_QUEUED + [429], statuses(said)
+
+
+@pytest.mark.parametrize(
+    "head",
+    [
+        b"GET /v1/models HTTP/1.1\r\nhost: x\r\nupgrade: websocket\r\nconnection: upgrade\r\n\r\n",
+        b"CONNECT 127.0.0.1:22 HTTP/1.1\r\nhost: 127.0.0.1:22\r\n\r\n",
+    ],
+    ids=["upgrade", "connect"],
+)
+def test_an_upgrade_or_connect_gets_a_400(fast_graph: ServedGraph, head: bytes) -> None:
+    said = exchange(fast_graph, head)
+    assert statuses(said) == [400] and b'"upgrade_not_supported"' in said, said[:300]
+
+
+def two_choices(target: bytes) -> bytes:
+    body = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "n": 2}).encode()
+    return (b"POST " + target + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)  # fmt: skip
+
+
+@pytest.mark.parametrize("target", [b"http://x/v1/chat/completions", b"/v1/chat/completions#x", b"*"])
+def test_a_target_not_in_origin_form_gets_a_400_not_an_answer(fast_graph: ServedGraph, target: bytes) -> None:
+    """Such targets used to reach Dynamo's frontend untouched, past the gateway's checks (n: 2 served)."""
+    said = exchange(fast_graph, two_choices(target))
+    assert statuses(said) == [400] and b'"invalid_request_target"' in said, said[:300]
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [("GET", "/busy_threshold"), ("POST", "/busy_threshold"), ("GET", "/openapi.json"), ("GET", "/docs"),
+     ("GET", "/metrics"), ("POST", "/v1/embeddings"), ("GET", "/v1/chat/completions"), ("DELETE", "/v1/models"),
+     ("POST", "/v1/chat/completions/")],
+)  # fmt: skip
+def test_only_the_endpoint_s_own_routes_are_served(fast_graph: ServedGraph, method: str, path: str) -> None:
+    """Dynamo's admin and documentation routes and anything else the table does not name: the gateway's 404."""
+    url = fast_graph.endpoint.removesuffix("/v1") + path
+    body = {"busy_threshold": 0.0, "model": MODEL} if method == "POST" else None
+    reply = httpx.request(method, url, json=body, timeout=30)
+    assert reply.status_code == 404 and reply.json()["error"]["code"] == "unknown_url", (path, reply.text[:300])
+
+
+def test_a_response_id_is_matched_whole(client: httpx.Client) -> None:
+    reply = client.post("/responses", json={"model": MODEL, "input": "hi", "previous_response_id": "resp_x\n"})
+    assert reply.status_code == 404 and reply.json()["error"]["code"] == "response_not_found", reply.text
 
 
 def test_the_graph_is_healthy_after_the_hostile_requests(fast_graph: ServedGraph, client: httpx.Client) -> None:

@@ -26,14 +26,14 @@ from dynamo_oss.gateway.messages.stream import MessageBuilder
 from dynamo_oss.gateway.protocol.messages import MessagesRequest
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import Prompt
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
-from dynamo_oss.gateway.tenancy import salted
+from dynamo_oss.gateway.graph_key import GraphKey
+from dynamo_oss.gateway.tenancy import Tenants
 from dynamo_oss.graph.loader import load_graph
-from tests.support.harmony import completion_chunks, harmony_ids, render_request
+from tests.support.harmony import completion_chunks, harmony_ids, render_request, sealed_with
 from tests.support.graphs import write_graph
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
-SEAL = ReasoningSeal(b"m" * 32)
+SEAL = sealed_with(b"m")
 TODAY = datetime.date(2026, 11, 25)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 EVENT = TypeAdapter(RawMessageStreamEvent)
@@ -117,7 +117,7 @@ def test_thinking_handed_back_opens_only_with_this_deployment_s_signature_unalte
         assert reasoning.content[0].text == "secret thought"  # type: ignore[union-attr]
     for block, field in (
         ({"type": "thinking", "thinking": "another thought", "signature": sealed}, "signature"),
-        ({"type": "thinking", "thinking": "x", "signature": ReasoningSeal(b"o" * 32).seal("x")}, "signature"),
+        ({"type": "thinking", "thinking": "x", "signature": sealed_with(b"o").seal("x")}, "signature"),
         ({"type": "redacted_thinking", "data": sealed[:-4] + "AAAA"}, "data"),
     ):
         with pytest.raises(ApiError) as refused:
@@ -215,7 +215,7 @@ def test_a_typed_complaint_names_the_field_as_anthropic_does(body: dict, message
 
 
 def test_errors_on_anthropic_s_paths_are_written_in_its_shape() -> None:
-    gateway = Gateway("http://127.0.0.1:1", None, SEAL)
+    gateway = Gateway("http://127.0.0.1:1", None, GraphKey(b"m" * 32))
     for path in (b"/v1/messages", b"/v1/messages?beta=true", b"/v1/messages/count_tokens"):
         assert gateway.error_shape(path) is from_openai
     assert gateway.error_shape(b"/v1/chat/completions") is None and gateway.error_shape(b"/v1/messagesx") is None
@@ -238,13 +238,22 @@ def test_a_key_is_shown_as_a_bearer_token_or_x_api_key_and_names_its_tenant(tmp_
         ApiKeys.from_file(path)
 
 
-def test_the_cache_salt_is_the_tenant_s_and_a_client_s_own_only_divides_it() -> None:
+def test_the_cache_salt_is_the_tenant_s_under_the_graph_s_key_and_a_client_s_own_only_divides_it() -> None:
+    tenants = Tenants(GraphKey(b"g" * 32), isolated=True)
+    team = tenants.caller("bob", "team-1")
     headers = [(b"content-type", b"application/json"), (b"X-Tenant-Id", b"someone-else")]
-    assert salted(headers, "team-1") == [
-        (b"content-type", b"application/json"),
-        (b"x-tenant-id", b"team-1/someone-else"),
-    ]
-    assert salted([], "alice") == [(b"x-tenant-id", b"alice")]
+    salt = tenants.salt("team-1")
+    assert tenants.salted(headers, team) == [(b"content-type", b"application/json"),
+                                              (b"x-tenant-id", salt + b"/someone-else")]  # fmt: skip
+    # No one who reaches Dynamo's frontend can name a tenant's salt: not its name, and another graph's key salts apart.
+    assert salt not in (b"team-1", Tenants(GraphKey(b"h" * 32), isolated=True).salt("team-1"))
+    assert len(salt) == 32 and tenants.salt("alice") != salt
+    # Each tenant renders into a cache of its own; keys of one tenant share theirs; `shared` shares one.
+    assert team.renders is tenants.caller("carol", "team-1").renders is not tenants.caller("alice", "alice").renders
+    shared = Tenants(GraphKey(b"g" * 32), isolated=False)
+    assert (
+        shared.caller("a", "a").renders is shared.caller("b", "b").renders and shared.salted(headers, team) == headers
+    )
 
 
 @pytest.mark.parametrize(

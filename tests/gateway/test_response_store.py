@@ -27,10 +27,9 @@ from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
 from dynamo_oss.gateway.responses.route import ITEMS, input_items
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import StoredResponse
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
-from tests.support.harmony import harmony_ids, render_request
+from tests.support.harmony import harmony_ids, render_request, sealed_with
 from tests.support.graphs import KEYS, RETENTION_S
 from tests.support.ports import free_ports
 from tests.support.served import ServedGraph
@@ -167,7 +166,7 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
     prompt; from turn 3 on, a turn begins with the previous prompt and its output (but for
     `<|return|>`, which harmony renders `<|end|>` in history)."""
     os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
-    seal, today, tokens = ReasoningSeal(b"k" * 32), datetime.date(2026, 11, 25), encoding()
+    seal, today, tokens = sealed_with(b"k"), datetime.date(2026, 11, 25), encoding()
     record, prompts, outputs = None, [], []
     for turn in range(3):
         request = ResponsesRequest(model=MODEL, input=f"Question {turn}?", instructions="Be brief.", tools=[WEATHER],

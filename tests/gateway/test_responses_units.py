@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import os
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -12,16 +13,17 @@ from hypothesis import strategies as st
 from openai_harmony import Role
 from pydantic import ValidationError
 
-from tests.support.harmony import harmony_ids, render_request
+from tests.support.harmony import harmony_ids, render_request, sealed_with
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.harmony.parsing import AnswerParser
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.graph_key import GraphKey, KeyFileUnusable
+from dynamo_oss.gateway.harmony.sealing import UnopenableReasoning
 
 os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
-SEAL = ReasoningSeal(b"k" * 32)
+SEAL = sealed_with(b"k")
 TODAY = datetime.date(2026, 11, 25)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {"type": "function", "name": "get_weather", "parameters": CITY}
@@ -173,24 +175,47 @@ def test_reasoning_is_kept_while_the_assistant_is_between_tool_calls_and_dropped
     assert "CHAIN-OF-THOUGHT" not in prompt_text(input=answered, tools=[WEATHER])
 
 
-def test_sealed_reasoning_opens_here_and_nowhere_else() -> None:
+def test_sealed_reasoning_opens_here_for_its_tenant_and_model_and_nowhere_else() -> None:
     token = SEAL.seal("secret thought")
     assert SEAL.open(token) == "secret thought" and "secret" not in token
     sealed = [{**CALL[1], "content": None, "encrypted_content": token}, *CALL[2:]]
     assert "secret thought" in prompt_text(input=[CALL[0], *sealed], tools=[WEATHER])
-    with pytest.raises(UnopenableReasoning):
-        ReasoningSeal(b"o" * 32).open(token)
+    for elsewhere in (sealed_with(b"o"), sealed_with(b"k", tenant="mallory"), sealed_with(b"k", model="other")):
+        with pytest.raises(UnopenableReasoning):  # another graph, another tenant, another model
+            elsewhere.open(token)
     altered = token[:-6] + ("AAAAAA" if not token.endswith("AAAAAA") else "BBBBBB")
     with pytest.raises(ApiError) as refused:
         render_request(request(input=[CALL[0], {**sealed[0], "encrypted_content": altered}]), SEAL, TODAY)
     assert refused.value.status == 400 and refused.value.param == "input[1].encrypted_content"
 
 
-def test_a_key_file_is_made_once_and_read_back(tmp_path) -> None:
+def test_a_key_file_is_made_once_owner_only_and_read_back(tmp_path: Path) -> None:
     key = tmp_path / "keys" / "graph.key"
-    first = ReasoningSeal.from_file(key)
-    assert key.stat().st_mode & 0o777 == 0o600
-    assert ReasoningSeal.from_file(key).open(first.seal("x")) == "x"
+    first = GraphKey.from_file(key)
+    assert key.stat().st_mode & 0o777 == 0o600 and [p.name for p in key.parent.iterdir()] == ["graph.key"]
+    assert GraphKey.from_file(key).derived(b"x") == first.derived(b"x") != first.derived(b"y")
+
+
+def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    key = tmp_path / "graph.key"
+    GraphKey.from_file(key)
+    key.chmod(0o644)
+    with pytest.raises(KeyFileUnusable, match="chmod 600"):
+        GraphKey.from_file(key)
+
+
+def test_a_link_planted_where_the_key_s_draft_goes_is_not_followed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The draft is made with O_EXCL and O_NOFOLLOW under a random name: a planted link fails the open,
+    and the file it points at is left as it was."""
+    target = tmp_path / "victim"
+    target.write_text("untouched")
+    monkeypatch.setattr("dynamo_oss.gateway.graph_key.secrets.token_hex", lambda _: "planted")
+    (tmp_path / ".graph.key.planted").symlink_to(target)
+    with pytest.raises(FileExistsError):
+        GraphKey.from_file(tmp_path / "graph.key")
+    assert target.read_text() == "untouched" and not (tmp_path / "graph.key").exists()
 
 
 @pytest.mark.parametrize(

@@ -7,13 +7,19 @@ import datetime
 import json
 
 from dynamo_oss.gateway.harmony.conversation import conversation
-from dynamo_oss.gateway.harmony.rendering import Prompt, encoding, render
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.graph_key import GraphKey
+from dynamo_oss.gateway.harmony.rendering import Prompt, RenderCache, encoding, render
+from dynamo_oss.gateway.harmony.sealing import BoundSeal, ReasoningSeal
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 
 
-def render_request(request: ResponsesRequest, seal: ReasoningSeal, today: datetime.date) -> Prompt:
-    return render(conversation(request, seal, today))
+def sealed_with(key: bytes, tenant: str = "", model: str = "m") -> BoundSeal:
+    """The seal a request of `tenant` for `model` gets on a graph whose key is 32 bytes of `key`."""
+    return ReasoningSeal(GraphKey(key * (32 // len(key)))).bound(tenant, model)
+
+
+def render_request(request: ResponsesRequest, seal: BoundSeal, today: datetime.date) -> Prompt:
+    return render(conversation(request, seal, today), RenderCache())
 
 
 def harmony_ids(completion: str) -> list[int]:

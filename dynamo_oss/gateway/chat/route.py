@@ -20,14 +20,15 @@ from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAns
 from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, rendered
 from dynamo_oss.gateway.protocol.chat import ChatRequest
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
+from dynamo_oss.gateway.tenancy import Caller
 
 
 class ChatRoute:
     api = "chat"
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
         request, context = await typed_request(checks, self.api, body, ChatRequest, from_validation)
-        prompt = await rendered(lambda: conversation(request), len(body) > OFF_LOOP_BYTES)
+        prompt = await rendered(lambda: conversation(request), caller.renders, len(body) > OFF_LOOP_BYTES)
         asked = generation(request)
         limit_field = "max_completion_tokens" if request.max_completion_tokens else "max_tokens"
         check_context(prompt, asked.sampling["max_tokens"], context, "messages", limit_field)

@@ -21,7 +21,7 @@ from openai_harmony import Author, DeveloperContent, Message, ReasoningEffort, R
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.harmony.completion import Generation
 from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, EFFORTS, FUNCTIONS, Conversation, Toolset, toolset
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.harmony.sealing import BoundSeal, UnopenableReasoning
 from dynamo_oss.gateway.protocol.responses import (
     Content,
     CustomToolCallItem,
@@ -36,7 +36,7 @@ from dynamo_oss.gateway.protocol.responses import (
 from dynamo_oss.gateway.structured import prompt_section
 
 
-def conversation(request: ResponsesRequest, seal: ReasoningSeal, today: datetime.date | None = None) -> Conversation:
+def conversation(request: ResponsesRequest, seal: BoundSeal, today: datetime.date | None = None) -> Conversation:
     """The request's conversation (started `today`, None for the real today); a malformed input is an
     ApiError naming the item at fault."""
     offered = toolset(request.tools) if request.tool_choice != "none" else Toolset()
@@ -71,7 +71,7 @@ def _leading_instructions(request: ResponsesRequest) -> tuple[list[str], list]:
     return leading, list(enumerate(items))[start:]
 
 
-def _history(items: list, seal: ReasoningSeal) -> list[Message]:
+def _history(items: list, seal: BoundSeal) -> list[Message]:
     messages: list[Message] = []
     calls: dict[str, str] = {}  # call_id -> recipient, so an output goes back from the right tool
     for index, item in items:
@@ -108,7 +108,7 @@ def _history(items: list, seal: ReasoningSeal) -> list[Message]:
     return messages
 
 
-def _reasoning_text(item: ReasoningItem, where: str, seal: ReasoningSeal) -> str:
+def _reasoning_text(item: ReasoningItem, where: str, seal: BoundSeal) -> str:
     if item.encrypted_content is not None:
         try:
             return seal.open(item.encrypted_content)

@@ -12,20 +12,23 @@ a client wrote is text in the prompt, never one of harmony's control tokens.
   the chain of thought since the last final answer is kept while the assistant is between tool
   calls, and dropped once a final answer follows it.
 
-Each message is rendered by openai-harmony on its own and remembered: an agent sends its whole
-history every turn, and harmony takes about 0.2 ms a message however short, so a long loop would
-otherwise pay for its history again and again. The pieces are harmony's own; tests check that
-they join into exactly what harmony renders for the whole conversation.
+Each message is rendered by openai-harmony on its own and remembered, in a cache of the tenant's own
+(`RenderCache`): an agent sends its whole history every turn, and harmony takes about 0.2 ms a
+message however short, so a long loop would otherwise pay for its history again and again. A cache
+two tenants shared would render one faster what the other sent before, which tells it what the
+other sent. The pieces are harmony's own; tests check that they join into exactly what harmony
+renders for the whole conversation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import datetime
-import json
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from functools import cache, lru_cache
+from functools import cache
 
 from openai_harmony import (
     Conversation as HarmonyConversation,
@@ -54,6 +57,7 @@ EFFORTS = {"none": ReasoningEffort.LOW, "minimal": ReasoningEffort.LOW, "low": R
            "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH, "xhigh": ReasoningEffort.HIGH}  # fmt: skip
 OFF_LOOP_BYTES = 64 * 1024  # a request this long renders in a thread, as long prompts are counted
 OFF_LOOP_ITEMS = 64  # as does a continuation of more stored items than this
+RENDERED_MESSAGES = 512  # messages a tenant's render cache remembers
 
 
 @cache
@@ -98,7 +102,32 @@ class Prompt:
     function_schemas: dict[str, dict]  # harmony recipient -> argument schema, for a required tool choice
 
 
-def render(conversation: Conversation) -> Prompt:
+class RenderCache:
+    """One tenant's rendered messages, the most recently used RENDERED_MESSAGES of them. Rendering may
+    run in a thread (`rendered`) beside the event loop, hence the lock."""
+
+    def __init__(self, size: int = RENDERED_MESSAGES) -> None:
+        self.size = size
+        self._tokens: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def tokens(self, message: Message, has_functions: bool) -> tuple[int, ...]:
+        """The message's tokens, rendered as in a conversation with (or without) function tools."""
+        key = (message.to_json(), has_functions)
+        with self._lock:
+            if key in self._tokens:
+                self._tokens.move_to_end(key)
+                return self._tokens[key]
+        options = RenderOptions(conversation_has_function_tools=has_functions)
+        tokens = tuple(encoding().render(message, options))
+        with self._lock:
+            self._tokens[key] = tokens
+            if len(self._tokens) > self.size:
+                self._tokens.popitem(last=False)
+        return tokens
+
+
+def render(conversation: Conversation, cache: RenderCache) -> Prompt:
     """The prompt's token ids, ending `<|start|>assistant`, and the tools a completion may call."""
     date = (conversation.date or datetime.date.today()).isoformat()
     system = SystemContent.new().with_conversation_start_date(date).with_reasoning_effort(conversation.effort)
@@ -113,16 +142,16 @@ def render(conversation: Conversation) -> Prompt:
         messages.append(Message.from_role_and_content(Role.DEVELOPER, developer))
     messages += conversation.history
     has_functions = any(namespace.name == FUNCTIONS for namespace in toolset.namespaces)
-    token_ids = [token for message in _kept(messages) for token in _rendered(message.to_json(), has_functions)]
+    token_ids = [token for message in _kept(messages) for token in cache.tokens(message, has_functions)]
     return Prompt(token_ids=token_ids + _assistant_turn(), tools=toolset.tools, function_schemas=toolset.schemas)
 
 
-async def rendered(conversation: Callable[[], Conversation], heavy: bool) -> Prompt:
+async def rendered(conversation: Callable[[], Conversation], cache: RenderCache, heavy: bool) -> Prompt:
     """`render` of the conversation `conversation()` makes; in a thread when `heavy` (a long body, or a
     long stored conversation), so the event loop keeps streaming everyone else's tokens."""
     if heavy:
-        return await asyncio.to_thread(lambda: render(conversation()))
-    return render(conversation())
+        return await asyncio.to_thread(lambda: render(conversation(), cache))
+    return render(conversation(), cache)
 
 
 def render_whole(messages: list[Message]) -> list[int]:
@@ -183,13 +212,6 @@ def _kept(messages: list[Message]) -> list[Message]:
         return messages
     first_final = next(i for i, m in enumerate(messages) if m.author.role == Role.ASSISTANT and m.channel == "final")
     return [m for i, m in enumerate(messages) if not (i < first_final and m.channel == "analysis")]
-
-
-@lru_cache(maxsize=1024)
-def _rendered(message_json: str, has_functions: bool) -> tuple[int, ...]:
-    message = Message.from_dict(json.loads(message_json))
-    options = RenderOptions(conversation_has_function_tools=has_functions)
-    return tuple(encoding().render(message, options))
 
 
 @cache

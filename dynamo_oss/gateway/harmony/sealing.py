@@ -1,72 +1,64 @@
-"""Reasoning a stateless client can hand back: `encrypted_content` only this deployment opens.
+"""Reasoning a stateless client can hand back: `encrypted_content` only this deployment opens, for the
+tenant and model it was sealed for.
 
 A client that keeps no server-side state (Codex sends `store: false`) still has to give gpt-oss
 its chain of thought back between tool calls. With `include: ["reasoning.encrypted_content"]`
-each reasoning item carries its text sealed with AES-256-GCM under the graph's key: the client
-cannot read or alter it, and another deployment cannot open it. Every gateway of one graph
-reads the same key file, so any of them opens what another sealed.
+each reasoning item carries its text sealed with AES-256-GCM under a key derived from the graph's
+key (graph_key.py): the client cannot read or alter it, and another deployment cannot open it.
+The tenant and the model are authenticated with every token (its associated data), so a token
+handed to another tenant's key, or to another model of the graph, opens nothing: one tenant never
+gets another's reasoning rendered into its prompt. Every gateway of one graph reads the same key
+file, so any of them opens what another sealed.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import secrets
-from pathlib import Path
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-KEY_BYTES = 32
+from dynamo_oss.gateway.graph_key import GraphKey
+
 NONCE_BYTES = 12
-PURPOSE = b"dynamo-oss reasoning v1"  # authenticated with every token: a key used elsewhere opens none
+PURPOSE = b"dynamo-oss reasoning v2"  # the key's label; and what every token authenticates first
 
 
 class UnopenableReasoning(ValueError):
-    """A token this deployment did not seal, or one that was altered."""
+    """A token this deployment did not seal for this tenant and model, or one that was altered."""
 
 
 class ReasoningSeal:
-    def __init__(self, key: bytes) -> None:
-        if len(key) != KEY_BYTES:
-            raise ValueError(f"a reasoning key is {KEY_BYTES} bytes; got {len(key)}")
-        self._aead = AESGCM(key)
+    """The graph's seal; `bound` gives what one request seals and opens with."""
 
-    @classmethod
-    def from_file(cls, path: Path) -> ReasoningSeal:
-        """The key in `path` (raw bytes, or base64 text as a Kubernetes Secret holds it), made
-        there first if there is none yet."""
-        raw = _ensure_key_file(path).read_bytes()
-        key = raw if len(raw) == KEY_BYTES else base64.b64decode(raw.strip(), validate=True)
-        return cls(key)
+    def __init__(self, key: GraphKey) -> None:
+        self._aead = AESGCM(key.derived(PURPOSE))
+
+    def bound(self, tenant: str, model: str) -> BoundSeal:
+        return BoundSeal(self._aead, _bound_to(tenant, model))
+
+
+class BoundSeal:
+    """The seal for one tenant (its name; "" without keys) and one model."""
+
+    def __init__(self, aead: AESGCM, associated: bytes) -> None:
+        self._aead, self._associated = aead, associated
 
     def seal(self, text: str) -> str:
         nonce = secrets.token_bytes(NONCE_BYTES)
-        return base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, text.encode(), PURPOSE)).decode()
+        return base64.urlsafe_b64encode(nonce + self._aead.encrypt(nonce, text.encode(), self._associated)).decode()
 
     def open(self, token: str) -> str:
         try:
             raw = base64.urlsafe_b64decode(token.encode())
-            return self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], PURPOSE).decode()
+            return self._aead.decrypt(raw[:NONCE_BYTES], raw[NONCE_BYTES:], self._associated).decode()
         except (ValueError, InvalidTag) as err:
             raise UnopenableReasoning(str(err) or "authentication failed") from None
 
 
-def _ensure_key_file(path: Path) -> Path:
-    """The graph's key file, made once (owner-only) and kept across runs, so reasoning a client
-    holds from yesterday's run still opens after a restart. It is written aside and linked into
-    place, which fails if it is there already: of two gateways starting at once, one key wins."""
-    if path.exists():
-        return path
-    path.parent.mkdir(parents=True, exist_ok=True)
-    draft = path.with_name(f".{path.name}.{os.getpid()}")
-    descriptor = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as sink:
-        sink.write(secrets.token_bytes(KEY_BYTES))
-    try:
-        os.link(draft, path)
-    except FileExistsError:
-        pass
-    finally:
-        draft.unlink()
-    return path
+def _bound_to(tenant: str, model: str) -> bytes:
+    """The associated data: the purpose, the tenant and the model, each length-prefixed, so no two
+    (tenant, model) pairs give the same bytes."""
+    parts = [PURPOSE, tenant.encode(), model.encode()]
+    return b"".join(len(part).to_bytes(4, "big") + part for part in parts)

@@ -52,7 +52,7 @@ from dynamo_oss.gateway.protocol.responses import (
     TextPart,
     ToolChoice,
 )
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal, UnopenableReasoning
+from dynamo_oss.gateway.harmony.sealing import BoundSeal, UnopenableReasoning
 from dynamo_oss.gateway.validation import parameters_problem
 
 EFFORTS = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
@@ -74,7 +74,7 @@ class Conversation:
     thinking: Thinking
 
 
-def conversation(request: MessagesRequest, seal: ReasoningSeal) -> Conversation:
+def conversation(request: MessagesRequest, seal: BoundSeal) -> Conversation:
     """The Responses request that renders into the same harmony prompt, and how to write thinking back."""
     tools = _tools(request)
     items = _items(request.messages, seal)
@@ -154,7 +154,7 @@ def _effort(request: MessagesRequest) -> str:
     return "medium"
 
 
-def _items(messages: list[Message], seal: ReasoningSeal) -> list:
+def _items(messages: list[Message], seal: BoundSeal) -> list:
     if messages[-1].role == "assistant":
         where = f"messages.{len(messages) - 1}"
         raise ApiError(400, f"{where}: this model does not support assistant message prefill; the conversation "
@@ -181,7 +181,7 @@ def _items(messages: list[Message], seal: ReasoningSeal) -> list:
     return items
 
 
-def _item(role: str, block: object, at: str, calls: set[str], seal: ReasoningSeal) -> object:
+def _item(role: str, block: object, at: str, calls: set[str], seal: BoundSeal) -> object:
     if isinstance(block, NonTextBlock):
         raise ApiError(400, f"{at}.type: '{block.type}' blocks are not supported: gpt-oss reads text only, and "
                        "this endpoint runs no server tools.", param=f"{at}.type")  # fmt: skip
@@ -206,7 +206,7 @@ def _item(role: str, block: object, at: str, calls: set[str], seal: ReasoningSea
                    f"{role} message.", param=f"{at}.type")  # fmt: skip
 
 
-def _opened(token: str, where: str, seal: ReasoningSeal, shown: str | None) -> str:
+def _opened(token: str, where: str, seal: BoundSeal, shown: str | None) -> str:
     """The chain of thought a signature (or redacted block) carries, sealed by this deployment; the
     block's text, when sent, must be that text unaltered."""
     try:

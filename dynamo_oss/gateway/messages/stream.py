@@ -26,7 +26,7 @@ from dynamo_oss.gateway.protocol.messages import MessagesRequest
 from dynamo_oss.gateway.stops import StopSequences
 from dynamo_oss.gateway.harmony.parsing import ASSISTANT, AnswerParser, Header
 from dynamo_oss.gateway.harmony.rendering import Prompt
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.harmony.sealing import BoundSeal
 from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.usage import Usage
 
@@ -37,7 +37,7 @@ class MessageBuilder:
     """One Message, built from the completion's text; `streaming` also yields its events."""
 
     def __init__(
-        self, request: MessagesRequest, prompt: Prompt, seal: ReasoningSeal, thinking: Thinking, streaming: bool
+        self, request: MessagesRequest, prompt: Prompt, seal: BoundSeal, thinking: Thinking, streaming: bool
     ) -> None:
         self.request, self.prompt, self.seal, self.thinking, self.streaming = request, prompt, seal, thinking, streaming
         self.id = new_id("msg")

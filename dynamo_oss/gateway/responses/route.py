@@ -26,13 +26,14 @@ from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAnswer, check_context, completion_request
 from dynamo_oss.gateway.harmony.conversation import conversation, generation
 from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS, Prompt, rendered
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.harmony.sealing import BoundSeal, ReasoningSeal
 from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
 from dynamo_oss.gateway.responses.store import ResponseStore, StoredResponse, StoreUnavailable
 from dynamo_oss.gateway.responses.stored import find
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
+from dynamo_oss.gateway.tenancy import Caller
 
 log = logging.getLogger("dynamo_oss.gateway")
 
@@ -49,9 +50,10 @@ class ResponsesRoute:
         self.seal = seal
         self.store = store  # None: the graph keeps no responses
 
-    async def prepare(self, url: bytes, body: bytes, checks: Checks, key: str | None) -> Upstream:
+    async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
         request, context = await typed_request(checks, self.api, body, ResponsesRequest, from_validation)
-        inherited = await self._inherited(request, key)
+        inherited = await self._inherited(request, caller.key)
+        seal = self.seal.bound(caller.tenant, request.model)
         stored = self.store is not None and request.store is not False
         own = input_items(request) if stored or inherited else []
         whole = (
@@ -59,17 +61,17 @@ class ResponsesRoute:
         )
         try:
             heavy = len(body) > OFF_LOOP_BYTES or len(inherited) > OFF_LOOP_ITEMS
-            prompt = await rendered(lambda: conversation(whole, self.seal), heavy)
+            prompt = await rendered(lambda: conversation(whole, seal), caller.renders, heavy)
         except ApiError as err:
             raise _shifted(err, len(inherited)) from None
         check_context(prompt, request.max_output_tokens, context, "input", "max_output_tokens")
         completion = completion_request(generation(request), prompt)
         if stored:
             assert self.store is not None
-            transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, self.seal, self.store,
-                                                               StoredResponseParts(key, inherited, own))  # fmt: skip
+            transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, seal, self.store,
+                                                               StoredResponseParts(caller.key, inherited, own))  # fmt: skip
         else:
-            transform = ResponsesAnswer(request, prompt, self.seal)
+            transform = ResponsesAnswer(request, prompt, seal)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
 
     async def _inherited(self, request: ResponsesRequest, key: str | None) -> list[dict[str, Any]]:
@@ -120,7 +122,7 @@ class ResponsesAnswer(CompletionAnswer):
 
     builder: ResponseBuilder
 
-    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, stored: bool = False) -> None:
+    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, stored: bool = False) -> None:
         builder = ResponseBuilder(request, prompt, seal, streaming=request.stream, stored=stored)
         super().__init__(builder, request.stream)
 
@@ -137,7 +139,7 @@ class StoredResponsesAnswer(ResponsesAnswer):
     that has the whole response can continue from it at once, on any gateway of the graph."""
 
     def __init__(
-        self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, store: ResponseStore,
+        self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, store: ResponseStore,
         parts: StoredResponseParts,
     ) -> None:  # fmt: skip
         super().__init__(request, prompt, seal, stored=True)

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-RESPONSE_ID_PATTERN = r"^resp_[A-Za-z0-9_-]{1,200}$"  # what a response id looks like (stream.new_id)
+RESPONSE_ID_PATTERN = r"^resp_[A-Za-z0-9_-]{1,200}$"  # what a response id looks like (ids.new_id)
 
 
 class StoreUnavailable(Exception):

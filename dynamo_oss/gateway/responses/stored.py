@@ -15,6 +15,7 @@ from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
 from dynamo_oss.gateway.responses.store import RESPONSE_ID_PATTERN, ResponseStore, StoredResponse, StoreUnavailable
 
 PREFIX = b"/v1/responses/"
+METHODS = frozenset({b"GET", b"DELETE"})  # what the paths under PREFIX take
 _PATH = re.compile(r"^/v1/responses/([^/]+)(/input_items)?/?$")
 _ID = re.compile(RESPONSE_ID_PATTERN)
 MAX_PAGE = 100  # OpenAI's largest `limit` for input items
@@ -30,7 +31,7 @@ async def find(store: ResponseStore, response_id: str, key: str | None, param: s
     """The response `key` stored under `response_id`, or a 404 naming it (`param`: the request field
     that named it, None for a path)."""
     record = None
-    if _ID.match(response_id):
+    if _ID.fullmatch(response_id):
         try:
             record = await store.get(response_id)
         except StoreUnavailable as error:

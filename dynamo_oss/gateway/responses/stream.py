@@ -24,7 +24,7 @@ import orjson
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.parsing import ASSISTANT, AnswerParser, Header
 from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, ClientTool, Prompt
-from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
+from dynamo_oss.gateway.harmony.sealing import BoundSeal
 from dynamo_oss.gateway.ids import new_id
 from dynamo_oss.gateway.usage import Usage
 
@@ -39,7 +39,7 @@ class ResponseBuilder:
     """One response, built from the completion's text; `streaming` also yields its events."""
 
     def __init__(
-        self, request: ResponsesRequest, prompt: Prompt, seal: ReasoningSeal, streaming: bool, stored: bool = False
+        self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, streaming: bool, stored: bool = False
     ) -> None:
         self.request, self.prompt, self.seal, self.streaming = request, prompt, seal, streaming
         self.stored = stored  # the response says store: true (set false when the store refused it)
