@@ -32,7 +32,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import psutil  # noqa: E402
 import yaml  # noqa: E402
 
-from dynamo_oss.bench.ports import on_free_ports  # noqa: E402
+from dynamo_oss.bench.ports import shipped_on_free_ports  # noqa: E402
 from dynamo_oss.bench.served import served_graph  # noqa: E402
 from dynamo_oss.launch.state import RunState  # noqa: E402
 
@@ -192,9 +192,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=35.0, help="length of the run (default 35)")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="soak-"))
-    graph = on_free_ports(yaml.safe_load((REPO / "graphs" / "disagg.yaml").read_text()))
-    for pool in graph["pools"].values():
-        pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
+    graph = shipped_on_free_ports(REPO / "graphs" / "disagg.yaml")
     (folder / "graph.yaml").write_text(yaml.safe_dump(graph, sort_keys=False))
     print(f"logs in {folder}", flush=True)
     samples: list[dict] = []

@@ -7,8 +7,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
-import yaml
 
+from dynamo_oss.bench.served import measured_copy
 from dynamo_oss.graph.schema import PlannerSection
 
 PLANNER_PORTS = [field for field in PlannerSection.model_fields if field.endswith("port")]
@@ -60,10 +60,5 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
 
 
 def shipped_on_free_ports(graph_file: Path) -> dict[str, Any]:
-    """A shipped graph file's contents on free ports, its engine files named by absolute path, so a
-    copy of it written anywhere serves as the original would."""
-    graph = yaml.safe_load(graph_file.read_text())
-    for pool in graph["pools"].values():
-        if "engine_args" in pool:
-            pool["engine_args"] = str(graph_file.parent / pool["engine_args"])
-    return on_free_ports(graph)
+    """A shipped graph file's contents as a benchmark serves them (served.measured_copy), on free ports."""
+    return on_free_ports(measured_copy(graph_file))

@@ -1,5 +1,9 @@
 """A graph served for a benchmark: `dynamo serve` in a subprocess of its own, ready before the
-first request, drained and stopped afterwards whatever happened (Ctrl-C or SIGTERM included)."""
+first request, drained and stopped afterwards whatever happened (Ctrl-C or SIGTERM included).
+
+A benchmark measures the deployment, not its API keys, and its clients present none: it serves a
+copy of the graph (`measured_copy`) whose endpoint is on loopback and asks no key (a key costs the
+gateway one digest a request)."""
 
 from __future__ import annotations
 
@@ -12,10 +16,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+
+import yaml
 
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.launch.prepare import model_files
 from dynamo_oss.launch.state import STATE_FILE, RunState
 
@@ -35,10 +43,26 @@ def sweep_fields(deployment: Deployment) -> dict[str, str | int]:
     }
 
 
+def measured_copy(graph_file: Path) -> dict[str, Any]:
+    """A graph file's contents as a benchmark serves them: the endpoint on loopback without API keys,
+    the engine files named by absolute path, so the copy serves from anywhere as the original would."""
+    graph = yaml.safe_load(graph_file.read_text())
+    graph.get("gateway", {}).pop("auth", None)
+    graph.setdefault("frontend", {})["host"] = LOOPBACK
+    for pool in graph["pools"].values():
+        if "engine_args" in pool:
+            pool["engine_args"] = str((graph_file.parent / pool["engine_args"]).resolve())
+    return graph
+
+
 @contextmanager
 def served_graph(graph: Path, run_dir: Path, *, engine: EngineName | None, time_scale: float) -> Iterator[RunState]:
-    """Serve `graph` with its logs and state in `run_dir`; yields the state once the model is served."""
-    argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(graph), "--run-dir", str(run_dir)]
+    """Serve `graph` (its measured_copy) with its logs and state in `run_dir`; yields the state once the
+    model is served."""
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    copy = run_dir.parent / f"{run_dir.name}-graph.yaml"
+    copy.write_text(yaml.safe_dump(measured_copy(graph), sort_keys=False))
+    argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(copy), "--run-dir", str(run_dir)]
     if engine:
         argv += ["--engine", engine]
     if time_scale != 1.0:

@@ -13,6 +13,9 @@ EngineName = Literal["trtllm", "mocker"]
 
 RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
 
+# Where the gateway's metrics port serves Dynamo's frontend's series (the endpoint serves no /metrics).
+FRONTEND_METRICS_PATH = "/metrics/frontend"
+
 # Dynamo parses DYN_SYSTEM_PORT as a signed 16-bit integer: a worker given a higher port exits at start.
 MAX_SYSTEM_PORT = 32767
 

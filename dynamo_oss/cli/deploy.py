@@ -61,11 +61,6 @@ def deploy(args: argparse.Namespace) -> int:
         rules = yaml.safe_load(graph_alert_rules(deployment, selector=f'graph="{deployment.name}"', launcher=False))
         manifests = render_manifests(deployment, target, planner_config(deployment), rules)
         rendered[graph.with_suffix(".yaml").name] = manifests_yaml(manifests, graph.name)
-        gateway = deployment.gateway
-        if gateway and not gateway.requires_keys and not gateway.open_on_purpose:
-            print(f"warning: {graph}: on the cluster the gateway listens on the pod network, behind the frontend "
-                  "Service, and asks no API key: give gateway.auth (its keys come from the Secret "
-                  f"{deployment.name}-api-keys), or say `auth: none` to leave it open", file=sys.stderr)  # fmt: skip
     if args.out is None:
         sys.stdout.write("".join(rendered.values()))
         return 0

@@ -40,6 +40,7 @@ from dynamo_oss.deployment.commands import FRONTEND_ENV, frontend_args, gateway_
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
+from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
 from dynamo_oss.graph.errors import GraphError, Problem
 
 OPERATOR_API_VERSION = "nvidia.com/v1beta1"
@@ -126,6 +127,12 @@ _BlockTextDumper.add_representer(str, _text)
 
 def _cluster_problems(deployment: Deployment, target: ClusterTarget) -> list[Problem]:
     problems = []
+    gateway = deployment.gateway
+    if gateway is not None and not gateway.requires_keys and not gateway.open_on_purpose:
+        problems.append(Problem(path="gateway.auth", message="is not given; on the cluster the gateway listens on "
+                                "the pod network, behind the frontend Service: give the API keys (`auth: {keys_env: "
+                                f"VAR}}` or `{{keys_file: FILE}}`, read from the Secret {api_keys_secret(deployment)}), "
+                                "or say `auth: none` to leave the endpoint open on purpose"))  # fmt: skip
     longest = max(len(name) for name in COMPONENT_NAMES)
     if len(deployment.name) + 1 + longest > MAX_DNS_LABEL:
         problems.append(Problem(path="name", message=f"is {len(deployment.name)} characters; on a cluster it names "
@@ -181,7 +188,9 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
                                API_KEYS_MOUNT / "keys" if keys.keys_file else None,
                                ("0.0.0.0", GATEWAY_METRICS_PORT), store_at if stores else None)  # fmt: skip
         mounts = [{"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}]
-        volumes = [{"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment)}}]
+        # Owner-only, as the gateway requires of the graph's key (graph_key.py).
+        volumes = [{"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment),
+                                                       "defaultMode": 0o400}}]  # fmt: skip
         container: dict[str, Any] = {"name": "gateway", "image": target.image, "command": ["python3"],
                                      "args": gateway, "volumeMounts": mounts,
                                      "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}]}  # fmt: skip
@@ -282,8 +291,11 @@ def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any
     section = deployment.spec.observability
     prometheus = section.prometheus if section else None
     interval = f"{getattr(prometheus, 'scrape_interval_s', 5.0):g}s"
-    endpoints = [{"port": port, "path": "/metrics", "interval": interval, "honorLabels": True}
-                 for port in ("http", "system", "metrics", "gateway-metrics")]  # fmt: skip
+    # Dynamo's frontend: on its own port, or, behind the gateway (on the pod's loopback), through the
+    # gateway's metrics port, which the frontend Service does not expose (the endpoint serves no /metrics).
+    frontend = ("gateway-metrics", FRONTEND_METRICS_PATH) if deployment.gateway else ("http", "/metrics")
+    scraped = [frontend, ("system", "/metrics"), ("metrics", "/metrics"), ("gateway-metrics", "/metrics")]
+    endpoints = [{"port": port, "path": path, "interval": interval, "honorLabels": True} for port, path in scraped]
     for endpoint in endpoints:  # the graph's name on every series, as its alert rules select them
         endpoint["relabelings"] = [{"targetLabel": "graph", "replacement": deployment.name}]
     endpoints[0]["relabelings"].append({"sourceLabels": ["__meta_kubernetes_namespace"],

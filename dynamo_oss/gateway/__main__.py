@@ -14,13 +14,13 @@ import signal
 from pathlib import Path
 
 import uvloop
-from prometheus_client import start_http_server
 
 from dynamo_oss.assets import ENCODINGS_ENV, model_folder, tiktoken_encodings_dir
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.limits import Limits
+from dynamo_oss.gateway.metrics_port import serve_metrics
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
 from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
@@ -43,7 +43,15 @@ async def run(args: argparse.Namespace) -> None:
         store.start()
     gateway = Gateway(args.upstream, counter, graph_key(args.reasoning_key_file), args.max_in_flight,
                       api_keys(args), limits, store, cache_isolation=args.cache_isolation == "tenant")  # fmt: skip
-    await serve(gateway, args.host, args.port, DRAIN_TIMEOUT_S, stop)
+    metrics = None
+    if args.metrics:
+        host, _, port = args.metrics.rpartition(":")
+        metrics = await serve_metrics(host, int(port), args.upstream.rstrip("/"))
+    try:
+        await serve(gateway, args.host, args.port, DRAIN_TIMEOUT_S, stop)
+    finally:
+        if metrics is not None:
+            await metrics.cleanup()
 
 
 def response_store(args: argparse.Namespace) -> NatsResponseStore | None:
@@ -112,7 +120,8 @@ def main() -> None:
         help="with keys: each key's tenant gets its own cache salt, so tenants never reuse each other's cached "
         "prefixes (tenant, the default), or all share one cache (shared)",
     )
-    parser.add_argument("--metrics", metavar="HOST:PORT", help="where to serve /metrics: requests and tokens per key")
+    parser.add_argument("--metrics", metavar="HOST:PORT", help="where to serve /metrics (requests and tokens per "
+                        "key) and /metrics/frontend (Dynamo's frontend's, which the endpoint does not serve)")  # fmt: skip
     defaults = Limits()
     parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s)
     parser.add_argument("--body-timeout-s", type=float, default=defaults.body_timeout_s)
@@ -143,9 +152,6 @@ def main() -> None:
     if args.model:
         args.model_folder = model_folder(BUILTIN_MODELS[args.model])
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.metrics:
-        host, _, port = args.metrics.rpartition(":")
-        start_http_server(int(port), host)
     # libuv's event loop: less CPU per streamed chunk than asyncio's own.
     uvloop.run(run(args))
 

@@ -147,16 +147,33 @@ def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names
     monitor = by_kind(manifests, "PodMonitor")[0]
     name = by_kind(manifests, "DynamoGraphDeployment")[0]["metadata"]["name"]
     assert monitor["spec"]["selector"]["matchLabels"] == {"nvidia.com/dynamo-graph-deployment-name": name}
-    assert {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]} == {
-        "http",
-        "system",
-        "metrics",
-        "gateway-metrics",
-    }
+    scraped = {(e["port"], e["path"]) for e in monitor["spec"]["podMetricsEndpoints"]}
+    # Dynamo's frontend is on the pod's loopback behind the gateway: its series come through the gateway's
+    # metrics port, which the frontend Service does not expose; the endpoint's port serves none.
+    assert scraped == {("gateway-metrics", "/metrics/frontend"), ("system", "/metrics"), ("metrics", "/metrics"),
+                       ("gateway-metrics", "/metrics")}  # fmt: skip
     # The frontend's traffic carries the namespace Dynamo's planner looks for: the operator's DYN_NAMESPACE.
-    http = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["port"] == "http")
-    assert http["relabelings"][1:] == [{"sourceLabels": ["__meta_kubernetes_namespace"], "targetLabel": "dynamo_namespace",
-                                    "replacement": f"$1-{name}"}]  # fmt: skip
+    frontend = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["path"] == "/metrics/frontend")
+    assert frontend["relabelings"][1:] == [{"sourceLabels": ["__meta_kubernetes_namespace"],
+                                            "targetLabel": "dynamo_namespace", "replacement": f"$1-{name}"}]  # fmt: skip
+    (dgd,) = by_kind(manifests, "DynamoGraphDeployment")
+    (frontend_component,) = [c for c in dgd["spec"]["components"] if c["type"] == "frontend"]
+    (gateway,) = [c for c in frontend_component["podTemplate"]["spec"]["containers"] if c["name"] == "gateway"]
+    assert [port["name"] for port in gateway["ports"]] == ["gateway-metrics"]  # not the Service's `http`
+
+
+def test_a_graph_without_api_keys_is_refused_unless_it_says_none(tmp_path: Path) -> None:
+    graph = yaml.safe_load((REPO / "graphs" / "agg.yaml").read_text())
+    del graph["gateway"]
+    for pool in graph["pools"].values():
+        pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
+    (tmp_path / "open.yaml").write_text(yaml.safe_dump(graph))
+    refused = run_dynamo("deploy", str(tmp_path / "open.yaml"))
+    assert refused.returncode == 2 and "gateway.auth: is not given" in refused.stderr, refused.stderr
+    assert refused.stdout == ""  # nothing rendered
+    graph["gateway"] = {"auth": "none"}
+    (tmp_path / "open.yaml").write_text(yaml.safe_dump(graph))
+    assert run_dynamo("deploy", str(tmp_path / "open.yaml")).returncode == 0
 
 
 def test_the_dashboards_ride_along_as_a_grafana_config_map() -> None:

@@ -83,7 +83,8 @@ def test_a_graph_of_named_nodes_places_each_worker_on_a_node_with_room(tmp_path:
 def test_a_worker_wider_than_a_tray_spans_whole_trays_of_one_nvlink_domain(tmp_path: Path) -> None:
     engine = "tensor_parallel_size: 8\nmoe_expert_parallel_size: 8\nmax_batch_size: 64\n"
     graph = {"name": "rack", "model": "gpt-oss-120b", "hardware": {"gpu": "gb200", "gpus_per_node": 4, "nodes": 5},
-             "pools": {"agg": {"workers": 2, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}}}  # fmt: skip
+             "pools": {"agg": {"workers": 2, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}},
+             "gateway": {"auth": {"keys_env": "RACK_KEY"}}}  # fmt: skip
     deployment = build_deployment(load_graph(write(tmp_path, graph, {"tp8.yaml": engine})))
     placement = deployment.placement
     assert [(slot.nodes, slot.gpus) for slot in placement.slots] == [
