@@ -159,7 +159,11 @@ def plan_host(
         processes, elsewhere = [*workers], []
         launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
     else:
-        processes = [*infra, *_frontend_processes(deployment, shared_env, model_folder, nats_url, tls), *workers]
+        processes = [
+            *infra,
+            *_frontend_processes(deployment, shared_env, model_folder, nats_url, tls, run_dir, files),
+            *workers,
+        ]
         processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
         elsewhere = [process for other in deployment.placement.nodes if other.name != here.name
                      for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]]  # fmt: skip
@@ -322,10 +326,14 @@ def _frontend_processes(
     model_folder: Path,
     nats_url: str,
     tls: InfrastructureTls | None,
+    run_dir: Path,
+    files: list[PlannedFile],
 ) -> list[ProcessPlan]:
     """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`: what they do
     comes from the deployment's frontend component, where they listen from the graph's frontend section;
-    the gateway stores responses in the graph's NATS at `nats_url`."""
+    the gateway stores responses in the graph's NATS at `nats_url`, which it reads from an owner-only
+    file that joins `files` (an external NATS's URL may hold a password, and a command line is anyone's
+    to read)."""
     listen = deployment.spec.frontend
     dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
@@ -349,7 +357,7 @@ def _frontend_processes(
         args = gateway_args(deployment, (listen.host, listen.port), f"http://{LOOPBACK}:{dynamo_port}",
                             ["--model-folder", str(model_folder)], reasoning_key_file(deployment),
                             deployment.gateway.keys_file, (ports[1].host, ports[1].port) if ports[1:] else None,
-                            _responses_store(deployment, nats_url, tls))  # fmt: skip
+                            _responses_store(deployment, nats_url, tls, run_dir, files))  # fmt: skip
         # The gateway renders harmony itself (the Responses API, prompt counts): the same o200k ranks,
         # or openai_harmony downloads them, and offline it fails the request.
         env = {ENCODINGS_ENV: shared_env[ENCODINGS_ENV]}
@@ -359,10 +367,17 @@ def _frontend_processes(
     return processes
 
 
-def _responses_store(deployment: Deployment, nats_url: str, tls: InfrastructureTls | None) -> list[str]:
-    """Where the gateway stores responses: the graph's NATS, with the node's certificate when NATS asks for one."""
-    files = ["--responses-nats-tls", str(tls.ca), str(tls.cert), str(tls.key)] if tls else []
-    return ["--responses-nats", nats_url, "--responses-bucket", responses_bucket(deployment.name), *files]
+def _responses_store(
+    deployment: Deployment, nats_url: str, tls: InfrastructureTls | None, run_dir: Path, files: list[PlannedFile]
+) -> list[str]:
+    """Where the gateway stores responses: the graph's NATS (its URL in a file of the run folder), with the
+    node's certificate when NATS asks for one."""
+    url_file = PlannedFile(path=run_dir / "nats-url", purpose="the graph's NATS URL, for the "
+                           "gateway (owner-only: it may hold credentials)", content=nats_url.encode(), private=True)  # fmt: skip
+    files.append(url_file)
+    certificates = ["--responses-nats-tls", str(tls.ca), str(tls.cert), str(tls.key)] if tls else []
+    return ["--responses-nats-file", str(url_file.path), "--responses-bucket", responses_bucket(deployment.name),
+            *certificates]  # fmt: skip
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:

@@ -203,7 +203,7 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
             env.append({"name": keys.keys_env, "valueFrom": secret_key})
         if stores:  # the NATS the operator gives the frontend's container, passed on through a shared volume
             main["command"] = ["/bin/sh", "-c"]
-            main["args"] = [f"printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'} && exec python3 "
+            main["args"] = [f"(umask 077 && printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'}) && exec python3 "
                             + shlex.join(args)]  # fmt: skip
             main["volumeMounts"] = [{"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT)}]
             mounts.append({"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT), "readOnly": True})

@@ -10,6 +10,8 @@ Dynamo's mocker and keeps the shape the pool's own engine read.
 
 from __future__ import annotations
 
+import os
+
 import importlib
 from pathlib import Path
 from typing import Literal, Protocol
@@ -63,10 +65,17 @@ class PlannedFile(BaseModel):
     path: Path
     purpose: str
     content: bytes = Field(exclude=True, repr=False)
+    private: bool = False  # owner-only: it holds a secret (a URL's credentials)
 
     def write(self) -> Path:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.path.write_bytes(self.content)
+        if not self.private:
+            self.path.write_bytes(self.content)
+            return self.path
+        descriptor = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.fchmod(descriptor, 0o600)  # one written before, with other modes
+        with os.fdopen(descriptor, "wb") as sink:
+            sink.write(self.content)
         return self.path
 
 

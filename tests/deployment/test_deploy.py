@@ -129,7 +129,9 @@ def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files(
     # The frontend's container hands the operator's NATS_SERVER to the gateway (stored responses), then runs Dynamo's.
     assert frontend[0]["command"] == ["/bin/sh", "-c"]
     handed, _, started = frontend[0]["args"][0].partition(" && exec ")
-    assert handed == "printf '%s' \"$NATS_SERVER\" > /run/dynamo-oss/nats/server"
+    assert (
+        handed == "(umask 077 && printf '%s' \"$NATS_SERVER\" > /run/dynamo-oss/nats/server)"
+    )  # owner-only: it may hold a password
     args = shlex.split(started)[1:]
     assert args[:2] == ["-m", "dynamo.frontend"]
     assert args[args.index("--router-mode") + 1] == "kv" and args[args.index("--migration-limit") + 1] == "3"

@@ -43,6 +43,23 @@ def test_the_host_plan_starts_the_placed_workers_on_their_gpus(tmp_path: Path) -
     assert plan.gpus == 8
 
 
+def test_an_external_nats_password_reaches_the_gateway_in_an_owner_only_file_not_its_command_line(
+    tmp_path: Path,
+) -> None:
+    graph = yaml.safe_load((REPO / "graphs" / "disagg-1p1d.yaml").read_text())
+    graph["infrastructure"]["nats"] = {"mode": "external", "url": "nats://graph:s3cret@127.0.0.1:4222"}
+    for pool in graph["pools"].values():
+        pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
+    (tmp_path / "graph.yaml").write_text(yaml.safe_dump(graph))
+    plan = plan_host(build_deployment(load_graph(tmp_path / "graph.yaml")), run_dir=tmp_path / "run",
+                     model_folder=tmp_path, encodings_dir=tmp_path)  # fmt: skip
+    (gateway,) = [p for p in plan.processes if p.kind == "gateway"]
+    assert not any("s3cret" in arg for arg in gateway.argv), gateway.argv
+    (url_file,) = [f for f in plan.files if str(f.path) in gateway.argv]
+    assert url_file.write().read_text() == "nats://graph:s3cret@127.0.0.1:4222"
+    assert url_file.path.stat().st_mode & 0o777 == 0o600
+
+
 def test_check_prints_the_placement() -> None:
     code, out, err = dynamo("check", str(REPO / "graphs" / "disagg.yaml"))
     assert code == 0, err
