@@ -43,11 +43,13 @@ def sweep_fields(deployment: Deployment) -> dict[str, str | int]:
     }
 
 
-def measured_copy(graph_file: Path) -> dict[str, Any]:
-    """A graph file's contents as a benchmark serves them: the endpoint on loopback without API keys,
-    the engine files named by absolute path, so the copy serves from anywhere as the original would."""
+def measured_copy(graph_file: Path, keyed: bool = False) -> dict[str, Any]:
+    """A graph file's contents as a benchmark serves them: the endpoint on loopback, without API keys
+    unless `keyed` (a benchmark of tenants), the engine files named by absolute path, so the copy
+    serves from anywhere as the original would."""
     graph = yaml.safe_load(graph_file.read_text())
-    graph.get("gateway", {}).pop("auth", None)
+    if not keyed:
+        graph.get("gateway", {}).pop("auth", None)
     graph.setdefault("frontend", {})["host"] = LOOPBACK
     for pool in graph["pools"].values():
         if "engine_args" in pool:
@@ -56,12 +58,14 @@ def measured_copy(graph_file: Path) -> dict[str, Any]:
 
 
 @contextmanager
-def served_graph(graph: Path, run_dir: Path, *, engine: EngineName | None, time_scale: float) -> Iterator[RunState]:
+def served_graph(
+    graph: Path, run_dir: Path, *, engine: EngineName | None, time_scale: float, keyed: bool = False
+) -> Iterator[RunState]:
     """Serve `graph` (its measured_copy) with its logs and state in `run_dir`; yields the state once the
     model is served."""
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     copy = run_dir.parent / f"{run_dir.name}-graph.yaml"
-    copy.write_text(yaml.safe_dump(measured_copy(graph), sort_keys=False))
+    copy.write_text(yaml.safe_dump(measured_copy(graph, keyed), sort_keys=False))
     argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(copy), "--run-dir", str(run_dir)]
     if engine:
         argv += ["--engine", engine]

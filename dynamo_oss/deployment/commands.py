@@ -68,6 +68,8 @@ def gateway_args(
             "--write-timeout-s", f"{limits.write_timeout_s:g}", "--max-connections", str(limits.max_connections),
             "--max-body-mib", str(limits.max_body_mib), "--max-buffered-mib", str(limits.max_buffered_mib),
             *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
+            *(["--limits-per-key", gateway.limits_per_key.model_dump_json(exclude_none=True)]
+              if gateway.limits_per_key else []),
             *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else []), *store]  # fmt: skip
 
 

@@ -30,6 +30,7 @@ from dynamo_oss.graph.schema import (
     GatewayAuthSection,
     GatewayLimitsSection,
     GatewayResponsesSection,
+    KeyLimitsSection,
     GraphSpec,
 )
 
@@ -74,6 +75,7 @@ class Gateway(Frozen):
     responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
     shared_cache: bool = Field(default=False, description="keys' tenants share cached prefixes (no cache salt)")
+    limits_per_key: KeyLimitsSection | None = Field(default=None, description="each key's share of the graph")
 
     @property
     def requires_keys(self) -> bool:
@@ -253,6 +255,7 @@ def _gateway(graph: Graph, pools: list[Pool]) -> Gateway:
         responses=section.responses,
         open_on_purpose=section.auth == "none",
         shared_cache=section.cache_isolation == "shared",
+        limits_per_key=auth.limits_per_key if auth else None,
     )
 
 

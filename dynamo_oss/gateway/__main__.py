@@ -22,6 +22,7 @@ from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.metrics_port import serve_metrics
 from dynamo_oss.gateway.prompt import PromptCounter
+from dynamo_oss.graph.schema import KeyLimitsSection
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
 from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
 
@@ -42,7 +43,8 @@ async def run(args: argparse.Namespace) -> None:
     if store is not None:
         store.start()
     gateway = Gateway(args.upstream, counter, graph_key(args.reasoning_key_file), args.max_in_flight,
-                      api_keys(args), limits, store, cache_isolation=args.cache_isolation == "tenant")  # fmt: skip
+                      api_keys(args), limits, store, cache_isolation=args.cache_isolation == "tenant",
+                      limits_per_key=args.limits_per_key)  # fmt: skip
     metrics = None
     if args.metrics:
         host, _, port = args.metrics.rpartition(":")
@@ -120,6 +122,9 @@ def main() -> None:
         help="with keys: each key's tenant gets its own cache salt, so tenants never reuse each other's cached "
         "prefixes (tenant, the default), or all share one cache (shared)",
     )
+    parser.add_argument("--limits-per-key", type=KeyLimitsSection.model_validate_json, metavar="JSON",
+                        help="each key's share of the graph, as gateway.auth.limits_per_key says it "
+                        '(e.g. {"concurrent_requests": 8}); a key\'s line in the keys file may say its own')  # fmt: skip
     parser.add_argument("--metrics", metavar="HOST:PORT", help="where to serve /metrics (requests and tokens per "
                         "key) and /metrics/frontend (Dynamo's frontend's, which the endpoint does not serve)")  # fmt: skip
     defaults = Limits()

@@ -41,6 +41,8 @@ from dynamo_oss.gateway.messages import errors as anthropic_errors
 from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
+from dynamo_oss.gateway.fair_share import FairShare
+from dynamo_oss.gateway.fair_share import headers as rate_limit_headers
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import ResponseStore
@@ -61,6 +63,7 @@ from dynamo_oss.gateway.tenancy import NO_TENANT, Caller, Tenants
 from dynamo_oss.gateway.text_completions import CompletionsRoute
 from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
+from dynamo_oss.graph.schema import KeyLimitsSection
 
 log = logging.getLogger("dynamo_oss.gateway")
 
@@ -93,6 +96,7 @@ class Gateway:
         limits: Limits = Limits(),
         store: ResponseStore | None = None,
         cache_isolation: bool = True,
+        limits_per_key: KeyLimitsSection | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
         host_port = self.upstream.split("://", 1)[1]
@@ -101,6 +105,7 @@ class Gateway:
         self.counter = counter
         self.keys = keys  # None: no key is asked for
         self.tenants = Tenants(graph_key, isolated=cache_isolation and keys is not None)
+        self.fair_share = FairShare(limits_per_key, keys.limits if keys is not None else {})
         seal = ReasoningSeal(graph_key)
         self.limits = limits
         self.connections = ConnectionCount(limits)
@@ -227,6 +232,7 @@ class ClientConnection(asyncio.Protocol):
         self.api: str | None = None  # the current exchange's generation API, when the gateway checked it
         self.key: str | None = None  # the name of the API key the current exchange showed
         self.error_shape: ErrorShape | None = None  # the current exchange's error shape (None: OpenAI's)
+        self.rate_headers: list[tuple[bytes, bytes]] = []  # the current exchange's x-ratelimit-* (fair_share.py)
         self.status = 0  # the current exchange's response status, once sent
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
@@ -429,6 +435,7 @@ class ClientConnection(asyncio.Protocol):
     async def _exchange(self, request: Request) -> None:
         self.gateway.exchanges += 1
         self.started = admitted = False
+        share, billed = None, None  # the key's fair share, and what its answer used
         method, url, headers, keep_alive, route = (request.method, request.target, request.headers,
                                                    request.keep_alive, request.route)  # fmt: skip
         self.api = route.api
@@ -438,6 +445,10 @@ class ClientConnection(asyncio.Protocol):
                 self.respond(status, answer, keep_alive)
             else:
                 if self.api is not None:
+                    wanted = self.gateway.fair_share.share(self.key)
+                    if wanted is not None:
+                        self.gateway.fair_share.admit(wanted)  # a 429 before the graph's own capacity is asked
+                        share, self.rate_headers = wanted, rate_limit_headers(wanted)
                     self.gateway.admit()
                     admitted = True
                 caller = self.gateway.caller(self.key)
@@ -445,10 +456,12 @@ class ClientConnection(asyncio.Protocol):
                 headers = self.gateway.tenants.salted(headers, caller)
                 await self.forward(method, headers, upstream)
                 if upstream.transform is not None:
-                    count_tokens(self.key, upstream.transform.billed)
+                    billed = upstream.transform.billed
+                    count_tokens(self.key, billed)
         except ApiError as err:
             if self.api is not None and err.status < 500:
                 log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
+            self.rate_headers = err.headers or self.rate_headers
             self.respond(err.status, err.body(), keep_alive, err.retry_after)
         except (TimeoutError, OSError, aiohttp.ClientError) as err:
             # The frontend is restarting or gone: retryable, and not the client's fault.
@@ -459,6 +472,9 @@ class ClientConnection(asyncio.Protocol):
             self.respond(500, openai_error(500, "The gateway failed on this request."), keep_alive)
         finally:
             self.gateway.exchanges -= 1
+            if share is not None:
+                self.gateway.fair_share.done(share, billed)
+            self.rate_headers = []
             if admitted:
                 self.gateway.generating -= 1
             self.upstream = None
@@ -526,6 +542,7 @@ class ClientConnection(asyncio.Protocol):
                 f"content-length: {len(payload)}"] + ([] if keep_alive else ["connection: close"])  # fmt: skip
         if retry_after is not None:
             head.append(f"retry-after: {retry_after}")
+        head += [(name + b": " + value).decode() for name, value in self.rate_headers]
         self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + payload)
 
     def write_transformed(self, transform: Transform, data: bytes, last: bool) -> None:
@@ -534,7 +551,7 @@ class ClientConnection(asyncio.Protocol):
             out = []
             if not self.started:
                 self.started, self.status = True, 200
-                out.append(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type
+                out.append(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type + self._rate_lines()
                            + b"\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")  # fmt: skip
             if data:
                 out.append(b"%x\r\n%b\r\n" % (len(data), data))
@@ -543,8 +560,12 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(b"".join(out))
         elif last:
             self.started, self.status = True, 200
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type
+            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type + self._rate_lines()
                                  + b"\r\ncontent-length: %d\r\n\r\n%b" % (len(data), data))  # fmt: skip
+
+    def _rate_lines(self) -> bytes:
+        """The exchange's x-ratelimit-* headers, each after a CRLF (b"" for a key without limits)."""
+        return b"".join(b"\r\n" + name + b": " + value for name, value in self.rate_headers)
 
     def end_stream(self, with_error_event: bool) -> None:
         """The frontend went away mid-response. An event stream cut between two chunks gets an error

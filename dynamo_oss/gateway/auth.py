@@ -1,9 +1,11 @@
 """API keys at the gateway: who may call the endpoint, the name their usage is counted under, and
 the tenant whose cached prefixes they share.
 
-Keys come from a file of `NAME KEY [TENANT]` lines or from one environment variable; the graph
-says which, never the keys. A key without a TENANT is a tenant of its own name: only keys that
-name the same tenant share cached prefixes (tenancy.py). A request shows a key as
+Keys come from a file of `NAME KEY [TENANT] [LIMIT=N ...]` lines or from one environment variable;
+the graph says which, never the keys. A key without a TENANT is a tenant of its own name: only keys
+that name the same tenant share cached prefixes (tenancy.py). A line's limits (`concurrent_requests`,
+`requests_per_minute`, `tokens_per_minute`) are that key's share of the graph in place of the
+graph's `limits_per_key` (fair_share.py). A request shows a key as
 `Authorization: Bearer KEY`, as OpenAI's clients do, or as `x-api-key: KEY`, as Anthropic's do.
 The key shown is compared with every key, always all of them, through digests of equal length
 (hmac.compare_digest), so the time a refusal takes says nothing about how close a guess came.
@@ -17,8 +19,11 @@ import hmac
 import os
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.usage import NO_KEY, REFUSED
+from dynamo_oss.graph.schema import KeyLimitsSection
 
 RESERVED_NAMES = (NO_KEY, REFUSED)
 OPEN_PATHS = (b"/health", b"/live")  # probes of a load balancer or Kubernetes, which carry no key
@@ -32,15 +37,21 @@ class KeysUnusable(ValueError):
 class ApiKeys:
     """The keys a gateway accepts, by name."""
 
-    def __init__(self, keys: dict[str, str], tenants: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        keys: dict[str, str],
+        tenants: dict[str, str] | None = None,
+        limits: dict[str, KeyLimitsSection] | None = None,
+    ) -> None:
         if not keys:
             raise KeysUnusable("no keys: give at least one")
         self._digests = [(name, _digest(key.encode())) for name, key in keys.items()]
         self._tenants = {name: (tenants or {}).get(name, name) for name in keys}
+        self.limits = limits or {}  # the keys whose lines give their own share of the graph
 
     @classmethod
     def from_file(cls, path: Path) -> ApiKeys:
-        """`NAME KEY [TENANT]` a line; blank lines and lines starting with # are skipped."""
+        """`NAME KEY [TENANT] [LIMIT=N ...]` a line; blank lines and lines starting with # are skipped."""
         try:
             text = path.read_text()
         except (OSError, UnicodeDecodeError) as error:
@@ -49,11 +60,14 @@ class ApiKeys:
             ) from None
         keys: dict[str, str] = {}
         tenants: dict[str, str] = {}
+        limits: dict[str, KeyLimitsSection] = {}
         for number, line in enumerate(text.splitlines(), start=1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
-            parts = line.split()
+            words = line.split()
+            parts = words[:2] + [word for word in words[2:] if "=" not in word]  # a key may hold "="
+            options = [word for word in words[2:] if "=" in word]
             names = [parts[0], *parts[2:]]  # the key's name and its tenant, if given
             if len(parts) not in (2, 3) or any(not set(name) <= NAME_CHARACTERS for name in names):
                 raise KeysUnusable(f"{path}, line {number}: expected `NAME KEY` or `NAME KEY TENANT` (a name and a "
@@ -67,7 +81,9 @@ class ApiKeys:
             if name in keys:
                 raise KeysUnusable(f"{path}, line {number}: the name {name} is given twice")
             keys[name] = key
-        return cls(keys, tenants)
+            if options:
+                limits[name] = _limits(options, f"{path}, line {number}")
+        return cls(keys, tenants, limits)
 
     @classmethod
     def from_env(cls, variable: str) -> ApiKeys:
@@ -100,6 +116,17 @@ class ApiKeys:
     def tenant_of(self, name: str) -> str:
         """The tenant of the key named `name`: its own name unless the keys file names one."""
         return self._tenants[name]
+
+
+def _limits(options: list[str], where: str) -> KeyLimitsSection:
+    """`concurrent_requests=4 tokens_per_minute=100000` as the key's limits; KeysUnusable naming what is wrong."""
+    fields = dict(option.split("=", 1) for option in options)
+    try:
+        return KeyLimitsSection.model_validate({name: int(value) for name, value in fields.items()})
+    except (ValueError, ValidationError) as error:
+        known = ", ".join(KeyLimitsSection.model_fields)
+        raise KeysUnusable(f"{where}: limits are NAME=N, NAME one of {known}; got {' '.join(options)} "
+                           f"({str(error).splitlines()[0]})") from None  # fmt: skip
 
 
 def _digest(key: bytes) -> bytes:

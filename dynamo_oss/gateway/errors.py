@@ -28,6 +28,7 @@ class ApiError(Exception):
         self.param = param
         self.code = code
         self.retry_after = retry_after  # seconds: the request may succeed if sent again then
+        self.headers: list[tuple[bytes, bytes]] = []  # sent with the error (a rate limit's x-ratelimit-*)
 
     def body(self) -> dict:
         return openai_error(self.status, self.message, self.param, self.code)

@@ -215,6 +215,20 @@ class FrontendSection(Strict):
     )
 
 
+class KeyLimitsSection(Strict):
+    """One API key's share of the graph, as OpenAI limits an organisation's: past any limit a request gets
+    a 429 with Retry-After and OpenAI's `x-ratelimit-*` headers, before any worker sees it. A limit left
+    out is no limit."""
+
+    concurrent_requests: int | None = Field(default=None, ge=1, le=1_000_000, description="Generation requests "
+                                            "the key may have in flight at once.")  # fmt: skip
+    requests_per_minute: int | None = Field(default=None, ge=1, le=10_000_000, description="Generation requests "
+                                            "the key may start a minute (a bucket refilled evenly, as OpenAI's).")  # fmt: skip
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=10**12, description="Prompt and generated "
+                                          "tokens the key may use a minute: each answer's usage is charged as it "
+                                          "ends, and a key that has used its minute waits for the bucket to refill.")  # fmt: skip
+
+
 class GatewayAuthSection(Strict):
     """API keys the gateway requires as `Authorization: Bearer KEY` (or `x-api-key: KEY`): where they
     are, never the keys."""
@@ -230,6 +244,12 @@ class GatewayAuthSection(Strict):
         pattern=r"^[A-Z_][A-Z0-9_]*$",
         description="Environment variable holding one key (the "
         "gateway's environment; on Kubernetes, a Secret's key of that name); its usage is labelled with the name.",
+    )
+
+    limits_per_key: KeyLimitsSection | None = Field(
+        default=None,
+        description="Each key's share of the graph, unless its line in keys_file says otherwise "
+        "(`NAME KEY [TENANT] concurrent_requests=N requests_per_minute=N tokens_per_minute=N`); none by default.",
     )
 
     @model_validator(mode="after")

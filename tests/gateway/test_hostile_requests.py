@@ -266,6 +266,14 @@ def test_only_the_endpoint_s_own_routes_are_served(fast_graph: ServedGraph, meth
     assert reply.status_code == 404 and reply.json()["error"]["code"] == "unknown_url", (path, reply.text[:300])
 
 
+def test_dynamo_s_admin_route_is_off_in_the_frontend_itself(fast_graph: ServedGraph) -> None:
+    """Even past the gateway: nobody on the host can mark every worker busy."""
+    frontend = next(p for p in fast_graph.state()["processes"] if p["name"] == "frontend")["ports"][0]
+    reply = httpx.post(f"http://127.0.0.1:{frontend}/busy_threshold", json={"model": MODEL, "active_decode_blocks_threshold": 0.0},
+                       timeout=30)  # fmt: skip
+    assert reply.status_code == 404, reply.text
+
+
 def test_a_response_id_is_matched_whole(client: httpx.Client) -> None:
     reply = client.post("/responses", json={"model": MODEL, "input": "hi", "previous_response_id": "resp_x\n"})
     assert reply.status_code == 404 and reply.json()["error"]["code"] == "response_not_found", reply.text

@@ -17,6 +17,11 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
+from dynamo_oss.gateway.chat.conversation import conversation
+from dynamo_oss.gateway.graph_key import GraphKey
+from dynamo_oss.gateway.harmony.rendering import RenderCache, render
+from dynamo_oss.gateway.protocol.chat import ChatRequest
+from dynamo_oss.gateway.tenancy import Tenants
 from tests.support.graphs import KEYS
 from tests.support.npm_clients import npm_client, run_in_own_group
 from tests.support.served import ServedGraph
@@ -230,6 +235,28 @@ def test_a_tenant_reuses_its_own_cached_prefix_and_never_another_s(
     assert cached >= 0.9 * tokens, (tokens, cached)
     assert api(keyed_graph, KEYS[other], prompt)[1] == 0
     assert api(keyed_graph, KEYS["carol"], prompt)[1] >= 0.9 * tokens
+
+
+def test_whoever_reaches_dynamo_s_frontend_directly_cannot_aim_at_a_tenant_s_cache(keyed_graph: ServedGraph) -> None:
+    """alice's prompt, as the gateway renders it, sent to Dynamo's frontend past the gateway: under her
+    name as the salt (what the salt used to be) or none it finds nothing cached; only the salt the
+    graph's key derives finds it, which proves the ids are hers."""
+    prompt = f"direct: {LONG}"
+    cached_chat(keyed_graph, KEYS["alice"], prompt)
+    request = ChatRequest(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=4)
+    ids = render(conversation(request), RenderCache()).token_ids
+    frontend = next(p for p in keyed_graph.state()["processes"] if p["name"] == "frontend")["ports"][0]
+    argv = Path(f"/proc/{keyed_graph.pid_of('gateway')}/cmdline").read_bytes().split(b"\0")
+    graph_key = GraphKey.from_file(Path(argv[argv.index(b"--reasoning-key-file") + 1].decode()))
+
+    def cached(salt: bytes | None) -> int:
+        headers = {"x-tenant-id": salt.decode()} if salt is not None else {}
+        reply = httpx.post(f"http://127.0.0.1:{frontend}/v1/completions", headers=headers, timeout=60,
+                           json={"model": MODEL, "prompt": ids, "max_tokens": 4})  # fmt: skip
+        return reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+    assert cached(b"alice") == 0 and cached(None) == 0
+    assert cached(Tenants(graph_key, isolated=True).salt("alice")) >= 0.9 * len(ids)
 
 
 @pytest.fixture(scope="module")

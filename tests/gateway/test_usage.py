@@ -217,3 +217,13 @@ def test_a_completion_is_billed_its_analysis_channel_as_reasoning_streamed_or_no
     assert out == chunks + b"data: [DONE]\n\n"
     assert answer["usage"]["completion_tokens_details"] == {"reasoning_tokens": reasoning}
     assert stream.billed == whole.billed == Usage(input=9, cached=8, output=len(pieces), reasoning=reasoning)
+
+
+def test_the_metrics_port_serves_dynamo_s_frontend_and_the_endpoint_serves_no_metrics(keyed_graph: ServedGraph) -> None:
+    """On Kubernetes Dynamo's frontend is on the pod's loopback: Prometheus reads it through this port."""
+    port = yaml.safe_load(keyed_graph.graph.read_text())["observability"]["gateway_port"]
+    frontend = httpx.get(f"http://127.0.0.1:{port}/metrics/frontend", timeout=10)
+    assert frontend.status_code == 200 and "dynamo_frontend_requests_total" in frontend.text
+    public = httpx.get(f"{keyed_graph.endpoint.removesuffix('/v1')}/metrics", timeout=10,
+                       headers={"authorization": f"Bearer {KEYS[KEY]}"})  # fmt: skip
+    assert public.status_code == 404

@@ -56,7 +56,10 @@ def write_graph(folder: Path, **sections: object) -> Path:
 
 # The API keys of write_keyed_graph's graph: alice and carol are one tenant, every other key one each.
 KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e", "dave": "sk-dave-0b77",
-        "erin": "sk-erin-5e18", "frank": "sk-frank-3a90"}  # fmt: skip
+        "erin": "sk-erin-5e18", "frank": "sk-frank-3a90", "grace": "sk-grace-62c1", "heidi": "sk-heidi-d09e",
+        "ivan": "sk-ivan-7b35", "judy": "sk-judy-4e2a"}  # fmt: skip
+# Their own shares of the graph, as their lines in the keys file say (tests/gateway/test_fair_share.py).
+KEY_LIMITS = {"grace": "requests_per_minute=3", "heidi": "concurrent_requests=1", "ivan": "tokens_per_minute=60"}
 
 
 # How long the keyed graph keeps a stored response (`gateway.responses.retention_s`).
@@ -68,7 +71,8 @@ def write_keyed_graph(folder: Path) -> Path:
     its usage metrics on a free loopback port (`observability.gateway_port`) that no Prometheus
     scrapes: a test reads them itself."""
     keys = folder / "api-keys"
-    keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''}\n" for name, key in KEYS.items()))
+    keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''} {KEY_LIMITS.get(name, '')}\n"
+                            for name, key in KEYS.items()))  # fmt: skip
     launcher, gateway_metrics = free_ports(2)
     observability = {"prometheus": {"mode": "external", "url": "http://127.0.0.1:1"}, "launcher_port": launcher,
                      "gateway_port": gateway_metrics}  # fmt: skip

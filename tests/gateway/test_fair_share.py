@@ -1,0 +1,110 @@
+"""Each key's fair share of the graph: limits per key in the keys file or the graph, a 429 with Retry-After
+and OpenAI's x-ratelimit-* headers past any of them, and other keys untouched. The buckets on their own,
+then the keyed graph's grace (3 requests a minute), heidi (1 request in flight) and ivan (60 tokens a
+minute), each with judy beside it, who has no limits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+import pytest
+
+from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
+from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.fair_share import FairShare, headers
+from dynamo_oss.gateway.usage import Usage
+from dynamo_oss.graph.schema import KeyLimitsSection
+from tests.support.graphs import KEYS
+from tests.support.served import ServedGraph
+from tests.support.waiting import wait_for
+
+MODEL = "openai/gpt-oss-20b"
+CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+
+
+def test_a_key_s_limits_come_from_its_line_else_the_graph_s(tmp_path: Path) -> None:
+    path = tmp_path / "keys"
+    path.write_text("alice sk-a== team requests_per_minute=2 tokens_per_minute=500\nbob sk-b\n")
+    keys = ApiKeys.from_file(path)
+    assert keys.name_of(b"/v1/models", b"Bearer sk-a==") == "alice" and keys.tenant_of("alice") == "team"
+    shares = FairShare(KeyLimitsSection(concurrent_requests=4), keys.limits)
+    alice, bob = shares.share("alice"), shares.share("bob")
+    assert alice is not None and alice.limits == KeyLimitsSection(requests_per_minute=2, tokens_per_minute=500)
+    assert bob is not None and bob.limits.concurrent_requests == 4
+    assert FairShare(None, {}).share("carol") is None and shares.share(None) is None
+    path.write_text("alice sk-a requests_per_minute=many\n")
+    with pytest.raises(KeysUnusable, match="line 1: limits are NAME=N"):
+        ApiKeys.from_file(path)
+
+
+def test_past_a_limit_is_a_429_saying_when_to_come_back() -> None:
+    shares = FairShare(KeyLimitsSection(concurrent_requests=2, requests_per_minute=3, tokens_per_minute=100), {})
+    share = shares.share("k")
+    assert share is not None
+    shares.admit(share)
+    shares.admit(share)
+    with pytest.raises(ApiError) as busy:  # two in flight
+        shares.admit(share)
+    assert (busy.value.status, busy.value.code, busy.value.retry_after) == (429, "rate_limit_exceeded", 1)
+    shares.done(share, Usage(input=150, cached=0, output=10, reasoning=0))  # past its minute's tokens
+    with pytest.raises(ApiError) as spent:
+        shares.admit(share)
+    assert "100 tokens per minute" in spent.value.message and spent.value.retry_after >= 36  # 60+1 at 100/min
+    sent = dict(spent.value.headers)
+    assert sent[b"x-ratelimit-limit-tokens"] == b"100" and sent[b"x-ratelimit-remaining-tokens"] == b"0"
+    assert sent[b"x-ratelimit-remaining-requests"] == b"1" and sent[b"x-ratelimit-reset-requests"].endswith(b"s")
+
+
+def test_a_minute_s_requests_refill_evenly() -> None:
+    shares = FairShare(KeyLimitsSection(requests_per_minute=60), {})
+    share = shares.share("k")
+    assert share is not None and share.requests is not None
+    for _ in range(60):
+        shares.admit(share)
+        shares.done(share, None)
+    with pytest.raises(ApiError) as refused:
+        shares.admit(share)
+    assert refused.value.retry_after == 1  # one a second
+    share.requests.at -= 1.5  # a second and a half later
+    shares.admit(share)
+    assert dict(headers(share))[b"x-ratelimit-remaining-requests"] == b"0"
+
+
+def post(graph: ServedGraph, key: str, **body: object) -> httpx.Response:
+    return httpx.post(f"{graph.endpoint}/chat/completions", json={**CHAT, **body},
+                      headers={"authorization": f"Bearer {KEYS[key]}"}, timeout=60)  # fmt: skip
+
+
+def test_a_key_past_its_requests_a_minute_gets_429s_and_another_key_none(keyed_graph: ServedGraph) -> None:
+    served = [post(keyed_graph, "grace") for _ in range(3)]
+    assert [reply.status_code for reply in served] == [200, 200, 200]
+    assert [reply.headers["x-ratelimit-remaining-requests"] for reply in served] == ["2", "1", "0"]
+    assert served[0].headers["x-ratelimit-limit-requests"] == "3"
+    refused = post(keyed_graph, "grace")
+    assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1, refused.text
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert refused.headers["x-ratelimit-remaining-requests"] == "0"
+    assert post(keyed_graph, "judy").status_code == 200 and "x-ratelimit-limit-requests" not in post(
+        keyed_graph, "judy").headers  # fmt: skip
+
+
+def test_a_key_with_one_request_in_flight_gets_a_429_for_a_second(keyed_graph: ServedGraph) -> None:
+    long = {**CHAT, "max_tokens": 100_000, "ignore_eos": True, "min_tokens": 100_000, "stream": True}  # past any buffer
+    with httpx.Client(timeout=60, headers={"authorization": f"Bearer {KEYS['heidi']}"}) as client:
+        with client.stream("POST", f"{keyed_graph.endpoint}/chat/completions", json=long) as streaming:
+            lines = streaming.iter_lines()  # kept: a generator dropped would close the stream
+            assert streaming.status_code == 200 and next(lines)  # in flight
+            second = post(keyed_graph, "heidi")
+            assert second.status_code == 429 and "1 requests in flight" in second.json()["error"]["message"]
+            assert post(keyed_graph, "judy").status_code == 200
+    # The stream closed: its place is free again once the gateway has seen it go.
+    wait_for(lambda: post(keyed_graph, "heidi").status_code == 200, 30, "heidi's place to be free")
+
+
+def test_a_key_that_has_used_its_minute_s_tokens_waits(keyed_graph: ServedGraph) -> None:
+    first = post(keyed_graph, "ivan")  # a prompt of about 70 tokens: past 60 at once
+    assert first.status_code == 200 and first.headers["x-ratelimit-limit-tokens"] == "60"
+    refused = post(keyed_graph, "ivan")
+    assert refused.status_code == 429 and "60 tokens per minute" in refused.json()["error"]["message"]
+    assert refused.headers["x-ratelimit-remaining-tokens"] == "0"
