@@ -48,8 +48,11 @@ def request(client: httpx.Client, model: str, kind: str, drop: bool) -> dict:
     """One request; its kind, start, time to the first byte or event, duration and error (None: fine)."""
     api, stream = kind.removesuffix("-stream"), kind.endswith("-stream")
     words = "Tell me, at some length, how disaggregated serving splits prefill from decode."
-    body = ({"model": model, "messages": [{"role": "user", "content": words}], "max_tokens": TOKENS}
-            if api == "chat" else {"model": model, "input": words, "max_output_tokens": TOKENS})  # fmt: skip
+    body = (
+        {"model": model, "messages": [{"role": "user", "content": words}], "max_tokens": TOKENS}
+        if api == "chat"
+        else {"model": model, "input": words, "max_output_tokens": TOKENS}
+    )
     path = "/v1/chat/completions" if api == "chat" else "/v1/responses"
     started, first, error = time.time(), None, None
     try:
@@ -64,8 +67,14 @@ def request(client: httpx.Client, model: str, kind: str, drop: bool) -> dict:
                 error = f"HTTP {response.status_code}"
     except httpx.HTTPError as err:
         error = type(err).__name__
-    return {"kind": kind, "dropped": drop, "started": started, "first_s": (first or time.time()) - started,
-            "total_s": time.time() - started, "error": error}  # fmt: skip
+    return {
+        "kind": kind,
+        "dropped": drop,
+        "started": started,
+        "first_s": (first or time.time()) - started,
+        "total_s": time.time() - started,
+        "error": error,
+    }
 
 
 def users(base: str, model: str, until: float, outcomes: list[dict]) -> list[threading.Thread]:
@@ -91,9 +100,16 @@ def sample(run_dir: Path, launcher: psutil.Process) -> list[dict]:
             continue  # a helper of a process (its children are counted with nothing)
         try:
             with process.oneshot():
-                rows.append({"t": now, "process": name, "rss_mib": process.memory_info().rss / 2**20,
-                             "fds": process.num_fds(), "threads": process.num_threads(),
-                             "connections": len(process.net_connections(kind="tcp"))})  # fmt: skip
+                rows.append(
+                    {
+                        "t": now,
+                        "process": name,
+                        "rss_mib": process.memory_info().rss / 2**20,
+                        "fds": process.num_fds(),
+                        "threads": process.num_threads(),
+                        "connections": len(process.net_connections(kind="tcp")),
+                    }
+                )
         except psutil.NoSuchProcess:
             continue
     return rows
@@ -110,19 +126,31 @@ def summarize(samples: list[dict], outcomes: list[dict], start: float, end: floa
     growth = {}
     for name in sorted({row["process"] for row in samples}):
         rows = [row for row in samples if row["process"] == name and row["t"] - start >= WARMUP_S]
-        growth[name] = {
-            metric: {"first": round(rows[0][metric], 1), "last": round(rows[-1][metric], 1),
-                     "per_hour": round(slope_per_hour([(row["t"] - start, row[metric]) for row in rows]), 2)}
-            for metric in ("rss_mib", "fds", "threads", "connections")
-        } if rows else {}  # fmt: skip
+        growth[name] = (
+            {
+                metric: {
+                    "first": round(rows[0][metric], 1),
+                    "last": round(rows[-1][metric], 1),
+                    "per_hour": round(slope_per_hour([(row["t"] - start, row[metric]) for row in rows]), 2),
+                }
+                for metric in ("rss_mib", "fds", "threads", "connections")
+            }
+            if rows
+            else {}
+        )
     kept = [o for o in outcomes if not o["dropped"]]
-    windows = {"first": [o for o in kept if o["started"] - start < WINDOW_S],
-               "last": [o for o in kept if end - o["started"] <= WINDOW_S]}  # fmt: skip
+    windows = {
+        "first": [o for o in kept if o["started"] - start < WINDOW_S],
+        "last": [o for o in kept if end - o["started"] <= WINDOW_S],
+    }
 
     def latency(rows: list[dict], key: str) -> dict:
         values = sorted(o[key] for o in rows if o["error"] is None)
-        return {"median_s": round(statistics.median(values), 3),
-                "p90_s": round(values[int(0.9 * (len(values) - 1))], 3)} if values else {}  # fmt: skip
+        return (
+            {"median_s": round(statistics.median(values), 3), "p90_s": round(values[int(0.9 * (len(values) - 1))], 3)}
+            if values
+            else {}
+        )
 
     return {
         "minutes": round((end - start) / 60, 1),
@@ -132,7 +160,7 @@ def summarize(samples: list[dict], outcomes: list[dict], start: float, end: floa
         "latency": {
             window: {"first_byte": latency(rows, "first_s"), "total": latency(rows, "total_s"), "requests": len(rows)}
             for window, rows in windows.items()
-        },  # fmt: skip
+        },
         "growth": growth,
     }
 
@@ -157,10 +185,12 @@ def report(summary: dict, samples: list[dict], start: float) -> None:
     for name, g in summary["growth"].items():
         if not g:
             continue
-        lines.append(f"| {name} | {g['rss_mib']['first']} / {g['rss_mib']['last']} | {g['rss_mib']['per_hour']:+} | "
-                     f"{g['fds']['first']:.0f} / {g['fds']['last']:.0f} | {g['fds']['per_hour']:+} | "
-                     f"{g['threads']['first']:.0f} / {g['threads']['last']:.0f} | {g['threads']['per_hour']:+} | "
-                     f"{g['connections']['first']:.0f} / {g['connections']['last']:.0f} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {g['rss_mib']['first']} / {g['rss_mib']['last']} | {g['rss_mib']['per_hour']:+} | "
+            f"{g['fds']['first']:.0f} / {g['fds']['last']:.0f} | {g['fds']['per_hour']:+} | "
+            f"{g['threads']['first']:.0f} / {g['threads']['last']:.0f} | {g['threads']['per_hour']:+} | "
+            f"{g['connections']['first']:.0f} / {g['connections']['last']:.0f} |"
+        )
     first, last = summary["latency"]["first"], summary["latency"]["last"]
     lines += [
         "",
@@ -169,9 +199,12 @@ def report(summary: dict, samples: list[dict], start: float) -> None:
         "",
         "| window | requests | first byte median | first byte p90 | total median | total p90 |",
         "|---|---:|---:|---:|---:|---:|",
-        *[f"| {window} | {w['requests']} | {w['first_byte'].get('median_s')} | {w['first_byte'].get('p90_s')} | "
-          f"{w['total'].get('median_s')} | {w['total'].get('p90_s')} |" for window, w in (("first", first), ("last", last))],
-    ]  # fmt: skip
+        *[
+            f"| {window} | {w['requests']} | {w['first_byte'].get('median_s')} | {w['first_byte'].get('p90_s')} | "
+            f"{w['total'].get('median_s')} | {w['total'].get('p90_s')} |"
+            for window, w in (("first", first), ("last", last))
+        ],
+    ]
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
     figure, (rss, fds) = plt.subplots(2, 1, figsize=(10, 7), sharex=True)
     for name in sorted({row["process"] for row in samples}):

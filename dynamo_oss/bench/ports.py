@@ -47,8 +47,11 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
     if "observability" in graph:
         observability = graph["observability"]
         prometheus = observability.get("prometheus")
-        observability["prometheus"] = {**(prometheus if isinstance(prometheus, dict) else {}), "mode": "embedded",
-                                       "port": next(port)}  # fmt: skip
+        observability["prometheus"] = {
+            **(prometheus if isinstance(prometheus, dict) else {}),
+            "mode": "embedded",
+            "port": next(port),
+        }
         observability.update(launcher_port=next(port), gateway_port=next(port))
     if "planner" in graph:
         graph["planner"].update({field: next(port) for field in PLANNER_PORTS})

@@ -19,8 +19,9 @@ from dynamo_oss.engines import SimulatedTiming, WorkerContext
 # final channel that carries no text (the end token), the harmony tool parser for answers it finds no
 # call in. Measured on the conformance suite's traffic: 14 WARN lines for 20 requests, none of them
 # a fault. Those two parsers log errors only; every other module of the frontend keeps Dynamo's level.
-FRONTEND_LOG = ("info,dynamo_parsers::reasoning::gpt_oss_parser=error,"
-                "dynamo_parsers::tool_calling::harmony::harmony_parser=error")  # fmt: skip
+FRONTEND_LOG = (
+    "info,dynamo_parsers::reasoning::gpt_oss_parser=error,dynamo_parsers::tool_calling::harmony::harmony_parser=error"
+)
 
 
 # Dynamo's frontend's environment: its log levels, and its admin route (`/busy_threshold`, which marks
@@ -33,8 +34,15 @@ def frontend_args(deployment: Deployment, listen: tuple[str, int] | None, namesp
     Dynamo's default), counting the workers of `namespace` (else DYN_NAMESPACE's)."""
     frontend = deployment.frontend
     where = ["--http-host", listen[0], "--http-port", str(listen[1])] if listen else []
-    args = ["-m", "dynamo.frontend", *where, "--router-mode", frontend.router,
-            "--migration-limit", str(frontend.migration_limit)]  # fmt: skip
+    args = [
+        "-m",
+        "dynamo.frontend",
+        *where,
+        "--router-mode",
+        frontend.router,
+        "--migration-limit",
+        str(frontend.migration_limit),
+    ]
     return args + (["--namespace", namespace] if namespace else [])
 
 
@@ -58,19 +66,57 @@ def gateway_args(
     assert gateway is not None
     limits, responses = gateway.limits, gateway.responses
     keys = (["--keys-file", str(api_keys_file)] if api_keys_file else []) + (
-        ["--keys-env", gateway.keys_env] if gateway.keys_env else [])  # fmt: skip
-    store = [*responses_store, "--responses-retention-s", str(responses.retention_s), "--responses-max-mib",
-             str(responses.max_mib)] if responses.store and responses_store else []  # fmt: skip
-    return ["-m", "dynamo_oss.gateway", "--host", listen[0], "--port", str(listen[1]), "--upstream", upstream,
-            *model, "--max-in-flight", str(gateway.max_in_flight), "--reasoning-key-file", str(key_file), *keys,
-            "--header-timeout-s", f"{limits.header_timeout_s:g}", "--body-timeout-s", f"{limits.body_timeout_s:g}",
-            "--keep-alive-timeout-s", f"{limits.keep_alive_timeout_s:g}",
-            "--write-timeout-s", f"{limits.write_timeout_s:g}", "--max-connections", str(limits.max_connections),
-            "--max-body-mib", str(limits.max_body_mib), "--max-buffered-mib", str(limits.max_buffered_mib),
-            *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
-            *(["--limits-per-key", gateway.limits_per_key.model_dump_json(exclude_none=True)]
-              if gateway.limits_per_key else []),
-            *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else []), *store]  # fmt: skip
+        ["--keys-env", gateway.keys_env] if gateway.keys_env else []
+    )
+    store = (
+        [
+            *responses_store,
+            "--responses-retention-s",
+            str(responses.retention_s),
+            "--responses-max-mib",
+            str(responses.max_mib),
+        ]
+        if responses.store and responses_store
+        else []
+    )
+    return [
+        "-m",
+        "dynamo_oss.gateway",
+        "--host",
+        listen[0],
+        "--port",
+        str(listen[1]),
+        "--upstream",
+        upstream,
+        *model,
+        "--max-in-flight",
+        str(gateway.max_in_flight),
+        "--reasoning-key-file",
+        str(key_file),
+        *keys,
+        "--header-timeout-s",
+        f"{limits.header_timeout_s:g}",
+        "--body-timeout-s",
+        f"{limits.body_timeout_s:g}",
+        "--keep-alive-timeout-s",
+        f"{limits.keep_alive_timeout_s:g}",
+        "--write-timeout-s",
+        f"{limits.write_timeout_s:g}",
+        "--max-connections",
+        str(limits.max_connections),
+        "--max-body-mib",
+        str(limits.max_body_mib),
+        "--max-buffered-mib",
+        str(limits.max_buffered_mib),
+        *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
+        *(
+            ["--limits-per-key", gateway.limits_per_key.model_dump_json(exclude_none=True)]
+            if gateway.limits_per_key
+            else []
+        ),
+        *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else []),
+        *store,
+    ]
 
 
 def responses_bucket(graph: str) -> str:

@@ -153,8 +153,9 @@ def plan_host(
         "DYN_SYSTEM_HOST": here.address,
         **(tls.client_env() if tls else {}),
     }
-    workers, spare, files = _worker_processes(deployment, here, model_folder, shared_env, timings or {},
-                                              mocker_responses, problems)  # fmt: skip
+    workers, spare, files = _worker_processes(
+        deployment, here, model_folder, shared_env, timings or {}, mocker_responses, problems
+    )
     if not on_center:  # its workers only; the infrastructure node scrapes them
         processes, elsewhere = [*workers], []
         launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
@@ -165,10 +166,15 @@ def plan_host(
             *workers,
         ]
         processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
-        elsewhere = [process for other in deployment.placement.nodes if other.name != here.name
-                     for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]]  # fmt: skip
-        launcher_metrics, prometheus_url, worker_targets = _observe(deployment, processes, elsewhere, files, run_dir,
-                                                                    tls, problems)  # fmt: skip
+        elsewhere = [
+            process
+            for other in deployment.placement.nodes
+            if other.name != here.name
+            for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]
+        ]
+        launcher_metrics, prometheus_url, worker_targets = _observe(
+            deployment, processes, elsewhere, files, run_dir, tls, problems
+        )
     if tls:  # Dynamo's processes reach etcd and NATS; the gateway and the services themselves do not
         processes, spare = ([_with_tls(p, tls) for p in group] for group in (processes, spare))
     spare_ports = [use for process in spare for use in process.ports]
@@ -226,23 +232,38 @@ def _nodes(deployment: Deployment, name: str | None) -> tuple[Node, Node]:
     placement = deployment.placement
     names = [node.name for node in placement.nodes]
     if name is not None and name not in names:
-        raise GraphError(str(deployment.source), [Problem(path="--node", message=f"{name!r} is not one of the "
-                         f"graph's nodes: {', '.join(names)}")])  # fmt: skip
+        raise GraphError(
+            str(deployment.source),
+            [Problem(path="--node", message=f"{name!r} is not one of the graph's nodes: {', '.join(names)}")],
+        )
     here = placement.node(name or placement.infrastructure_node)
     center = placement.node(placement.infrastructure_node)
     if here.address is None or center.address is None:
-        raise GraphError(str(deployment.source), [Problem(path="hardware.nodes", message="is a count: a cluster "
-                         "whose hosts Kubernetes picks, which `dynamo deploy` renders. To serve on bare metal, "
-                         "list the nodes with their addresses: nodes: [{name, address, gpus}, ...]")])  # fmt: skip
+        raise GraphError(
+            str(deployment.source),
+            [
+                Problem(
+                    path="hardware.nodes",
+                    message="is a count: a cluster "
+                    "whose hosts Kubernetes picks, which `dynamo deploy` renders. To serve on bare metal, "
+                    "list the nodes with their addresses: nodes: [{name, address, gpus}, ...]",
+                )
+            ],
+        )
     problems = []
     for pool in deployment.pools:
         slots = [slot for slot in placement.slots if slot.role == pool.role]
         elsewhere = next((slot for slot in slots if slot.node != center.name), None)
         if pool.autoscale and elsewhere:
-            problems.append(Problem(path=f"pools.{pool.role}.autoscale", message=f"slot {elsewhere.name} is on node "
-                                    f"{elsewhere.node}, but on bare metal the planner resizes pools only on its own "
-                                    f"node ({center.name}): pin the pool there (nodes: [{center.name}]) or give it "
-                                    "fixed workers"))  # fmt: skip
+            problems.append(
+                Problem(
+                    path=f"pools.{pool.role}.autoscale",
+                    message=f"slot {elsewhere.name} is on node "
+                    f"{elsewhere.node}, but on bare metal the planner resizes pools only on its own "
+                    f"node ({center.name}): pin the pool there (nodes: [{center.name}]) or give it "
+                    "fixed workers",
+                )
+            )
     if problems:
         raise GraphError(str(deployment.source), problems)
     return here, center
@@ -273,9 +294,15 @@ def _observe(
         content=worker_targets([p for p in processes if p.kind == "worker"] + elsewhere, deployment.namespace).encode(),
     )
     scrape = scrape_config(
-        processes, launcher, deployment.namespace, prometheus.scrape_interval_s, targets.path,
-        _planner_namespace(deployment), tls, alert_rules_file(run_dir),
-    )  # fmt: skip
+        processes,
+        launcher,
+        deployment.namespace,
+        prometheus.scrape_interval_s,
+        targets.path,
+        _planner_namespace(deployment),
+        tls,
+        alert_rules_file(run_dir),
+    )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
     processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
@@ -291,8 +318,10 @@ def _planner_summary(deployment: Deployment) -> str:
     planner = deployment.planner
     assert planner is not None
     pools = " and ".join(f"{p.role} {p.autoscale.min}-{p.autoscale.max}" for p in deployment.pools if p.autoscale)
-    on = {"sla": f"for TTFT p90 <= {planner.ttft_ms:g} ms and ITL <= {planner.itl_ms:g} ms",
-          "load": "on load thresholds"}[planner.mode]  # fmt: skip
+    on = {
+        "sla": f"for TTFT p90 <= {planner.ttft_ms:g} ms and ITL <= {planner.itl_ms:g} ms",
+        "load": "on load thresholds",
+    }[planner.mode]
     return f"{planner.mode} mode: sizes {pools} {on}"
 
 
@@ -352,12 +381,21 @@ def _frontend_processes(
     if deployment.gateway:
         ports = [PortUse(field="frontend.port", host=listen.host, port=listen.port)]
         if deployment.spec.observability:  # its /metrics, for the graph's Prometheus beside it
-            ports.append(PortUse(field="observability.gateway_port", host=LOOPBACK,
-                                 port=deployment.spec.observability.gateway_port))  # fmt: skip
-        args = gateway_args(deployment, (listen.host, listen.port), f"http://{LOOPBACK}:{dynamo_port}",
-                            ["--model-folder", str(model_folder)], reasoning_key_file(deployment),
-                            deployment.gateway.keys_file, (ports[1].host, ports[1].port) if ports[1:] else None,
-                            _responses_store(deployment, nats_url, tls, run_dir, files))  # fmt: skip
+            ports.append(
+                PortUse(
+                    field="observability.gateway_port", host=LOOPBACK, port=deployment.spec.observability.gateway_port
+                )
+            )
+        args = gateway_args(
+            deployment,
+            (listen.host, listen.port),
+            f"http://{LOOPBACK}:{dynamo_port}",
+            ["--model-folder", str(model_folder)],
+            reasoning_key_file(deployment),
+            deployment.gateway.keys_file,
+            (ports[1].host, ports[1].port) if ports[1:] else None,
+            _responses_store(deployment, nats_url, tls, run_dir, files),
+        )
         # The gateway renders harmony itself (the Responses API, prompt counts): the same o200k ranks,
         # or openai_harmony downloads them, and offline it fails the request.
         env = {ENCODINGS_ENV: shared_env[ENCODINGS_ENV]}
@@ -372,12 +410,21 @@ def _responses_store(
 ) -> list[str]:
     """Where the gateway stores responses: the graph's NATS (its URL in a file of the run folder), with the
     node's certificate when NATS asks for one."""
-    url_file = PlannedFile(path=run_dir / "nats-url", purpose="the graph's NATS URL, for the "
-                           "gateway (owner-only: it may hold credentials)", content=nats_url.encode(), private=True)  # fmt: skip
+    url_file = PlannedFile(
+        path=run_dir / "nats-url",
+        purpose="the graph's NATS URL, for the gateway (owner-only: it may hold credentials)",
+        content=nats_url.encode(),
+        private=True,
+    )
     files.append(url_file)
     certificates = ["--responses-nats-tls", str(tls.ca), str(tls.cert), str(tls.key)] if tls else []
-    return ["--responses-nats-file", str(url_file.path), "--responses-bucket", responses_bucket(deployment.name),
-            *certificates]  # fmt: skip
+    return [
+        "--responses-nats-file",
+        str(url_file.path),
+        "--responses-bucket",
+        responses_bucket(deployment.name),
+        *certificates,
+    ]
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:
@@ -426,9 +473,14 @@ def _worker_processes(
                 hosts = [(deployment.placement.node(name).address or "", len(slot.gpus)) for name in slot.nodes]
                 across = engine.across_nodes(argv, hosts, sorted(env))
                 if across is None:
-                    problems.append(Problem(path=f"pools.{pool.role}.gpus_per_worker", message=f"worker {slot.name} "
-                                            f"spans nodes {', '.join(slot.nodes)}, which engine {engine.name} cannot "
-                                            "do: give it at most one node's GPUs"))  # fmt: skip
+                    problems.append(
+                        Problem(
+                            path=f"pools.{pool.role}.gpus_per_worker",
+                            message=f"worker {slot.name} "
+                            f"spans nodes {', '.join(slot.nodes)}, which engine {engine.name} cannot "
+                            "do: give it at most one node's GPUs",
+                        )
+                    )
                     continue
                 argv = across
             (spare if slot.spare else processes).append(
@@ -443,7 +495,7 @@ def _worker_processes(
                         PortUse(
                             field=f"pools.{pool.role}.system_port (worker {slot.index})", host=node.address, port=port
                         )
-                    ],  # fmt: skip
+                    ],
                     gpus=slot.gpus,
                 )
             )
@@ -487,8 +539,17 @@ def _planner_processes(
         **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
     }
     metrics = PortUse(field="planner.metrics_port", host=_center(deployment), port=deployment.spec.planner.metrics_port)  # type: ignore[union-attr]
-    argv = [sys.executable, "-m", "dynamo_oss.planner", "--config", str(config_file.path),
-            "--metrics", f"{metrics.host}:{metrics.port}", "--look", str(run_dir / "planner-look.json")]  # fmt: skip
+    argv = [
+        sys.executable,
+        "-m",
+        "dynamo_oss.planner",
+        "--config",
+        str(config_file.path),
+        "--metrics",
+        f"{metrics.host}:{metrics.port}",
+        "--look",
+        str(run_dir / "planner-look.json"),
+    ]
     return [
         ProcessPlan(name="planner", kind="planner", argv=argv, env=planner_env, ports=[metrics]),
         ProcessPlan(
@@ -501,7 +562,7 @@ def _planner_processes(
                 str(run_dir),
                 "--pools",
                 ",".join(planner.pools),
-            ],  # fmt: skip
+            ],
             env=env,
         ),
     ]

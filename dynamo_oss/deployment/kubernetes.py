@@ -129,24 +129,43 @@ def _cluster_problems(deployment: Deployment, target: ClusterTarget) -> list[Pro
     problems = []
     gateway = deployment.gateway
     if gateway is not None and not gateway.requires_keys and not gateway.open_on_purpose:
-        problems.append(Problem(path="gateway.auth", message="is not given; on the cluster the gateway listens on "
-                                "the pod network, behind the frontend Service: give the API keys (`auth: {keys_env: "
-                                f"VAR}}` or `{{keys_file: FILE}}`, read from the Secret {api_keys_secret(deployment)}), "
-                                "or say `auth: none` to leave the endpoint open on purpose"))  # fmt: skip
+        problems.append(
+            Problem(
+                path="gateway.auth",
+                message="is not given; on the cluster the gateway listens on "
+                "the pod network, behind the frontend Service: give the API keys (`auth: {keys_env: "
+                f"VAR}}` or `{{keys_file: FILE}}`, read from the Secret {api_keys_secret(deployment)}), "
+                "or say `auth: none` to leave the endpoint open on purpose",
+            )
+        )
     longest = max(len(name) for name in COMPONENT_NAMES)
     if len(deployment.name) + 1 + longest > MAX_DNS_LABEL:
-        problems.append(Problem(path="name", message=f"is {len(deployment.name)} characters; on a cluster it names "
-                                f"Services NAME-COMPONENT, which fit {MAX_DNS_LABEL} characters only with a name of "
-                                f"at most {MAX_DNS_LABEL - 1 - longest}"))  # fmt: skip
+        problems.append(
+            Problem(
+                path="name",
+                message=f"is {len(deployment.name)} characters; on a cluster it names "
+                f"Services NAME-COMPONENT, which fit {MAX_DNS_LABEL} characters only with a name of "
+                f"at most {MAX_DNS_LABEL - 1 - longest}",
+            )
+        )
     if target.namespace is not None and not DNS_LABEL.match(target.namespace):
         problems.append(Problem(path="--namespace", message=f"{target.namespace!r} is not a Kubernetes namespace name"))
     if deployment.model.builtin is None:
-        problems.append(Problem(path="model.path", message="names a local checkout; on a cluster the workers load "
-                                "a built-in model from the Hugging Face hub (into --model-cache)"))  # fmt: skip
+        problems.append(
+            Problem(
+                path="model.path",
+                message="names a local checkout; on a cluster the workers load "
+                "a built-in model from the Hugging Face hub (into --model-cache)",
+            )
+        )
     for pool in deployment.pools:
         if pool.engine != "trtllm":
-            problems.append(Problem(path=f"pools.{pool.role}.engine", message=f"is {pool.engine}; dynamo deploy renders "
-                                    "TensorRT-LLM workers (trtllm)"))  # fmt: skip
+            problems.append(
+                Problem(
+                    path=f"pools.{pool.role}.engine",
+                    message=f"is {pool.engine}; dynamo deploy renders TensorRT-LLM workers (trtllm)",
+                )
+            )
     return problems
 
 
@@ -161,8 +180,12 @@ def _metadata(name: str, target: ClusterTarget) -> dict[str, Any]:
 def _config_map(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
     data = {f"{pool.role}.yaml": pool.engine_args.read_text() for pool in deployment.pools if pool.engine_args}
     data[TEMPLATE_FILE] = chat_template()
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(_config_name(deployment), target),
-            "data": data}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _metadata(_config_name(deployment), target),
+        "data": data,
+    }
 
 
 def _config_name(deployment: Deployment) -> str:
@@ -174,26 +197,47 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     front, Dynamo's frontend listens on the pod's loopback and the gateway takes the Service's port."""
     listen = (LOOPBACK, DYNAMO_FRONTEND_PORT) if deployment.gateway else None
     args = frontend_args(deployment, listen, namespace=None)  # the operator sets DYN_NAMESPACE
-    main: dict[str, Any] = {"name": "main", "image": target.image, "command": ["python3"], "args": args,
-                            "env": [{"name": name, "value": value} for name, value in FRONTEND_ENV.items()]}  # fmt: skip
+    main: dict[str, Any] = {
+        "name": "main",
+        "image": target.image,
+        "command": ["python3"],
+        "args": args,
+        "env": [{"name": name, "value": value} for name, value in FRONTEND_ENV.items()],
+    }
     containers = [main]
     if deployment.gateway:
         assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
         keys = deployment.gateway
         stores = keys.responses.store
-        store_at = ["--responses-nats-file", str(NATS_ADDRESS_MOUNT / "server"), "--responses-bucket",
-                    responses_bucket(f"$(POD_NAMESPACE)-{deployment.name}")]  # fmt: skip
-        gateway = gateway_args(deployment, ("0.0.0.0", FRONTEND_PORT), f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
-                               ["--model", deployment.model.builtin], REASONING_KEY_MOUNT / "key",
-                               API_KEYS_MOUNT / "keys" if keys.keys_file else None,
-                               ("0.0.0.0", GATEWAY_METRICS_PORT), store_at if stores else None)  # fmt: skip
+        store_at = [
+            "--responses-nats-file",
+            str(NATS_ADDRESS_MOUNT / "server"),
+            "--responses-bucket",
+            responses_bucket(f"$(POD_NAMESPACE)-{deployment.name}"),
+        ]
+        gateway = gateway_args(
+            deployment,
+            ("0.0.0.0", FRONTEND_PORT),
+            f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
+            ["--model", deployment.model.builtin],
+            REASONING_KEY_MOUNT / "key",
+            API_KEYS_MOUNT / "keys" if keys.keys_file else None,
+            ("0.0.0.0", GATEWAY_METRICS_PORT),
+            store_at if stores else None,
+        )
         mounts = [{"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}]
         # Owner-only, as the gateway requires of the graph's key (graph_key.py).
-        volumes = [{"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment),
-                                                       "defaultMode": 0o400}}]  # fmt: skip
-        container: dict[str, Any] = {"name": "gateway", "image": target.image, "command": ["python3"],
-                                     "args": gateway, "volumeMounts": mounts,
-                                     "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}]}  # fmt: skip
+        volumes = [
+            {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment), "defaultMode": 0o400}}
+        ]
+        container: dict[str, Any] = {
+            "name": "gateway",
+            "image": target.image,
+            "command": ["python3"],
+            "args": gateway,
+            "volumeMounts": mounts,
+            "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}],
+        }
         env: list[dict[str, Any]] = []
         if keys.keys_file:  # the API keys: the Secret's `keys`, a `NAME KEY` line each, as a file
             mounts.append({"name": "api-keys", "mountPath": str(API_KEYS_MOUNT), "readOnly": True})
@@ -203,8 +247,10 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
             env.append({"name": keys.keys_env, "valueFrom": secret_key})
         if stores:  # the NATS the operator gives the frontend's container, passed on through a shared volume
             main["command"] = ["/bin/sh", "-c"]
-            main["args"] = [f"(umask 077 && printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'}) && exec python3 "
-                            + shlex.join(args)]  # fmt: skip
+            main["args"] = [
+                f"(umask 077 && printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'}) && exec python3 "
+                + shlex.join(args)
+            ]
             main["volumeMounts"] = [{"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT)}]
             mounts.append({"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT), "readOnly": True})
             volumes.append({"name": "nats-address", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
@@ -298,8 +344,13 @@ def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any
     endpoints = [{"port": port, "path": path, "interval": interval, "honorLabels": True} for port, path in scraped]
     for endpoint in endpoints:  # the graph's name on every series, as its alert rules select them
         endpoint["relabelings"] = [{"targetLabel": "graph", "replacement": deployment.name}]
-    endpoints[0]["relabelings"].append({"sourceLabels": ["__meta_kubernetes_namespace"],
-                                        "targetLabel": "dynamo_namespace", "replacement": f"$1-{deployment.name}"})  # fmt: skip
+    endpoints[0]["relabelings"].append(
+        {
+            "sourceLabels": ["__meta_kubernetes_namespace"],
+            "targetLabel": "dynamo_namespace",
+            "replacement": f"$1-{deployment.name}",
+        }
+    )
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",

@@ -239,8 +239,9 @@ def _default_admission(pools: list[Pool]) -> int:
     """Twice the sequences the decoding pools batch at once at their largest: a queue about one batch
     deep, past which waiting only adds TTFT that a client's retry elsewhere would not."""
     decoding = [pool for pool in pools if pool.role in ("decode", "agg")]
-    batched = sum((pool.autoscale.max if pool.autoscale else pool.workers) * pool.shape.batched_sequences
-                  for pool in decoding)  # fmt: skip
+    batched = sum(
+        (pool.autoscale.max if pool.autoscale else pool.workers) * pool.shape.batched_sequences for pool in decoding
+    )
     return 2 * batched
 
 

@@ -35,16 +35,29 @@ async def run(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    limits = Limits(header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s,
-                    keep_alive_timeout_s=args.keep_alive_timeout_s, write_timeout_s=args.write_timeout_s,
-                    max_connections=args.max_connections, max_body_bytes=args.max_body_mib * 2**20,
-                    max_buffered_bytes=args.max_buffered_mib * 2**20)  # fmt: skip
+    limits = Limits(
+        header_timeout_s=args.header_timeout_s,
+        body_timeout_s=args.body_timeout_s,
+        keep_alive_timeout_s=args.keep_alive_timeout_s,
+        write_timeout_s=args.write_timeout_s,
+        max_connections=args.max_connections,
+        max_body_bytes=args.max_body_mib * 2**20,
+        max_buffered_bytes=args.max_buffered_mib * 2**20,
+    )
     store = response_store(args)
     if store is not None:
         store.start()
-    gateway = Gateway(args.upstream, counter, graph_key(args.reasoning_key_file), args.max_in_flight,
-                      api_keys(args), limits, store, cache_isolation=args.cache_isolation == "tenant",
-                      limits_per_key=args.limits_per_key)  # fmt: skip
+    gateway = Gateway(
+        args.upstream,
+        counter,
+        graph_key(args.reasoning_key_file),
+        args.max_in_flight,
+        api_keys(args),
+        limits,
+        store,
+        cache_isolation=args.cache_isolation == "tenant",
+        limits_per_key=args.limits_per_key,
+    )
     metrics = None
     if args.metrics:
         host, _, port = args.metrics.rpartition(":")
@@ -62,8 +75,14 @@ def response_store(args: argparse.Namespace) -> NatsResponseStore | None:
         return None
     tls = NatsTls(*args.responses_nats_tls) if args.responses_nats_tls else None
     try:
-        return NatsResponseStore(args.responses_bucket, args.responses_retention_s, args.responses_max_mib * 2**20,
-                                 args.responses_nats, args.responses_nats_file, tls)  # fmt: skip
+        return NatsResponseStore(
+            args.responses_bucket,
+            args.responses_retention_s,
+            args.responses_max_mib * 2**20,
+            args.responses_nats,
+            args.responses_nats_file,
+            tls,
+        )
     except ValueError as error:
         raise SystemExit(f"gateway: response store: {error}") from None
 
@@ -122,11 +141,19 @@ def main() -> None:
         help="with keys: each key's tenant gets its own cache salt, so tenants never reuse each other's cached "
         "prefixes (tenant, the default), or all share one cache (shared)",
     )
-    parser.add_argument("--limits-per-key", type=KeyLimitsSection.model_validate_json, metavar="JSON",
-                        help="each key's share of the graph, as gateway.auth.limits_per_key says it "
-                        '(e.g. {"concurrent_requests": 8}); a key\'s line in the keys file may say its own')  # fmt: skip
-    parser.add_argument("--metrics", metavar="HOST:PORT", help="where to serve /metrics (requests and tokens per "
-                        "key) and /metrics/frontend (Dynamo's frontend's, which the endpoint does not serve)")  # fmt: skip
+    parser.add_argument(
+        "--limits-per-key",
+        type=KeyLimitsSection.model_validate_json,
+        metavar="JSON",
+        help="each key's share of the graph, as gateway.auth.limits_per_key says it "
+        '(e.g. {"concurrent_requests": 8}); a key\'s line in the keys file may say its own',
+    )
+    parser.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="where to serve /metrics (requests and tokens per "
+        "key) and /metrics/frontend (Dynamo's frontend's, which the endpoint does not serve)",
+    )
     defaults = Limits()
     parser.add_argument("--header-timeout-s", type=float, default=defaults.header_timeout_s)
     parser.add_argument("--body-timeout-s", type=float, default=defaults.body_timeout_s)
@@ -143,13 +170,22 @@ def main() -> None:
     store = parser.add_argument_group("stored responses (the Responses API's store and previous_response_id)")
     where = store.add_mutually_exclusive_group()
     where.add_argument("--responses-nats", metavar="URL", help="the graph's NATS, whose JetStream keeps them")
-    where.add_argument("--responses-nats-file", type=Path, metavar="FILE",
-                       help="a file holding that URL, read once it is written (another container writes it)")  # fmt: skip
+    where.add_argument(
+        "--responses-nats-file",
+        type=Path,
+        metavar="FILE",
+        help="a file holding that URL, read once it is written (another container writes it)",
+    )
     store.add_argument("--responses-bucket", default="responses", help="the key-value bucket, one per graph")
     store.add_argument("--responses-retention-s", type=float, default=30 * 24 * 3600.0)
     store.add_argument("--responses-max-mib", type=int, default=1024)
-    store.add_argument("--responses-nats-tls", nargs=3, type=Path, metavar=("CA", "CERT", "KEY"),
-                       help="PEM files for a NATS that asks clients for a certificate")  # fmt: skip
+    store.add_argument(
+        "--responses-nats-tls",
+        nargs=3,
+        type=Path,
+        metavar=("CA", "CERT", "KEY"),
+        help="PEM files for a NATS that asks clients for a certificate",
+    )
     args = parser.parse_args()
     # harmony's o200k ranks, which every rendering and parse reads: `dynamo serve` names the folder it
     # made them in; in a container nothing does, and they are made offline here.

@@ -69,8 +69,18 @@ log = logging.getLogger("dynamo_oss.gateway")
 
 # Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
 # The client's API key stays here: Dynamo's frontend neither needs nor should log it.
-NOT_FORWARDED = {b"connection", b"keep-alive", b"proxy-connection", b"te", b"upgrade", b"transfer-encoding",
-                 b"content-length", b"expect", b"authorization", b"x-api-key"}  # fmt: skip
+NOT_FORWARDED = {
+    b"connection",
+    b"keep-alive",
+    b"proxy-connection",
+    b"te",
+    b"upgrade",
+    b"transfer-encoding",
+    b"content-length",
+    b"expect",
+    b"authorization",
+    b"x-api-key",
+}
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
 # 32k-token prompt here): that runs in a thread, so the event loop keeps streaming everyone else's tokens.
@@ -167,8 +177,9 @@ class Gateway:
     def error_shape(self, url: bytes) -> ErrorShape | None:
         """How errors are written on `url`: None for OpenAI's shape, the gateway's own."""
         path = url.split(b"?", 1)[0].rstrip(b"/")
-        return next((shape for prefix, shape in ERROR_SHAPES.items()
-                     if path == prefix or path.startswith(prefix + b"/")), None)  # fmt: skip
+        return next(
+            (shape for prefix, shape in ERROR_SHAPES.items() if path == prefix or path.startswith(prefix + b"/")), None
+        )
 
     def caller(self, key: str | None) -> Caller:
         """Who a request showing the key named `key` is from."""
@@ -181,8 +192,12 @@ class Gateway:
     def admit(self) -> None:
         """Count in one generation request, or refuse it, retryably, when the graph is at capacity."""
         if self.max_in_flight is not None and self.generating >= self.max_in_flight:
-            raise ApiError(503, f"The server is at capacity ({self.generating} requests in flight); retry shortly.",
-                           code="overloaded", retry_after=RETRY_AFTER_S)  # fmt: skip
+            raise ApiError(
+                503,
+                f"The server is at capacity ({self.generating} requests in flight); retry shortly.",
+                code="overloaded",
+                retry_after=RETRY_AFTER_S,
+            )
         self.generating += 1
 
     async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
@@ -307,8 +322,13 @@ class ClientConnection(asyncio.Protocol):
         self._target.append(url)
         self._target_size += len(url)
         if self._target_size > MAX_TARGET_BYTES:
-            self._refuse(ApiError(414, f"The request's target is longer than {MAX_TARGET_BYTES // 1024} KiB.",
-                                  code="request_target_too_long"))  # fmt: skip
+            self._refuse(
+                ApiError(
+                    414,
+                    f"The request's target is longer than {MAX_TARGET_BYTES // 1024} KiB.",
+                    code="request_target_too_long",
+                )
+            )
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if not self.refused:
@@ -330,8 +350,11 @@ class ClientConnection(asyncio.Protocol):
                 self._key = self.gateway.keys.name_of(target, authorization, api_key)
             method = self.parser.get_method()
             if method == b"CONNECT" or self.parser.should_upgrade():
-                raise ApiError(400, "This endpoint serves HTTP/1.1 requests: no Upgrade and no CONNECT.",
-                               code="upgrade_not_supported")  # fmt: skip
+                raise ApiError(
+                    400,
+                    "This endpoint serves HTTP/1.1 requests: no Upgrade and no CONNECT.",
+                    code="upgrade_not_supported",
+                )
             self._route = self.gateway.routes.route(method, target)
             declared = self.gateway.limits.declared_size(self._headers)
             if declared > self.gateway.limits.max_body_bytes:
@@ -367,16 +390,22 @@ class ClientConnection(asyncio.Protocol):
         self._reading = False
         self.deadline.stop()
         if len(self.tasks) >= MAX_QUEUED:
-            self._refuse(ApiError(429, f"More than {MAX_QUEUED} requests are waiting on this connection; send the "
-                                  "next once an answer has come, or open another connection.",
-                                  code="too_many_pipelined_requests"))  # fmt: skip
+            self._refuse(
+                ApiError(
+                    429,
+                    f"More than {MAX_QUEUED} requests are waiting on this connection; send the "
+                    "next once an answer has come, or open another connection.",
+                    code="too_many_pipelined_requests",
+                )
+            )
             return
         self.transport.pause_reading()  # one exchange at a time
         method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
         held, self._held = self._held, 0  # the exchange lets go of its body when it is over
         assert self._route is not None
-        request = Request(method, self._target[0], self._headers, b"".join(self._body), keep_alive, self._key,
-                          self._route, held)  # fmt: skip
+        request = Request(
+            method, self._target[0], self._headers, b"".join(self._body), keep_alive, self._key, self._route, held
+        )
         self._in_turn(self.exchange(request))
 
     def _hold(self, size: int) -> None:
@@ -436,8 +465,13 @@ class ClientConnection(asyncio.Protocol):
         self.gateway.exchanges += 1
         self.started = admitted = False
         share, billed = None, None  # the key's fair share, and what its answer used
-        method, url, headers, keep_alive, route = (request.method, request.target, request.headers,
-                                                   request.keep_alive, request.route)  # fmt: skip
+        method, url, headers, keep_alive, route = (
+            request.method,
+            request.target,
+            request.headers,
+            request.keep_alive,
+            request.route,
+        )
         self.api = route.api
         try:
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
@@ -507,8 +541,10 @@ class ClientConnection(asyncio.Protocol):
     def _stalled(self) -> None:
         """The client took none of its answer for write_timeout_s: dropped, which stops its generation
         upstream (connection_lost) and frees its place in the graph."""
-        log.info("a client read nothing of its answer for %g s: its connection is dropped",
-                 self.gateway.limits.write_timeout_s)  # fmt: skip
+        log.info(
+            "a client read nothing of its answer for %g s: its connection is dropped",
+            self.gateway.limits.write_timeout_s,
+        )
         self.transport.abort()
 
     async def forward(self, method: bytes, headers: list, upstream: Upstream) -> None:
@@ -538,8 +574,11 @@ class ClientConnection(asyncio.Protocol):
         if self.error_shape is not None and status >= 400:
             body = self.error_shape(status, body)
         payload = json.dumps(body).encode()
-        head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
-                f"content-length: {len(payload)}"] + ([] if keep_alive else ["connection: close"])  # fmt: skip
+        head = [
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}",
+            "content-type: application/json",
+            f"content-length: {len(payload)}",
+        ] + ([] if keep_alive else ["connection: close"])
         if retry_after is not None:
             head.append(f"retry-after: {retry_after}")
         head += [(name + b": " + value).decode() for name, value in self.rate_headers]
@@ -551,8 +590,12 @@ class ClientConnection(asyncio.Protocol):
             out = []
             if not self.started:
                 self.started, self.status = True, 200
-                out.append(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type + self._rate_lines()
-                           + b"\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n")  # fmt: skip
+                out.append(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: "
+                    + transform.content_type
+                    + self._rate_lines()
+                    + b"\r\ncache-control: no-cache\r\ntransfer-encoding: chunked\r\n\r\n"
+                )
             if data:
                 out.append(b"%x\r\n%b\r\n" % (len(data), data))
             if last:
@@ -560,8 +603,12 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(b"".join(out))
         elif last:
             self.started, self.status = True, 200
-            self.transport.write(b"HTTP/1.1 200 OK\r\ncontent-type: " + transform.content_type + self._rate_lines()
-                                 + b"\r\ncontent-length: %d\r\n\r\n%b" % (len(data), data))  # fmt: skip
+            self.transport.write(
+                b"HTTP/1.1 200 OK\r\ncontent-type: "
+                + transform.content_type
+                + self._rate_lines()
+                + b"\r\ncontent-length: %d\r\n\r\n%b" % (len(data), data)
+            )
 
     def _rate_lines(self) -> bytes:
         """The exchange's x-ratelimit-* headers, each after a CRLF (b"" for a key without limits)."""
@@ -725,8 +772,9 @@ class UpstreamConnection(asyncio.Protocol):
             body = from_upstream(self.status, parse_json(b"".join(self.error_body)))
             log.info("frontend answered %d: %s", self.status, body["error"]["message"])
             body["error"]["message"] += " (the graph could not serve this request now; retry shortly)"
-            self.client.respond(503, openai_error(503, body["error"]["message"], code="upstream_failure"), True,
-                                RETRY_AFTER_S)  # fmt: skip
+            self.client.respond(
+                503, openai_error(503, body["error"]["message"], code="upstream_failure"), True, RETRY_AFTER_S
+            )
         elif self.error_body is not None:
             payload = parse_json(b"".join(self.error_body))
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
@@ -785,8 +833,11 @@ async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, 
 
 
 def head_too_large() -> ApiError:
-    return ApiError(431, f"The request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB.",
-                    code="request_header_fields_too_large")  # fmt: skip
+    return ApiError(
+        431,
+        f"The request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB.",
+        code="request_header_fields_too_large",
+    )
 
 
 def acknowledge_at_once(sock: socket.socket | None) -> None:

@@ -70,14 +70,18 @@ class ApiKeys:
             options = [word for word in words[2:] if "=" in word]
             names = [parts[0], *parts[2:]]  # the key's name and its tenant, if given
             if len(parts) not in (2, 3) or any(not set(name) <= NAME_CHARACTERS for name in names):
-                raise KeysUnusable(f"{path}, line {number}: expected `NAME KEY` or `NAME KEY TENANT` (a name and a "
-                                   "tenant of letters, digits, - _ .)")  # fmt: skip
+                raise KeysUnusable(
+                    f"{path}, line {number}: expected `NAME KEY` or `NAME KEY TENANT` (a name and a "
+                    "tenant of letters, digits, - _ .)"
+                )
             name, key = parts[:2]
             if len(parts) == 3:
                 tenants[name] = parts[2]
             if name in RESERVED_NAMES:
-                raise KeysUnusable(f"{path}, line {number}: the name {name} is the metrics' label for requests "
-                                   "without a key or refused; give the key another name")  # fmt: skip
+                raise KeysUnusable(
+                    f"{path}, line {number}: the name {name} is the metrics' label for requests "
+                    "without a key or refused; give the key another name"
+                )
             if name in keys:
                 raise KeysUnusable(f"{path}, line {number}: the name {name} is given twice")
             keys[name] = key
@@ -102,8 +106,11 @@ class ApiKeys:
         if api_key is not None and api_key.strip():
             shown = api_key
         elif scheme.lower() != b"bearer" or not shown.strip():
-            raise ApiError(401, "You didn't provide an API key. Send it as `Authorization: Bearer KEY` (or "
-                           "`x-api-key: KEY`).", code="invalid_api_key")  # fmt: skip
+            raise ApiError(
+                401,
+                "You didn't provide an API key. Send it as `Authorization: Bearer KEY` (or `x-api-key: KEY`).",
+                code="invalid_api_key",
+            )
         digest = _digest(shown.strip())
         found = None
         for name, known in self._digests:  # all of them, whichever matches
@@ -125,8 +132,9 @@ def _limits(options: list[str], where: str) -> KeyLimitsSection:
         return KeyLimitsSection.model_validate({name: int(value) for name, value in fields.items()})
     except (ValueError, ValidationError) as error:
         known = ", ".join(KeyLimitsSection.model_fields)
-        raise KeysUnusable(f"{where}: limits are NAME=N, NAME one of {known}; got {' '.join(options)} "
-                           f"({str(error).splitlines()[0]})") from None  # fmt: skip
+        raise KeysUnusable(
+            f"{where}: limits are NAME=N, NAME one of {known}; got {' '.join(options)} ({str(error).splitlines()[0]})"
+        ) from None
 
 
 def _digest(key: bytes) -> bytes:

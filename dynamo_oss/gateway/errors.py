@@ -80,8 +80,12 @@ def from_validation(err: ValidationError, body: object) -> ApiError:
     param = _field_path(body, problem["loc"])
     if problem["type"] == "union_tag_invalid":
         context = problem.get("ctx") or {}
-        return ApiError(400, f"Invalid '{param}.type': {context.get('tag')!r}. Expected one of: "
-                        f"{context.get('expected_tags')}.", param=f"{param}.type", code="invalid_type")  # fmt: skip
+        return ApiError(
+            400,
+            f"Invalid '{param}.type': {context.get('tag')!r}. Expected one of: {context.get('expected_tags')}.",
+            param=f"{param}.type",
+            code="invalid_type",
+        )
     return ApiError(400, f"Invalid '{param}': {problem['msg']}.", param=param, code="invalid_value")
 
 

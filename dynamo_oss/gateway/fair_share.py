@@ -116,8 +116,12 @@ def headers(share: Share) -> list[tuple[bytes, bytes]]:
 
 def _refusal(share: Share, limit: str, wait_s: float) -> ApiError:
     retry_after = max(1, math.ceil(wait_s))
-    error = ApiError(429, f"Rate limit reached for this API key: {limit}. Try again in {retry_after} s.",
-                     code="rate_limit_exceeded", retry_after=retry_after)  # fmt: skip
+    error = ApiError(
+        429,
+        f"Rate limit reached for this API key: {limit}. Try again in {retry_after} s.",
+        code="rate_limit_exceeded",
+        retry_after=retry_after,
+    )
     error.headers = headers(share)
     return error
 

@@ -70,5 +70,6 @@ def _check_private(path: Path) -> None:
     """A key file only its owner can read or write (`dynamo deploy` mounts the Secret with mode 0400)."""
     mode = path.stat().st_mode
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
-        raise KeyFileUnusable(f"{path} is open to other users (mode {stat.filemode(mode)}); make it owner-only: "
-                              f"chmod 600 {path}")  # fmt: skip
+        raise KeyFileUnusable(
+            f"{path} is open to other users (mode {stat.filemode(mode)}); make it owner-only: chmod 600 {path}"
+        )

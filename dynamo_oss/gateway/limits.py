@@ -50,8 +50,12 @@ class Limits:
     def too_large(self) -> ApiError:
         """The 413 for a body past the limit, which says what the limit is."""
         limit = self.max_body_bytes // 2**20
-        return ApiError(413, f"The request body is larger than {limit} MiB (the gateway's limit); send a smaller "
-                        "one, or raise gateway.limits.max_body_mib.", code="request_too_large")  # fmt: skip
+        return ApiError(
+            413,
+            f"The request body is larger than {limit} MiB (the gateway's limit); send a smaller "
+            "one, or raise gateway.limits.max_body_mib.",
+            code="request_too_large",
+        )
 
     def declared_size(self, headers: list[tuple[bytes, bytes]]) -> int:
         """The Content-Length a request declares (0 when none: the framing is the HTTP parser's to check)."""
@@ -73,8 +77,13 @@ class BodyBudget:
         """Count `size` more bytes in, or refuse them, retryably, past the budget."""
         if self.held + size > self.limits.max_buffered_bytes:
             limit = self.limits.max_buffered_bytes // 2**20
-            raise ApiError(503, f"The gateway holds {limit} MiB of request bodies already (gateway.limits."
-                           "max_buffered_mib); retry shortly.", code="overloaded", retry_after=RETRY_AFTER_S)  # fmt: skip
+            raise ApiError(
+                503,
+                f"The gateway holds {limit} MiB of request bodies already (gateway.limits."
+                "max_buffered_mib); retry shortly.",
+                code="overloaded",
+                retry_after=RETRY_AFTER_S,
+            )
         self.held += size
 
     def give_back(self, size: int) -> None:
@@ -98,8 +107,12 @@ class ConnectionCount:
         self._refused_since_log += 1
         now = time.monotonic()
         if now - self._logged_at >= LOG_EVERY_S:
-            log.warning("%d client connections open, the most gateway.limits.max_connections allows: closed %d new "
-                        "one(s) as they opened", self.open, self._refused_since_log)  # fmt: skip
+            log.warning(
+                "%d client connections open, the most gateway.limits.max_connections allows: closed %d new "
+                "one(s) as they opened",
+                self.open,
+                self._refused_since_log,
+            )
             self._logged_at, self._refused_since_log = now, 0
         return False
 

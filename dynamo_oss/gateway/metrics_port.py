@@ -26,8 +26,11 @@ async def serve_metrics(host: str, port: int, upstream: str) -> web.AppRunner:
     async def frontend(_: web.Request) -> web.Response:
         try:
             async with session.get(f"{upstream}/metrics") as reply:
-                return web.Response(body=await reply.read(), status=reply.status,
-                                    headers={"content-type": reply.headers.get("content-type", "text/plain")})  # fmt: skip
+                return web.Response(
+                    body=await reply.read(),
+                    status=reply.status,
+                    headers={"content-type": reply.headers.get("content-type", "text/plain")},
+                )
         except (OSError, aiohttp.ClientError, TimeoutError) as error:
             return web.Response(status=503, text=f"Dynamo's frontend is unavailable: {error}\n")
 

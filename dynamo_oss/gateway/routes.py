@@ -206,8 +206,12 @@ def origin_path(target: bytes) -> bytes:
     """The path of an origin-form target (`/path?query`); ApiError 400 for any other form."""
     if not target.startswith(b"/") or b"#" in target:
         shown = target[:100].decode(errors="replace")
-        raise ApiError(400, f"Invalid request target {shown!r}: send a path, as in `POST /v1/chat/completions`, "
-                       "without a scheme, host or fragment.", code="invalid_request_target")  # fmt: skip
+        raise ApiError(
+            400,
+            f"Invalid request target {shown!r}: send a path, as in `POST /v1/chat/completions`, "
+            "without a scheme, host or fragment.",
+            code="invalid_request_target",
+        )
     return target.partition(b"?")[0]
 
 
@@ -232,8 +236,10 @@ class RouteTable:
         for prefix, (methods, local) in self.under.items():
             if path.startswith(prefix) and method in methods:
                 return local
-        served = sorted({m.decode() for m, p in self.exact if p == path} | {
-            m.decode() for prefix, (methods, _) in self.under.items() if path.startswith(prefix) for m in methods})  # fmt: skip
+        served = sorted(
+            {m.decode() for m, p in self.exact if p == path}
+            | {m.decode() for prefix, (methods, _) in self.under.items() if path.startswith(prefix) for m in methods}
+        )
         shown = f"{method.decode(errors='replace')} {path[:200].decode(errors='replace')}"
         hint = f" ({path.decode(errors='replace')} takes {', '.join(served)})" if served else ""
         raise ApiError(404, f"Invalid URL ({shown}): this endpoint does not serve it{hint}.", code="unknown_url")

@@ -40,12 +40,20 @@ def _check_model(body: dict, models: dict[str, int]) -> int:
     if not isinstance(model, str) or not model:
         raise ApiError(400, "You must provide a model name as a string.", param="model")
     if not models:  # between a worker's exit and its restart: nothing is registered, for seconds
-        raise ApiError(503, "No worker serves a model right now (workers are starting or restarting); retry "
-                       "shortly.", code="no_workers", retry_after=RETRY_AFTER_S)  # fmt: skip
+        raise ApiError(
+            503,
+            "No worker serves a model right now (workers are starting or restarting); retry shortly.",
+            code="no_workers",
+            retry_after=RETRY_AFTER_S,
+        )
     if model not in models:
         served = ", ".join(sorted(models))
-        raise ApiError(404, f"The model '{model}' does not exist. This endpoint serves: {served}.",
-                       param="model", code="model_not_found")  # fmt: skip
+        raise ApiError(
+            404,
+            f"The model '{model}' does not exist. This endpoint serves: {served}.",
+            param="model",
+            code="model_not_found",
+        )
     return models[model]
 
 
@@ -58,8 +66,12 @@ def _check_token_limits(api: str, body: dict, context: int) -> int:
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ApiError(400, f"Invalid '{field}': {value!r}. Expected an integer of at least 1.", param=field)
         if context and value > context:
-            raise ApiError(400, f"Invalid '{field}': {value}. It must not exceed the model's context of "
-                           f"{context} tokens.", param=field, code="integer_above_max_value")  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid '{field}': {value}. It must not exceed the model's context of {context} tokens.",
+                param=field,
+                code="integer_above_max_value",
+            )
         limit = max(limit, value)
     return limit
 
@@ -89,8 +101,12 @@ def _check_choices(body: dict) -> None:
     n = body.get("n")
     if n is None or (n == 1 and type(n) is int):
         return
-    raise ApiError(400, f"Invalid 'n': {n!r}. Only n=1 is supported; send the request again for more choices.",
-                   param="n", code="unsupported_value")  # fmt: skip
+    raise ApiError(
+        400,
+        f"Invalid 'n': {n!r}. Only n=1 is supported; send the request again for more choices.",
+        param="n",
+        code="unsupported_value",
+    )
 
 
 def _check_extensions(nvext: object) -> None:
@@ -101,9 +117,14 @@ def _check_extensions(nvext: object) -> None:
         raise ApiError(400, "Invalid 'nvext': expected an object.", param="nvext")
     for field, value in nvext.items():
         if field not in CLIENT_EXTENSIONS:
-            raise ApiError(400, f"Invalid 'nvext.{field}': this endpoint takes only nvext."
-                           f"{', nvext.'.join(CLIENT_EXTENSIONS)} from clients; routing, caching and the prompt "
-                           "are the gateway's to set.", param=f"nvext.{field}", code="unsupported_parameter")  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid 'nvext.{field}': this endpoint takes only nvext."
+                f"{', nvext.'.join(CLIENT_EXTENSIONS)} from clients; routing, caching and the prompt "
+                "are the gateway's to set.",
+                param=f"nvext.{field}",
+                code="unsupported_parameter",
+            )
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise ApiError(400, f"Invalid 'nvext.{field}': expected an array of strings.", param=f"nvext.{field}")
 
@@ -120,7 +141,11 @@ def _check_completion_prompt(prompt: object, counter: PromptCounter, context: in
         else:
             raise ApiError(400, f"Invalid '{param}': expected a string or a list of token ids.", param=param)
         if tokens + limit > context:
-            raise ApiError(400, f"This model's maximum context length is {context} tokens. However, you requested "
-                           f"{tokens + limit} tokens ({tokens} in the prompt, {limit} in the completion). Please "
-                           "reduce the length of the prompt or completion.", param=param,
-                           code="context_length_exceeded")  # fmt: skip
+            raise ApiError(
+                400,
+                f"This model's maximum context length is {context} tokens. However, you requested "
+                f"{tokens + limit} tokens ({tokens} in the prompt, {limit} in the completion). Please "
+                "reduce the length of the prompt or completion.",
+                param=param,
+                code="context_length_exceeded",
+            )

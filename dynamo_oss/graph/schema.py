@@ -69,10 +69,12 @@ class NodeSection(Strict):
     """One host of a bare-metal graph."""
 
     name: NodeName = Field(description="The node's name: `dynamo serve GRAPH --node NAME` starts its share there.")
-    address: str = Field(min_length=1, description="IP address or host name its processes listen on and the "
-                         "other nodes reach it at.")  # fmt: skip
-    gpus: int = Field(ge=0, le=72, description="GPUs on the node available to the graph (0: infrastructure and "
-                      "frontend only).")  # fmt: skip
+    address: str = Field(
+        min_length=1, description="IP address or host name its processes listen on and the other nodes reach it at."
+    )
+    gpus: int = Field(
+        ge=0, le=72, description="GPUs on the node available to the graph (0: infrastructure and frontend only)."
+    )
 
 
 class HardwareSection(Strict):
@@ -98,8 +100,10 @@ class HardwareSection(Strict):
     @model_validator(mode="after")
     def _one_way(self) -> HardwareSection:
         if (self.gpus is None) == (self.nodes is None):
-            raise ValueError("Give `gpus: N` (one host) or `nodes` (a count with gpus_per_node, or a list of hosts), "
-                             f"not {'both' if self.gpus else 'neither'}.")  # fmt: skip
+            raise ValueError(
+                "Give `gpus: N` (one host) or `nodes` (a count with gpus_per_node, or a list of hosts), "
+                f"not {'both' if self.gpus else 'neither'}."
+            )
         if isinstance(self.nodes, int) and self.gpus_per_node is None:
             raise ValueError(f"Got nodes {self.nodes} without gpus_per_node. Say how many GPUs each node has.")
         if not isinstance(self.nodes, int) and self.gpus_per_node is not None:
@@ -159,11 +163,15 @@ class InfrastructureTlsFiles(Strict):
     """Mutual TLS for etcd and NATS: files, never the secrets themselves. Each path may contain `{node}`,
     replaced by the node's name, so one graph names every node's own certificate and key."""
 
-    ca: FilePath = Field(description="PEM certificate of the authority that signed every node's certificate: etcd "
-                         "and NATS accept only clients it signed, and clients only servers it signed.")  # fmt: skip
-    cert: FilePath = Field(description="PEM certificate of the node: served by embedded etcd and NATS on the "
-                           "infrastructure node (its subjectAltName must hold that node's address) and presented by "
-                           "every client.")  # fmt: skip
+    ca: FilePath = Field(
+        description="PEM certificate of the authority that signed every node's certificate: etcd "
+        "and NATS accept only clients it signed, and clients only servers it signed."
+    )
+    cert: FilePath = Field(
+        description="PEM certificate of the node: served by embedded etcd and NATS on the "
+        "infrastructure node (its subjectAltName must hold that node's address) and presented by "
+        "every client."
+    )
     key: FilePath = Field(description="PEM private key of `cert`.")
 
 
@@ -220,13 +228,23 @@ class KeyLimitsSection(Strict):
     a 429 with Retry-After and OpenAI's `x-ratelimit-*` headers, before any worker sees it. A limit left
     out is no limit."""
 
-    concurrent_requests: int | None = Field(default=None, ge=1, le=1_000_000, description="Generation requests "
-                                            "the key may have in flight at once.")  # fmt: skip
-    requests_per_minute: int | None = Field(default=None, ge=1, le=10_000_000, description="Generation requests "
-                                            "the key may start a minute (a bucket refilled evenly, as OpenAI's).")  # fmt: skip
-    tokens_per_minute: int | None = Field(default=None, ge=1, le=10**12, description="Prompt and generated "
-                                          "tokens the key may use a minute: each answer's usage is charged as it "
-                                          "ends, and a key that has used its minute waits for the bucket to refill.")  # fmt: skip
+    concurrent_requests: int | None = Field(
+        default=None, ge=1, le=1_000_000, description="Generation requests the key may have in flight at once."
+    )
+    requests_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="Generation requests the key may start a minute (a bucket refilled evenly, as OpenAI's).",
+    )
+    tokens_per_minute: int | None = Field(
+        default=None,
+        ge=1,
+        le=10**12,
+        description="Prompt and generated "
+        "tokens the key may use a minute: each answer's usage is charged as it "
+        "ends, and a key that has used its minute waits for the bucket to refill.",
+    )
 
 
 class GatewayAuthSection(Strict):
@@ -263,22 +281,54 @@ class GatewayLimitsSection(Strict):
     """How much a client may take of the gateway (nginx's defaults for the timeouts). A request's target
     is at most 8 KiB (else 414) and its head 64 KiB (else 431), counted as they arrive."""
 
-    header_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds a client has to send a "
-                                    "request's headers (nginx's client_header_timeout); then 408 and closed.")  # fmt: skip
-    body_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds allowed between two reads of a "
-                                  "request's body (nginx's client_body_timeout); then 408 and closed.")  # fmt: skip
-    keep_alive_timeout_s: float = Field(default=75, gt=0, le=3600, description="Seconds an idle keep-alive "
-                                        "connection stays open (nginx's keepalive_timeout).")  # fmt: skip
-    write_timeout_s: float = Field(default=60, gt=0, le=3600, description="Seconds a client may take none of its "
-                                   "answer (nginx's send_timeout); then its connection is dropped, which stops its "
-                                   "generation and frees its place.")  # fmt: skip
-    max_connections: int = Field(default=4096, ge=1, le=1_000_000, description="Client connections open at once; "
-                                 "past it a new one is closed as it opens, and the log says so.")  # fmt: skip
-    max_body_mib: int = Field(default=64, ge=1, le=1024, description="Largest request body, MiB; a larger declared "
-                              "Content-Length gets a 413 before the body is read.")  # fmt: skip
-    max_buffered_mib: int = Field(default=1024, ge=1, le=1024 * 1024, description="Request bodies the gateway "
-                                  "holds at once, MiB, over all connections; past it a request gets a 503 with "
-                                  "Retry-After before its body is read.")  # fmt: skip
+    header_timeout_s: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="Seconds a client has to send a "
+        "request's headers (nginx's client_header_timeout); then 408 and closed.",
+    )
+    body_timeout_s: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="Seconds allowed between two reads of a "
+        "request's body (nginx's client_body_timeout); then 408 and closed.",
+    )
+    keep_alive_timeout_s: float = Field(
+        default=75,
+        gt=0,
+        le=3600,
+        description="Seconds an idle keep-alive connection stays open (nginx's keepalive_timeout).",
+    )
+    write_timeout_s: float = Field(
+        default=60,
+        gt=0,
+        le=3600,
+        description="Seconds a client may take none of its "
+        "answer (nginx's send_timeout); then its connection is dropped, which stops its "
+        "generation and frees its place.",
+    )
+    max_connections: int = Field(
+        default=4096,
+        ge=1,
+        le=1_000_000,
+        description="Client connections open at once; past it a new one is closed as it opens, and the log says so.",
+    )
+    max_body_mib: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Largest request body, MiB; a larger declared Content-Length gets a 413 before the body is read.",
+    )
+    max_buffered_mib: int = Field(
+        default=1024,
+        ge=1,
+        le=1024 * 1024,
+        description="Request bodies the gateway "
+        "holds at once, MiB, over all connections; past it a request gets a 503 with "
+        "Retry-After before its body is read.",
+    )
 
 
 class GatewayResponsesSection(Strict):
@@ -484,10 +534,14 @@ class PlannerSection(Strict):
         "and predicted load (needs observability.prometheus, where the planner reads the load); load: Dynamo's "
         "thresholds, prefill_queue_tokens and decode_kv_percent.",
     )
-    ttft_ms: float = Field(gt=0, description="Time-to-first-token target (SLO), ms: the p90 the sla mode sizes "
-                           "prefill for, and what dashboards and benchmarks measure the pools against.")  # fmt: skip
-    itl_ms: float = Field(gt=0, description="Inter-token latency target (SLO), ms: the mean the sla mode sizes decode "
-                          "for, likewise.")  # fmt: skip
+    ttft_ms: float = Field(
+        gt=0,
+        description="Time-to-first-token target (SLO), ms: the p90 the sla mode sizes "
+        "prefill for, and what dashboards and benchmarks measure the pools against.",
+    )
+    itl_ms: float = Field(
+        gt=0, description="Inter-token latency target (SLO), ms: the mean the sla mode sizes decode for, likewise."
+    )
     max_gpus: int | None = Field(
         default=None, ge=1, le=1024, description="Most GPUs all pools may use together (default: all the graph's)."
     )
@@ -531,8 +585,9 @@ class PlannerSection(Strict):
         for name in ("prefill_queue_tokens", "decode_kv_percent"):
             up, down = getattr(self, name)
             if not 0 <= down < up:
-                raise ValueError(f"Got {name} [{up:g}, {down:g}]. It must be [grow above, shrink below], with "
-                                 "0 <= shrink < grow.")  # fmt: skip
+                raise ValueError(
+                    f"Got {name} [{up:g}, {down:g}]. It must be [grow above, shrink below], with 0 <= shrink < grow."
+                )
         if self.decode_kv_percent[0] > 100:
             raise ValueError(f"Got decode_kv_percent up {self.decode_kv_percent[0]:g}. A share is at most 100%.")
         return self
@@ -569,8 +624,9 @@ class GraphSpec(Strict):
         if self.planner is not None and not scaled:
             raise ValueError("Got a planner section but no pool autoscales. Give a pool `autoscale: {min, max}`.")
         if self.planner and self.planner.max_gpus and self.planner.max_gpus > self.hardware.total_gpus:
-            raise ValueError(f"planner.max_gpus is {self.planner.max_gpus} but the graph has "
-                             f"{self.hardware.total_gpus} GPUs")  # fmt: skip
+            raise ValueError(
+                f"planner.max_gpus is {self.planner.max_gpus} but the graph has {self.hardware.total_gpus} GPUs"
+            )
         nodes = list(self.hardware.node_gpus)
         named = [("infrastructure.node", [self.infrastructure.node] if self.infrastructure.node else [])]
         named += [(f"pools.{role}.nodes", pool.nodes or []) for role, pool in self.pools.items()]
@@ -579,8 +635,10 @@ class GraphSpec(Strict):
                 raise ValueError(f"{field} names nodes, but the graph runs on one host: list them in hardware.nodes")
             unknown = [name for name in names if name not in nodes]
             if unknown:
-                raise ValueError(f"{field} names {', '.join(unknown)}, which hardware.nodes does not have "
-                                 f"(it has {', '.join(nodes)})")  # fmt: skip
+                raise ValueError(
+                    f"{field} names {', '.join(unknown)}, which hardware.nodes does not have "
+                    f"(it has {', '.join(nodes)})"
+                )
         self._infrastructure_reached_securely()
         if self.gateway.auth is None and not is_loopback(self.frontend.host):
             raise ValueError(

@@ -79,8 +79,10 @@ def test_the_prometheus_rule_holds_the_graphs_alert_rules_for_its_pods_series(na
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert f'graph="{graph}"' in rule["spec"]["groups"][0]["rules"][0]["expr"]
     (monitor,) = by_kind(manifests, "PodMonitor")
-    assert all({"targetLabel": "graph", "replacement": graph} in endpoint["relabelings"]
-               for endpoint in monitor["spec"]["podMetricsEndpoints"])  # fmt: skip
+    assert all(
+        {"targetLabel": "graph", "replacement": graph} in endpoint["relabelings"]
+        for endpoint in monitor["spec"]["podMetricsEndpoints"]
+    )
 
 
 @pytest.mark.parametrize("graph", SHIPPED, ids=lambda path: path.name)
@@ -152,12 +154,21 @@ def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names
     scraped = {(e["port"], e["path"]) for e in monitor["spec"]["podMetricsEndpoints"]}
     # Dynamo's frontend is on the pod's loopback behind the gateway: its series come through the gateway's
     # metrics port, which the frontend Service does not expose; the endpoint's port serves none.
-    assert scraped == {("gateway-metrics", "/metrics/frontend"), ("system", "/metrics"), ("metrics", "/metrics"),
-                       ("gateway-metrics", "/metrics")}  # fmt: skip
+    assert scraped == {
+        ("gateway-metrics", "/metrics/frontend"),
+        ("system", "/metrics"),
+        ("metrics", "/metrics"),
+        ("gateway-metrics", "/metrics"),
+    }
     # The frontend's traffic carries the namespace Dynamo's planner looks for: the operator's DYN_NAMESPACE.
     frontend = next(e for e in monitor["spec"]["podMetricsEndpoints"] if e["path"] == "/metrics/frontend")
-    assert frontend["relabelings"][1:] == [{"sourceLabels": ["__meta_kubernetes_namespace"],
-                                            "targetLabel": "dynamo_namespace", "replacement": f"$1-{name}"}]  # fmt: skip
+    assert frontend["relabelings"][1:] == [
+        {
+            "sourceLabels": ["__meta_kubernetes_namespace"],
+            "targetLabel": "dynamo_namespace",
+            "replacement": f"$1-{name}",
+        }
+    ]
     (dgd,) = by_kind(manifests, "DynamoGraphDeployment")
     (frontend_component,) = [c for c in dgd["spec"]["components"] if c["type"] == "frontend"]
     (gateway,) = [c for c in frontend_component["podTemplate"]["spec"]["containers"] if c["name"] == "gateway"]
@@ -239,7 +250,7 @@ def test_the_readmes_graph_brings_the_sla_planner_with_its_kubernetes_connector(
         "frontend": 1,
         "prefill": 1,
         "decode": 1,
-    }  # fmt: skip - the autoscale minimums
+    }  # the autoscale minimums
     assert manifest_errors(by_kind(manifests, "DynamoGraphDeployment")[0]) == []
 
 

@@ -51,8 +51,12 @@ def test_an_external_nats_password_reaches_the_gateway_in_an_owner_only_file_not
     for pool in graph["pools"].values():
         pool["engine_args"] = str(REPO / "graphs" / pool["engine_args"])
     (tmp_path / "graph.yaml").write_text(yaml.safe_dump(graph))
-    plan = plan_host(build_deployment(load_graph(tmp_path / "graph.yaml")), run_dir=tmp_path / "run",
-                     model_folder=tmp_path, encodings_dir=tmp_path)  # fmt: skip
+    plan = plan_host(
+        build_deployment(load_graph(tmp_path / "graph.yaml")),
+        run_dir=tmp_path / "run",
+        model_folder=tmp_path,
+        encodings_dir=tmp_path,
+    )
     (gateway,) = [p for p in plan.processes if p.kind == "gateway"]
     assert not any("s3cret" in arg for arg in gateway.argv), gateway.argv
     (url_file,) = [f for f in plan.files if str(f.path) in gateway.argv]
@@ -63,8 +67,10 @@ def test_an_external_nats_password_reaches_the_gateway_in_an_owner_only_file_not
 def test_check_prints_the_placement() -> None:
     code, out, err = dynamo("check", str(REPO / "graphs" / "disagg.yaml"))
     assert code == 0, err
-    assert "  placement:\n    local 127.0.0.1, 8 GPUs (infrastructure, frontend): prefill-0 GPU 0; decode-0 GPU 1; " \
-           "spare slots prefill-1, prefill-2, prefill-3, decode-1," in out  # fmt: skip
+    assert (
+        "  placement:\n    local 127.0.0.1, 8 GPUs (infrastructure, frontend): prefill-0 GPU 0; decode-0 GPU 1; "
+        "spare slots prefill-1, prefill-2, prefill-3, decode-1," in out
+    )
 
 
 def write(tmp_path: Path, graph: dict, engines: dict[str, str] | None = None) -> Path:
@@ -79,33 +85,48 @@ def two_nodes(**pools: dict) -> dict:
     return {
         "name": "two-nodes",
         "model": "gpt-oss-20b",
-        "hardware": {"gpu": "h200", "nodes": [{"name": "head", "address": "10.9.0.1", "gpus": 0},
-                                              {"name": "gpu-a", "address": "10.9.0.2", "gpus": 2}]},
+        "hardware": {
+            "gpu": "h200",
+            "nodes": [
+                {"name": "head", "address": "10.9.0.1", "gpus": 0},
+                {"name": "gpu-a", "address": "10.9.0.2", "gpus": 2},
+            ],
+        },
         "infrastructure": {"tls": "none"},  # tests/deployment/test_infrastructure_tls.py covers the secured graphs
         "pools": pools or {"agg": {"workers": 2, "engine": "mocker"}},
-    }  # fmt: skip
+    }
 
 
 def test_a_graph_of_named_nodes_places_each_worker_on_a_node_with_room(tmp_path: Path) -> None:
-    graph = two_nodes(prefill={"workers": 1, "engine": "mocker", "nodes": ["gpu-a"]},
-                      decode={"autoscale": {"min": 1, "max": 1}, "engine": "mocker"})  # fmt: skip
+    graph = two_nodes(
+        prefill={"workers": 1, "engine": "mocker", "nodes": ["gpu-a"]},
+        decode={"autoscale": {"min": 1, "max": 1}, "engine": "mocker"},
+    )
     graph["planner"] = {"ttft_ms": 2000, "itl_ms": 50, "mode": "load"}
     placement = build_deployment(load_graph(write(tmp_path, graph))).placement
     assert placement.infrastructure_node == "head"
     assert [(slot.name, slot.nodes, slot.gpus) for slot in placement.slots] == [
-        ("prefill-0", ["gpu-a"], [0]), ("decode-0", ["gpu-a"], [1])]  # fmt: skip
+        ("prefill-0", ["gpu-a"], [0]),
+        ("decode-0", ["gpu-a"], [1]),
+    ]
     assert placement.describe()[0] == "head 10.9.0.1, 0 GPUs (infrastructure, frontend): no workers"
 
 
 def test_a_worker_wider_than_a_tray_spans_whole_trays_of_one_nvlink_domain(tmp_path: Path) -> None:
     engine = "tensor_parallel_size: 8\nmoe_expert_parallel_size: 8\nmax_batch_size: 64\n"
-    graph = {"name": "rack", "model": "gpt-oss-120b", "hardware": {"gpu": "gb200", "gpus_per_node": 4, "nodes": 5},
-             "pools": {"agg": {"workers": 2, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}},
-             "gateway": {"auth": {"keys_env": "RACK_KEY"}}}  # fmt: skip
+    graph = {
+        "name": "rack",
+        "model": "gpt-oss-120b",
+        "hardware": {"gpu": "gb200", "gpus_per_node": 4, "nodes": 5},
+        "pools": {"agg": {"workers": 2, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}},
+        "gateway": {"auth": {"keys_env": "RACK_KEY"}},
+    }
     deployment = build_deployment(load_graph(write(tmp_path, graph, {"tp8.yaml": engine})))
     placement = deployment.placement
     assert [(slot.nodes, slot.gpus) for slot in placement.slots] == [
-        (["node-0", "node-1"], [0, 1, 2, 3]), (["node-2", "node-3"], [0, 1, 2, 3])]  # fmt: skip
+        (["node-0", "node-1"], [0, 1, 2, 3]),
+        (["node-2", "node-3"], [0, 1, 2, 3]),
+    ]
     assert placement.on_cluster and placement.describe()[4] == "node-4, 4 GPUs: no workers"
     graph_deployment = render_manifests(deployment, ClusterTarget(image="i"))[1]
     assert manifest_errors(graph_deployment) == []  # against Dynamo's CRD, unknown fields refused
@@ -160,8 +181,10 @@ def test_each_node_plans_its_own_share_on_its_address(tmp_path: Path) -> None:
     graph = two_nodes()
     graph["observability"] = {"prometheus": "embedded"}
     deployment = build_deployment(load_graph(write(tmp_path, graph)))
-    plans = {node: plan_host(deployment, node, run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path)
-             for node in ("head", "gpu-a")}  # fmt: skip
+    plans = {
+        node: plan_host(deployment, node, run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path)
+        for node in ("head", "gpu-a")
+    }
     head, gpus = plans["head"], plans["gpu-a"]
     assert {p.name for p in head.processes} == {"etcd", "nats", "frontend", "gateway", "prometheus"}
     assert [p.name for p in gpus.processes] == ["agg-0", "agg-1"] and gpus.infrastructure_node == "head"
@@ -185,20 +208,34 @@ def test_check_prints_a_rack_as_a_cluster_and_a_bare_metal_node_by_name() -> Non
 
 
 def test_bare_metal_refuses_what_it_cannot_run(tmp_path: Path) -> None:
-    graph = two_nodes(prefill={"workers": 1, "engine": "mocker"},
-                      decode={"autoscale": {"min": 1, "max": 1}, "engine": "mocker"})  # fmt: skip
+    graph = two_nodes(
+        prefill={"workers": 1, "engine": "mocker"}, decode={"autoscale": {"min": 1, "max": 1}, "engine": "mocker"}
+    )
     graph["planner"] = {"ttft_ms": 2000, "itl_ms": 50, "mode": "load"}
     code, out, err = dynamo("check", str(write(tmp_path, graph)))
-    assert code == 2 and "pools.decode.autoscale: slot decode-0 is on node gpu-a, but on bare metal the planner " \
-        "resizes pools only on its own node (head): pin the pool there" in err, out + err  # fmt: skip
-    rack = {"name": "trays", "model": "gpt-oss-20b",
-            "hardware": {"gpu": "gb200", "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4}
-                                                   for i in range(2)]},
-            "infrastructure": {"tls": "none"},
-            "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine": "mocker"}}}  # fmt: skip
+    assert (
+        code == 2
+        and "pools.decode.autoscale: slot decode-0 is on node gpu-a, but on bare metal the planner "
+        "resizes pools only on its own node (head): pin the pool there"
+        in err
+    ), out + err
+    rack = {
+        "name": "trays",
+        "model": "gpt-oss-20b",
+        "hardware": {
+            "gpu": "gb200",
+            "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4} for i in range(2)],
+        },
+        "infrastructure": {"tls": "none"},
+        "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine": "mocker"}},
+    }
     code, out, err = dynamo("check", str(write(tmp_path, rack)))
-    assert code == 2 and "pools.agg.gpus_per_worker: worker agg-0 spans nodes tray-0, tray-1, which engine mocker " \
-        "cannot do: give it at most one node's GPUs" in err, out + err  # fmt: skip
+    assert (
+        code == 2
+        and "pools.agg.gpus_per_worker: worker agg-0 spans nodes tray-0, tray-1, which engine mocker "
+        "cannot do: give it at most one node's GPUs"
+        in err
+    ), out + err
 
 
 def test_a_trtllm_worker_hands_kv_over_on_its_nodes_interface_and_serve_runs_only_on_that_node(
@@ -214,5 +251,7 @@ def test_a_trtllm_worker_hands_kv_over_on_its_nodes_interface_and_serve_runs_onl
     ).workers()
     assert worker.env["TRTLLM_NIXL_INTERFACE"] == worker.env["TRTLLM_UCX_INTERFACE"] == "lo"
     served = run_dynamo("serve", str(path), "--node", "head", "--engine", "mocker", "--run-dir", str(tmp_path / "run"))
-    assert served.returncode == 2 and "--node head: its address 10.9.0.1 (hardware.nodes) is on no interface of " \
-        "this machine" in served.stderr, served.stdout + served.stderr  # fmt: skip
+    assert (
+        served.returncode == 2
+        and "--node head: its address 10.9.0.1 (hardware.nodes) is on no interface of this machine" in served.stderr
+    ), served.stdout + served.stderr

@@ -46,23 +46,27 @@ def main() -> None:
     seen: dict[str, object] = {}
     with httpx.Client(base_url=base, timeout=30) as client:
         seen["no key"] = status_and_code(client.post("/v1/chat/completions", json=CHAT))
-        seen["empty bearer"] = status_and_code(client.post("/v1/chat/completions", json=CHAT,
-                                                           headers={"authorization": "Bearer"}))  # fmt: skip
+        seen["empty bearer"] = status_and_code(
+            client.post("/v1/chat/completions", json=CHAT, headers={"authorization": "Bearer"})
+        )
         seen["wrong key"] = status_and_code(client.get("/v1/models", headers={"authorization": "Bearer sk-wrong"}))
         seen["metrics without a key"] = client.get("/metrics").status_code
         seen["health without a key"] = client.get("/health").status_code
         answer = client.post("/v1/chat/completions", json=CHAT, headers={"authorization": f"Bearer {key}"})
         seen["with the key"] = [answer.status_code, answer.json().get("usage", {}).get("completion_tokens")]
     # A body declared past 1 MiB is refused before a byte of it is sent.
-    head = f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n" \
-           "content-type: application/json\r\ncontent-length: 99999999999\r\n\r\n"  # fmt: skip
+    head = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n"
+        "content-type: application/json\r\ncontent-length: 99999999999\r\n\r\n"
+    )
     said, took = raw(host, port, head.encode(), 10)
     seen["declared too large"] = [said.split(b"\r\n", 1)[0].decode(), b"request_too_large" in said, round(took, 2)]
     # Headers that never finish, and a body that stops: 408 after 2 s, and closed.
     said, took = raw(host, port, b"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\n", 10)
     seen["slow headers"] = [said.split(b"\r\n", 1)[0].decode(), round(took, 2)]
-    slow_body = f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\n" \
-                "content-length: 100\r\n\r\n{"  # fmt: skip
+    slow_body = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer {key}\r\ncontent-length: 100\r\n\r\n{{"
+    )
     said, took = raw(host, port, slow_body.encode(), 10)
     seen["slow body"] = [said.split(b"\r\n", 1)[0].decode(), round(took, 2)]
     # An idle keep-alive connection is closed after 3 s, quietly.
@@ -71,8 +75,10 @@ def main() -> None:
     seen["idle keep-alive"] = [said.split(b"\r\n", 1)[0].decode(), round(took, 2)]
     # A body of 800 KiB on its way holds most of the 1 MiB budget: another of 800 KiB gets a 503 before a
     # byte of it is sent, and is taken once the first is gone.
-    big = ("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"
-           "content-type: application/json\r\ncontent-length: 819200\r\n\r\n").encode()  # fmt: skip
+    big = (
+        "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"
+        "content-type: application/json\r\ncontent-length: 819200\r\n\r\n"
+    ).encode()
     with socket.create_connection((host, port), timeout=10) as holding:
         holding.sendall(big + b"{")
         said, _ = raw(host, port, big, 10)
@@ -89,8 +95,12 @@ def main() -> None:
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled.connect((host, port))
     stream = json.dumps({**CHAT, "max_tokens": 30_000, "min_tokens": 30_000, "ignore_eos": True, "stream": True})
-    stalled.sendall(("POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"
-                     f"content-type: application/json\r\ncontent-length: {len(stream)}\r\n\r\n" + stream).encode())  # fmt: skip
+    stalled.sendall(
+        (
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"
+            f"content-type: application/json\r\ncontent-length: {len(stream)}\r\n\r\n" + stream
+        ).encode()
+    )
     stalled.recv(1, socket.MSG_PEEK)  # its answer has begun: it holds the place; from here on it reads nothing
     with httpx.Client(base_url=base, timeout=30, headers={"authorization": f"Bearer {key}"}) as client:
         seen["while a stream is unread"] = status_and_code(client.post("/v1/chat/completions", json=CHAT))

@@ -72,8 +72,12 @@ def test_a_minute_s_requests_refill_evenly() -> None:
 
 
 def post(graph: ServedGraph, key: str, **body: object) -> httpx.Response:
-    return httpx.post(f"{graph.endpoint}/chat/completions", json={**CHAT, **body},
-                      headers={"authorization": f"Bearer {KEYS[key]}"}, timeout=60)  # fmt: skip
+    return httpx.post(
+        f"{graph.endpoint}/chat/completions",
+        json={**CHAT, **body},
+        headers={"authorization": f"Bearer {KEYS[key]}"},
+        timeout=60,
+    )
 
 
 def test_a_key_past_its_requests_a_minute_gets_429s_and_another_key_none(keyed_graph: ServedGraph) -> None:
@@ -85,8 +89,10 @@ def test_a_key_past_its_requests_a_minute_gets_429s_and_another_key_none(keyed_g
     assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1, refused.text
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert refused.headers["x-ratelimit-remaining-requests"] == "0"
-    assert post(keyed_graph, "judy").status_code == 200 and "x-ratelimit-limit-requests" not in post(
-        keyed_graph, "judy").headers  # fmt: skip
+    assert (
+        post(keyed_graph, "judy").status_code == 200
+        and "x-ratelimit-limit-requests" not in post(keyed_graph, "judy").headers
+    )
 
 
 def test_a_key_with_one_request_in_flight_gets_a_429_for_a_second(keyed_graph: ServedGraph) -> None:

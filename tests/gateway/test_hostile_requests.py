@@ -50,8 +50,10 @@ def body(**fields: object) -> bytes:
 
 NAMED_CASES = {
     "deep nesting": ("/chat/completions", b"[" * 200_000 + b"]" * 200_000),
-    "deep nesting inside a message": ("/chat/completions", b'{"model": "' + MODEL.encode() + b'", "messages": '
-                                      + b"[" * 50_000 + b"]" * 50_000 + b"}"),
+    "deep nesting inside a message": (
+        "/chat/completions",
+        b'{"model": "' + MODEL.encode() + b'", "messages": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
+    ),
     "invalid UTF-8": ("/chat/completions", b'{"model": "\xff\xfe", "messages": []}'),
     "not JSON": ("/completions", b"{model: gpt}"),
     "empty body": ("/chat/completions", b""),
@@ -68,13 +70,27 @@ NAMED_CASES = {
     "temperature as a word": ("/chat/completions", body(temperature="hot")),
     "n of 5": ("/chat/completions", body(n=5)),
     "n of 5 on completions": ("/completions", json.dumps({"model": MODEL, "prompt": "hi", "n": 5}).encode()),
-    "thousands of tools": ("/chat/completions", body(tools=[
-        {"type": "function", "function": {"name": f"tool_{i}", "parameters": {"type": "object", "properties": {
-            "x": {"type": "banana"}}}}} for i in range(3000)])),
-    "a prompt of token ids past the vocabulary": ("/completions", json.dumps(
-        {"model": MODEL, "prompt": [10**9, -1], "max_tokens": 4}).encode()),
+    "thousands of tools": (
+        "/chat/completions",
+        body(
+            tools=[
+                {
+                    "type": "function",
+                    "function": {
+                        "name": f"tool_{i}",
+                        "parameters": {"type": "object", "properties": {"x": {"type": "banana"}}},
+                    },
+                }
+                for i in range(3000)
+            ]
+        ),
+    ),
+    "a prompt of token ids past the vocabulary": (
+        "/completions",
+        json.dumps({"model": MODEL, "prompt": [10**9, -1], "max_tokens": 4}).encode(),
+    ),
     "no model": ("/chat/completions", json.dumps({"messages": MESSAGES}).encode()),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", NAMED_CASES)
@@ -94,16 +110,34 @@ def test_a_body_past_the_limit_gets_an_openai_413(client: httpx.Client) -> None:
 
 
 JSON_LEAVES = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**70), max_value=2**70), st.floats(allow_nan=False),
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=False),
     st.text(max_size=40),
-)  # fmt: skip
+)
 JSON_VALUES = st.recursive(
     JSON_LEAVES,
     lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
     max_leaves=30,
 )
-FIELDS = ["model", "messages", "prompt", "input", "max_tokens", "max_completion_tokens", "max_output_tokens",
-          "n", "tools", "tool_choice", "temperature", "stream", "stop", "response_format", "logprobs"]  # fmt: skip
+FIELDS = [
+    "model",
+    "messages",
+    "prompt",
+    "input",
+    "max_tokens",
+    "max_completion_tokens",
+    "max_output_tokens",
+    "n",
+    "tools",
+    "tool_choice",
+    "temperature",
+    "stream",
+    "stop",
+    "response_format",
+    "logprobs",
+]
 # A request with most fields right and a few wrong: it gets past the first checks to the deeper ones.
 HOSTILE_BODIES = st.fixed_dictionaries(
     {"model": st.sampled_from([MODEL, "", "nope", 7])},
@@ -125,14 +159,17 @@ def test_generated_requests_never_get_a_5xx_or_plain_text(client: httpx.Client, 
 def prompt_tokens(client: httpx.Client, api: str, content: str) -> int:
     """The prompt tokens a one-message request of `content` costs on `api`, as its usage says."""
     if api == "chat":
-        usage = client.post("/chat/completions", json={"model": MODEL, "messages": [{"role": "user",
-                            "content": content}], "max_tokens": 8}).json()["usage"]  # fmt: skip
+        usage = client.post(
+            "/chat/completions",
+            json={"model": MODEL, "messages": [{"role": "user", "content": content}], "max_tokens": 8},
+        ).json()["usage"]
         return usage["prompt_tokens"]
     if api == "responses":
         reply = client.post("/responses", json={"model": MODEL, "input": content, "max_output_tokens": 8})
         return reply.json()["usage"]["input_tokens"]
-    reply = client.post("/messages", json={"model": MODEL, "max_tokens": 8, "messages": [{"role": "user",
-                        "content": content}]}).json()  # fmt: skip
+    reply = client.post(
+        "/messages", json={"model": MODEL, "max_tokens": 8, "messages": [{"role": "user", "content": content}]}
+    ).json()
     return reply["usage"]["input_tokens"] + reply["usage"]["cache_read_input_tokens"]
 
 
@@ -154,19 +191,37 @@ def answer(client: httpx.Client, api: str, name: str) -> tuple[list[str], str]:
     get_weather), and the text of its answer to the user."""
     if api == "chat":
         tools = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}}]
-        request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": tools,
-                   "max_tokens": hostile_answers.MAX_TOKENS, **hostile_answers.answered_with(name)}  # fmt: skip
+        request = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": "hi"}],
+            "tools": tools,
+            "max_tokens": hostile_answers.MAX_TOKENS,
+            **hostile_answers.answered_with(name),
+        }
         message = client.post("/chat/completions", json=request).json()["choices"][0]["message"]
         return (["function_call"] if message.get("tool_calls") else []), message["content"]
     if api == "responses":
         tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER}]
-        reply = client.post("/responses", json={"model": MODEL, "input": "hi", "tools": tools,
-                            "max_output_tokens": hostile_answers.MAX_TOKENS, **hostile_answers.answered_with(name)}).json()  # fmt: skip
+        reply = client.post(
+            "/responses",
+            json={
+                "model": MODEL,
+                "input": "hi",
+                "tools": tools,
+                "max_output_tokens": hostile_answers.MAX_TOKENS,
+                **hostile_answers.answered_with(name),
+            },
+        ).json()
         texts = [part["text"] for item in reply["output"] if item["type"] == "message" for part in item["content"]]
         return [item["type"] for item in reply["output"]], "".join(texts)
     tools = [{"name": "get_weather", "input_schema": WEATHER}]
-    request = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "tools": tools,
-               "max_tokens": hostile_answers.MAX_TOKENS, **hostile_answers.answered_with(name)}  # fmt: skip
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "hi"}],
+        "tools": tools,
+        "max_tokens": hostile_answers.MAX_TOKENS,
+        **hostile_answers.answered_with(name),
+    }
     reply = client.post("/messages", json=request).json()
     blocks = reply["content"]
     return [block["type"] for block in blocks], "".join(block["text"] for block in blocks if block["type"] == "text")
@@ -241,8 +296,14 @@ def test_an_upgrade_or_connect_gets_a_400(fast_graph: ServedGraph, head: bytes) 
 
 def two_choices(target: bytes) -> bytes:
     body = json.dumps({"model": MODEL, "messages": MESSAGES, "max_tokens": 4, "n": 2}).encode()
-    return (b"POST " + target + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)  # fmt: skip
+    return (
+        b"POST "
+        + target
+        + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
+    )
 
 
 @pytest.mark.parametrize("target", [b"http://x/v1/chat/completions", b"/v1/chat/completions#x", b"*"])
@@ -254,10 +315,18 @@ def test_a_target_not_in_origin_form_gets_a_400_not_an_answer(fast_graph: Served
 
 @pytest.mark.parametrize(
     ("method", "path"),
-    [("GET", "/busy_threshold"), ("POST", "/busy_threshold"), ("GET", "/openapi.json"), ("GET", "/docs"),
-     ("GET", "/metrics"), ("POST", "/v1/embeddings"), ("GET", "/v1/chat/completions"), ("DELETE", "/v1/models"),
-     ("POST", "/v1/chat/completions/")],
-)  # fmt: skip
+    [
+        ("GET", "/busy_threshold"),
+        ("POST", "/busy_threshold"),
+        ("GET", "/openapi.json"),
+        ("GET", "/docs"),
+        ("GET", "/metrics"),
+        ("POST", "/v1/embeddings"),
+        ("GET", "/v1/chat/completions"),
+        ("DELETE", "/v1/models"),
+        ("POST", "/v1/chat/completions/"),
+    ],
+)
 def test_only_the_endpoint_s_own_routes_are_served(fast_graph: ServedGraph, method: str, path: str) -> None:
     """Dynamo's admin and documentation routes and anything else the table does not name: the gateway's 404."""
     url = fast_graph.endpoint.removesuffix("/v1") + path
@@ -269,8 +338,11 @@ def test_only_the_endpoint_s_own_routes_are_served(fast_graph: ServedGraph, meth
 def test_dynamo_s_admin_route_is_off_in_the_frontend_itself(fast_graph: ServedGraph) -> None:
     """Even past the gateway: nobody on the host can mark every worker busy."""
     frontend = next(p for p in fast_graph.state()["processes"] if p["name"] == "frontend")["ports"][0]
-    reply = httpx.post(f"http://127.0.0.1:{frontend}/busy_threshold", json={"model": MODEL, "active_decode_blocks_threshold": 0.0},
-                       timeout=30)  # fmt: skip
+    reply = httpx.post(
+        f"http://127.0.0.1:{frontend}/busy_threshold",
+        json={"model": MODEL, "active_decode_blocks_threshold": 0.0},
+        timeout=30,
+    )
     assert reply.status_code == 404, reply.text
 
 

@@ -83,8 +83,15 @@ def test_a_client_on_another_host_needs_a_key_and_slow_or_idle_connections_are_c
     keys = tmp_path / "api-keys"
     keys.write_text(f"alice {KEY}\n")
     prometheus, launcher = free_ports(2)
-    limits = {"header_timeout_s": 2, "body_timeout_s": 2, "keep_alive_timeout_s": 3, "write_timeout_s": 2,
-              "max_connections": 8, "max_body_mib": 1, "max_buffered_mib": 1}  # fmt: skip
+    limits = {
+        "header_timeout_s": 2,
+        "body_timeout_s": 2,
+        "keep_alive_timeout_s": 3,
+        "write_timeout_s": 2,
+        "max_connections": 8,
+        "max_body_mib": 1,
+        "max_buffered_mib": 1,
+    }
     with Nodes(["server", "client"]) as nodes:
         address = nodes.addresses["server"]
         gateway = {"auth": {"keys_file": str(keys)}, "limits": limits, "max_in_flight": 1}
@@ -94,20 +101,32 @@ def test_a_client_on_another_host_needs_a_key_and_slow_or_idle_connections_are_c
             spec["frontend"]["port"],
             f"http://127.0.0.1:{spec['observability']['gateway_port']}/metrics",
         )
-        argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(graph), "--run-dir", str(tmp_path / "run"),
-                *FAST_MOCKER]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "dynamo_oss.cli",
+            "serve",
+            str(graph),
+            "--run-dir",
+            str(tmp_path / "run"),
+            *FAST_MOCKER,
+        ]
         server = nodes.start("server", argv, tmp_path / "serve.out")
         try:
-            wait_for(lambda: "ready in" in (tmp_path / "serve.out").read_text() or server.poll() is not None, 120,
-                     "the graph to serve")  # fmt: skip
+            wait_for(
+                lambda: "ready in" in (tmp_path / "serve.out").read_text() or server.poll() is not None,
+                120,
+                "the graph to serve",
+            )
             assert server.poll() is None, (tmp_path / "serve.out").read_text()
             probe = [sys.executable, str(Path(__file__).with_name("edge_probe.py")), address, str(port), KEY]
             result = subprocess.run(nodes.command("client", probe), capture_output=True, text=True, timeout=120)
             assert result.returncode == 0, result.stderr
             seen = json.loads(result.stdout)
             read = f"import urllib.request; print(urllib.request.urlopen({metrics_url!r}).read().decode())"
-            metrics = subprocess.run(nodes.command("server", [sys.executable, "-c", read]), capture_output=True,
-                                     text=True, timeout=30).stdout  # fmt: skip
+            metrics = subprocess.run(
+                nodes.command("server", [sys.executable, "-c", read]), capture_output=True, text=True, timeout=30
+            ).stdout
         finally:
             server.terminate()
             server.wait(60)
@@ -126,8 +145,9 @@ def test_a_client_on_another_host_needs_a_key_and_slow_or_idle_connections_are_c
     assert seen["past the cap"][0] == "" and seen["after the cap"] == 200, seen
     log = (tmp_path / "run" / "logs" / "gateway.log").read_text()
     assert "client connections open, the most gateway.limits.max_connections allows" in log
-    assert KEY not in log and all(KEY not in path.read_text(errors="replace")
-                                  for path in (tmp_path / "run" / "logs").iterdir())  # fmt: skip
+    assert KEY not in log and all(
+        KEY not in path.read_text(errors="replace") for path in (tmp_path / "run" / "logs").iterdir()
+    )
     assert re.search(r'dynamo_oss_gateway_requests_total\{api="chat",key="alice",status="200"\} [1-9]', metrics)
     assert 'dynamo_oss_gateway_tokens_total{key="alice",kind="output"}' in metrics, metrics
     assert 'key="refused",status="401"' in metrics, metrics

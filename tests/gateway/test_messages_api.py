@@ -27,8 +27,11 @@ from tests.support.npm_clients import npm_client, run_in_own_group
 from tests.support.served import ServedGraph
 
 MODEL = "openai/gpt-oss-20b"
-WEATHER = {"name": "get_weather", "description": "Current weather for a city.",
-           "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 EVENT = TypeAdapter(RawMessageStreamEvent)
 CLAUDE_CODE = Path(__file__).resolve().parent / "clients" / "claude-code"  # its package.json and lock file
 CLIENT_TIMEOUT_S = 120
@@ -62,8 +65,9 @@ def test_a_message_has_thinking_then_text_and_parses_into_the_sdk_s_model_withou
     assert reply.status_code == 200, reply.text
     raw = reply.json()
     lossless(Message.model_validate(raw), raw)
-    message = client.messages.create(model=MODEL, max_tokens=400, system="Be brief.",
-                                     messages=[{"role": "user", "content": "Say hello."}])  # fmt: skip
+    message = client.messages.create(
+        model=MODEL, max_tokens=400, system="Be brief.", messages=[{"role": "user", "content": "Say hello."}]
+    )
     thinking, text = message.content
     assert thinking.type == "thinking" and thinking.thinking and thinking.signature
     assert text.type == "text" and text.text and message.stop_reason == "end_turn"
@@ -76,8 +80,9 @@ def test_a_stream_has_anthropic_s_events_in_order_and_the_stream_helper_accumula
     keyed_graph: ServedGraph, client: anthropic.Anthropic
 ) -> None:
     body = {"model": MODEL, "max_tokens": 400, "stream": True, "messages": [{"role": "user", "content": "Hi."}]}
-    with httpx.stream("POST", f"{keyed_graph.endpoint}/messages", json=body, headers={"x-api-key": KEYS["alice"]},
-                      timeout=60) as reply:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{keyed_graph.endpoint}/messages", json=body, headers={"x-api-key": KEYS["alice"]}, timeout=60
+    ) as reply:
         assert reply.status_code == 200 and reply.headers["content-type"].startswith("text/event-stream")
         lines = list(reply.iter_lines())
     names = [line[7:] for line in lines if line.startswith("event: ")]
@@ -116,20 +121,30 @@ def test_a_tool_loop_runs_with_its_thinking_handed_back_and_an_altered_one_is_re
     assert second.stop_reason == "end_turn" and second.content[-1].type == "text" and second.content[-1].text
     altered = {"type": "thinking", "thinking": thinking.thinking + " (edited)", "signature": thinking.signature}
     with pytest.raises(anthropic.BadRequestError) as refused:
-        client.messages.create(model=MODEL, max_tokens=400, tools=[WEATHER],
-                               messages=[ask, {"role": "assistant", "content": [altered, call]}, result])  # fmt: skip
+        client.messages.create(
+            model=MODEL,
+            max_tokens=400,
+            tools=[WEATHER],
+            messages=[ask, {"role": "assistant", "content": [altered, call]}, result],
+        )
     error = refused.value.body["error"]  # type: ignore[index]
     assert error["type"] == "invalid_request_error" and error["message"].startswith("messages.1.content.0.signature")
 
 
 def test_tool_choice_forces_a_named_tool_or_none(client: anthropic.Anthropic) -> None:
     ask = [{"role": "user", "content": "What should I wear today?"}]
-    forced = client.messages.create(model=MODEL, max_tokens=400, messages=ask, tools=[WEATHER],
-                                    tool_choice={"type": "tool", "name": "get_weather"})  # fmt: skip
+    forced = client.messages.create(
+        model=MODEL, max_tokens=400, messages=ask, tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"}
+    )
     assert forced.stop_reason == "tool_use" and forced.content[-1].name == "get_weather"
     assert isinstance(forced.content[-1].input["city"], str)
-    refused = client.messages.create(model=MODEL, max_tokens=400, tools=[WEATHER], tool_choice={"type": "none"},
-                                     messages=[{"role": "user", "content": "Use get_weather for Paris."}])  # fmt: skip
+    refused = client.messages.create(
+        model=MODEL,
+        max_tokens=400,
+        tools=[WEATHER],
+        tool_choice={"type": "none"},
+        messages=[{"role": "user", "content": "Use get_weather for Paris."}],
+    )
     assert refused.stop_reason == "end_turn" and all(block.type != "tool_use" for block in refused.content)
 
 
@@ -147,8 +162,11 @@ def test_a_stop_sequence_ends_the_answer_where_it_appears(
 def frontend_requests(keyed_graph: ServedGraph) -> float:
     port = next(p for p in keyed_graph.state()["processes"] if p["name"] == "frontend")["ports"][0]
     metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-               if line.startswith("dynamo_frontend_requests_total"))  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("dynamo_frontend_requests_total")
+    )
 
 
 HI = [{"role": "user", "content": "hi"}]
@@ -159,19 +177,35 @@ HI = [{"role": "user", "content": "hi"}]
     [
         ({"messages": HI, "max_tokens": 10, "frequency_penalty": 1}, "frequency_penalty: Extra inputs"),
         ({"messages": HI}, "max_tokens: Field required"),
-        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}],
-          "max_tokens": 10}, "messages.0.content.0.type: 'image'"),
-        ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x"}]}],
-          "max_tokens": 10}, "messages.0.content.0.tool_use_id"),
-        ({"messages": [{"role": "user", "content": [{"type": "texte", "text": "hi"}]}], "max_tokens": 10},
-         "messages.0.content.0"),
+        (
+            {
+                "messages": [{"role": "user", "content": [{"type": "image", "source": {"type": "url", "url": "u"}}]}],
+                "max_tokens": 10,
+            },
+            "messages.0.content.0.type: 'image'",
+        ),
+        (
+            {
+                "messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_x"}]}],
+                "max_tokens": 10,
+            },
+            "messages.0.content.0.tool_use_id",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "texte", "text": "hi"}]}], "max_tokens": 10},
+            "messages.0.content.0",
+        ),
         ({"messages": [*HI, {"role": "assistant", "content": "Sure"}], "max_tokens": 10}, "messages.1: "),
-        ({"messages": HI, "max_tokens": 10, "tools": [{**WEATHER, "input_schema": {"type": "string"}}]},
-         "tools.0.input_schema"),
-        ({"messages": HI, "max_tokens": 10, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
-         "tool_choice.name"),
+        (
+            {"messages": HI, "max_tokens": 10, "tools": [{**WEATHER, "input_schema": {"type": "string"}}]},
+            "tools.0.input_schema",
+        ),
+        (
+            {"messages": HI, "max_tokens": 10, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
+            "tool_choice.name",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_request_anthropic_would_refuse_is_a_400_in_anthropic_s_shape_and_reaches_no_worker(
     keyed_graph: ServedGraph, body: dict, named: str
 ) -> None:
@@ -204,8 +238,9 @@ LONG = " ".join(f"ledger entry {i} reconciled" for i in range(300))  # about 1,5
 
 def cached_chat(keyed_graph: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
     body = {"model": MODEL, "messages": [{"role": "user", "content": prompt}], "max_tokens": 4}
-    usage = httpx.post(f"{keyed_graph.endpoint}/chat/completions", json=body, timeout=60,
-                       headers={"Authorization": f"Bearer {key}"}).json()["usage"]  # fmt: skip
+    usage = httpx.post(
+        f"{keyed_graph.endpoint}/chat/completions", json=body, timeout=60, headers={"Authorization": f"Bearer {key}"}
+    ).json()["usage"]
     return usage["prompt_tokens"], usage["prompt_tokens_details"]["cached_tokens"]
 
 
@@ -216,8 +251,9 @@ def cached_responses(keyed_graph: ServedGraph, key: str, prompt: str) -> tuple[i
 
 
 def cached_messages(keyed_graph: ServedGraph, key: str, prompt: str) -> tuple[int, int]:
-    usage = post(keyed_graph, {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]},
-                 key).json()["usage"]  # fmt: skip
+    usage = post(
+        keyed_graph, {"model": MODEL, "max_tokens": 4, "messages": [{"role": "user", "content": prompt}]}, key
+    ).json()["usage"]
     return usage["input_tokens"] + usage["cache_read_input_tokens"], usage["cache_read_input_tokens"]
 
 
@@ -251,8 +287,12 @@ def test_whoever_reaches_dynamo_s_frontend_directly_cannot_aim_at_a_tenant_s_cac
 
     def cached(salt: bytes | None) -> int:
         headers = {"x-tenant-id": salt.decode()} if salt is not None else {}
-        reply = httpx.post(f"http://127.0.0.1:{frontend}/v1/completions", headers=headers, timeout=60,
-                           json={"model": MODEL, "prompt": ids, "max_tokens": 4})  # fmt: skip
+        reply = httpx.post(
+            f"http://127.0.0.1:{frontend}/v1/completions",
+            headers=headers,
+            timeout=60,
+            json={"model": MODEL, "prompt": ids, "max_tokens": 4},
+        )
         return reply.json()["usage"]["prompt_tokens_details"]["cached_tokens"]
 
     assert cached(b"alice") == 0 and cached(None) == 0
@@ -274,19 +314,41 @@ def test_claude_code_runs_the_named_tool_and_answers_its_result(
     home, work = tmp_path / "home", tmp_path / "work"
     home.mkdir()
     work.mkdir()
-    env = {**os.environ, "HOME": str(home), "ANTHROPIC_BASE_URL": base_url(keyed_graph), "ANTHROPIC_API_KEY": KEYS["alice"],
-           "ANTHROPIC_MODEL": MODEL, "ANTHROPIC_SMALL_FAST_MODEL": MODEL, "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
-           "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1"}  # fmt: skip
-    command = [str(claude), "-p", "Use Glob to find python files.", "--allowedTools", "Glob",
-               "--output-format", "stream-json", "--verbose"]  # fmt: skip
+    env = {
+        **os.environ,
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": base_url(keyed_graph),
+        "ANTHROPIC_API_KEY": KEYS["alice"],
+        "ANTHROPIC_MODEL": MODEL,
+        "ANTHROPIC_SMALL_FAST_MODEL": MODEL,
+        "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL,
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+    }
+    command = [
+        str(claude),
+        "-p",
+        "Use Glob to find python files.",
+        "--allowedTools",
+        "Glob",
+        "--output-format",
+        "stream-json",
+        "--verbose",
+    ]
     logged = len(keyed_graph.log_of("gateway"))
     status, stdout, stderr = run_in_own_group(command, CLIENT_TIMEOUT_S, cwd=work, env=env)
     gateway_log = keyed_graph.log_of("gateway")[logged:]  # what the gateway logged during Claude Code's run
     report = f"claude exited with {status}\n--- stdout:\n{stdout[-4000:]}\n--- stderr:\n{stderr[-3000:]}"
     assert status == 0, report
     events = [json.loads(line) for line in stdout.splitlines() if line.strip()]
-    blocks = [(event["type"], block) for event in events if event.get("type") in ("assistant", "user")
-              for block in event["message"]["content"] if isinstance(block, dict)]  # fmt: skip
+    blocks = [
+        (event["type"], block)
+        for event in events
+        if event.get("type") in ("assistant", "user")
+        for block in event["message"]["content"]
+        if isinstance(block, dict)
+    ]
     calls = [block for kind, block in blocks if kind == "assistant" and block["type"] == "tool_use"]
     results = [block for kind, block in blocks if kind == "user" and block["type"] == "tool_result"]
     assert calls and calls[0]["name"] == "Glob" and results and results[0]["tool_use_id"] == calls[0]["id"], report

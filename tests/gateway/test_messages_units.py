@@ -38,8 +38,10 @@ TODAY = datetime.date(2026, 11, 25)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 EVENT = TypeAdapter(RawMessageStreamEvent)
 ANSWER = "<|channel|>analysis<|message|>Think <b>.<|end|><|start|>assistant<|channel|>final<|message|>Hello, world.<|return|>"
-CALL = ('<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions.'
-        'get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>')  # fmt: skip
+CALL = (
+    "<|channel|>analysis<|message|>Need weather.<|end|><|start|>assistant<|channel|>commentary to=functions."
+    'get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
+)
 
 
 def messages_request(**fields: object) -> MessagesRequest:
@@ -54,27 +56,49 @@ def test_a_conversation_renders_as_the_same_conversation_sent_to_the_responses_a
         tools=[{"name": "get_weather", "input_schema": CITY}, {"type": "web_search_20250305", "name": "web_search"}],
         messages=[
             {"role": "user", "content": "Weather in Paris?"},
-            {"role": "assistant", "content": [
-                {"type": "thinking", "thinking": "I should call it.", "signature": signature},
-                {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}}]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "toolu_1", "is_error": True,
-                 "content": [{"type": "text", "text": "timeout"}]},
-                {"type": "text", "text": "Try again."}]},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "I should call it.", "signature": signature},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {"city": "Paris"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "is_error": True,
+                        "content": [{"type": "text", "text": "timeout"}],
+                    },
+                    {"type": "text", "text": "Try again."},
+                ],
+            },
         ],
-    )  # fmt: skip
+    )
     mapped = conversation(request, SEAL).request
-    same = ResponsesRequest.model_validate({
-        "model": "m", "instructions": "Be brief.\n\nUse metric units.", "reasoning": {"effort": "medium"},
-        "max_output_tokens": 100, "tools": [{"type": "function", "name": "get_weather", "parameters": CITY}],
-        "input": [
-            {"role": "user", "content": "Weather in Paris?"},
-            {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "I should call it."}]},
-            {"type": "function_call", "call_id": "toolu_1", "name": "get_weather", "arguments": '{"city": "Paris"}'},
-            {"type": "function_call_output", "call_id": "toolu_1", "output": "Error: timeout"},
-            {"role": "user", "content": "Try again."},
-        ],
-    })  # fmt: skip
+    same = ResponsesRequest.model_validate(
+        {
+            "model": "m",
+            "instructions": "Be brief.\n\nUse metric units.",
+            "reasoning": {"effort": "medium"},
+            "max_output_tokens": 100,
+            "tools": [{"type": "function", "name": "get_weather", "parameters": CITY}],
+            "input": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"type": "reasoning", "content": [{"type": "reasoning_text", "text": "I should call it."}]},
+                {
+                    "type": "function_call",
+                    "call_id": "toolu_1",
+                    "name": "get_weather",
+                    "arguments": '{"city": "Paris"}',
+                },
+                {"type": "function_call_output", "call_id": "toolu_1", "output": "Error: timeout"},
+                {"role": "user", "content": "Try again."},
+            ],
+        }
+    )
     assert render_request(mapped, SEAL, TODAY).token_ids == render_request(same, SEAL, TODAY).token_ids
     assert list(render_request(mapped, SEAL, TODAY).tools) == [
         "functions.get_weather"
@@ -93,20 +117,28 @@ def test_a_conversation_renders_as_the_same_conversation_sent_to_the_responses_a
 def test_thinking_and_effort_set_the_reasoning_effort_and_tool_choice_maps_onto_responses_own(
     fields: dict, effort: str, choice: str
 ) -> None:
-    request = messages_request(messages=[{"role": "user", "content": "hi"}],
-                               tools=[{"name": "get_weather", "input_schema": CITY}], **fields)  # fmt: skip
+    request = messages_request(
+        messages=[{"role": "user", "content": "hi"}], tools=[{"name": "get_weather", "input_schema": CITY}], **fields
+    )
     mapped = conversation(request, SEAL).request
     assert mapped.reasoning is not None and mapped.reasoning.effort == effort and mapped.tool_choice == choice
-    named = messages_request(messages=[{"role": "user", "content": "hi"}], tool_choice={"type": "tool", "name": "f"},
-                             tools=[{"name": "f", "input_schema": CITY}])  # fmt: skip
+    named = messages_request(
+        messages=[{"role": "user", "content": "hi"}],
+        tool_choice={"type": "tool", "name": "f"},
+        tools=[{"name": "f", "input_schema": CITY}],
+    )
     assert conversation(named, SEAL).request.tool_choice.name == "f"  # type: ignore[union-attr]
 
 
 def test_thinking_handed_back_opens_only_with_this_deployment_s_signature_unaltered() -> None:
     def handed_back(block: dict) -> MessagesRequest:
-        return messages_request(messages=[
-            {"role": "user", "content": "hi"}, {"role": "assistant", "content": [block, {"type": "text", "text": "ok"}]},
-            {"role": "user", "content": "more"}])  # fmt: skip
+        return messages_request(
+            messages=[
+                {"role": "user", "content": "hi"},
+                {"role": "assistant", "content": [block, {"type": "text", "text": "ok"}]},
+                {"role": "user", "content": "more"},
+            ]
+        )
 
     sealed = SEAL.seal("secret thought")
     for block in (
@@ -202,12 +234,17 @@ def test_thinking_can_be_omitted_or_turned_off() -> None:
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ({"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "top_n": 1}, "top_n: Extra inputs"),
-        ({"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}], "max_tokens": 1},
-         "messages.0.content.0.text: Field required"),
+        (
+            {"model": "m", "max_tokens": 1, "messages": [{"role": "user", "content": "x"}], "top_n": 1},
+            "top_n: Extra inputs",
+        ),
+        (
+            {"model": "m", "messages": [{"role": "user", "content": [{"type": "text"}]}], "max_tokens": 1},
+            "messages.0.content.0.text: Field required",
+        ),
         ({"model": "m", "max_tokens": 1, "messages": [{"role": "tool", "content": "x"}]}, "messages.0.role: Input"),
     ],
-)  # fmt: skip
+)
 def test_a_typed_complaint_names_the_field_as_anthropic_does(body: dict, message: str) -> None:
     with pytest.raises(ValidationError) as err:
         MessagesRequest.model_validate(body)
@@ -220,7 +257,9 @@ def test_errors_on_anthropic_s_paths_are_written_in_its_shape() -> None:
         assert gateway.error_shape(path) is from_openai
     assert gateway.error_shape(b"/v1/chat/completions") is None and gateway.error_shape(b"/v1/messagesx") is None
     assert from_openai(429, openai_error(429, "slow down")) == {
-        "type": "error", "error": {"type": "rate_limit_error", "message": "slow down"}}  # fmt: skip
+        "type": "error",
+        "error": {"type": "rate_limit_error", "message": "slow down"},
+    }
     assert from_openai(503, openai_error(503, "busy"))["error"]["type"] == "overloaded_error"
 
 
@@ -243,8 +282,10 @@ def test_the_cache_salt_is_the_tenant_s_under_the_graph_s_key_and_a_client_s_own
     team = tenants.caller("bob", "team-1")
     headers = [(b"content-type", b"application/json"), (b"X-Tenant-Id", b"someone-else")]
     salt = tenants.salt("team-1")
-    assert tenants.salted(headers, team) == [(b"content-type", b"application/json"),
-                                              (b"x-tenant-id", salt + b"/someone-else")]  # fmt: skip
+    assert tenants.salted(headers, team) == [
+        (b"content-type", b"application/json"),
+        (b"x-tenant-id", salt + b"/someone-else"),
+    ]
     # No one who reaches Dynamo's frontend can name a tenant's salt: not its name, and another graph's key salts apart.
     assert salt not in (b"team-1", Tenants(GraphKey(b"h" * 32), isolated=True).salt("team-1"))
     assert len(salt) == 32 and tenants.salt("alice") != salt

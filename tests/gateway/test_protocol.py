@@ -59,8 +59,10 @@ def read_response(stream) -> tuple[int, bytes]:  # noqa: ANN001 - a socket file
 
 def head(port: int, extra: str = "", length: int | None = len(BODY)) -> bytes:
     framing = f"content-length: {length}\r\n" if length is not None else "transfer-encoding: chunked\r\n"
-    return (f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
-            f"{framing}{extra}\r\n").encode()  # fmt: skip
+    return (
+        f"POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\ncontent-type: application/json\r\n"
+        f"{framing}{extra}\r\n"
+    ).encode()
 
 
 def test_expect_100_continue_is_answered(served) -> None:
@@ -118,8 +120,11 @@ def test_a_client_leaving_mid_stream_cancels_its_request_and_harms_nothing(serve
 
         wait_for(idle, 30, "the frontend to drop the abandoned request")
         for _ in range(3):
-            done = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", content=BODY,
-                               headers={"content-type": "application/json"})  # fmt: skip
+            done = client.post(
+                f"http://127.0.0.1:{port}/v1/chat/completions",
+                content=BODY,
+                headers={"content-type": "application/json"},
+            )
             assert done.status_code == 200
     assert graph.process.poll() is None
 
@@ -131,8 +136,17 @@ def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(ser
     _, _, dynamo_port = served
     (port,) = free_ports(1)
     log = tmp_path / "gateway.log"
-    command = [sys.executable, "-m", "dynamo_oss.gateway", "--port", str(port),
-               "--upstream", f"http://127.0.0.1:{dynamo_port}", "--model", "gpt-oss-20b"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "dynamo_oss.gateway",
+        "--port",
+        str(port),
+        "--upstream",
+        f"http://127.0.0.1:{dynamo_port}",
+        "--model",
+        "gpt-oss-20b",
+    ]
     with log.open("wb") as output:
         gateway = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:

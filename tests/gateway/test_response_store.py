@@ -37,8 +37,12 @@ from tests.support.waiting import alive, wait_for
 
 MODEL = "openai/gpt-oss-20b"
 BUCKET = "responses-test-graph"  # commands.responses_bucket of write_graph's graph
-WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
 ITEM = TypeAdapter(ResponseItem)
 
 
@@ -70,11 +74,15 @@ def test_a_stored_response_is_read_listed_and_deleted_by_its_own_key_only(served
     assert [item.id for item in alice.responses.input_items.list(created.id, order="asc")] == [
         item.id for item in reversed(items.data)
     ]
-    for raw_item in httpx.get(f"{served.endpoint}/responses/{created.id}/input_items",
-                              headers={"Authorization": f"Bearer {KEYS['alice']}"}).json()["data"]:  # fmt: skip
+    for raw_item in httpx.get(
+        f"{served.endpoint}/responses/{created.id}/input_items", headers={"Authorization": f"Bearer {KEYS['alice']}"}
+    ).json()["data"]:
         assert ITEM.validate_python(raw_item).model_dump(exclude_unset=True) == raw_item
-    for refused in (lambda: bob.responses.retrieve(created.id), lambda: bob.responses.delete(created.id),
-                    lambda: bob.responses.input_items.list(created.id)):  # fmt: skip
+    for refused in (
+        lambda: bob.responses.retrieve(created.id),
+        lambda: bob.responses.delete(created.id),
+        lambda: bob.responses.input_items.list(created.id),
+    ):
         with pytest.raises(openai.NotFoundError) as error:
             refused()
         assert created.id in error.value.message
@@ -100,10 +108,19 @@ def test_continuations_carry_the_conversation_and_its_tool_calls_and_find_its_pr
     assert second.previous_response_id == first.id and second.output[-1].type == "message"
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens - 2
     assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens // 2
-    with httpx.stream("POST", f"{served.endpoint}/responses", timeout=60,
-                      headers={"Authorization": f"Bearer {KEYS['alice']}"},
-                      json={"model": MODEL, "input": "And tomorrow?", "tools": [WEATHER], "stream": True,
-                            "previous_response_id": second.id}) as reply:  # fmt: skip
+    with httpx.stream(
+        "POST",
+        f"{served.endpoint}/responses",
+        timeout=60,
+        headers={"Authorization": f"Bearer {KEYS['alice']}"},
+        json={
+            "model": MODEL,
+            "input": "And tomorrow?",
+            "tools": [WEATHER],
+            "stream": True,
+            "previous_response_id": second.id,
+        },
+    ) as reply:
         events = [json.loads(line[6:]) for line in reply.iter_lines() if line.startswith("data: ")]
     final = events[-1]["response"]
     assert events[-1]["type"] == "response.completed" and final["previous_response_id"] == second.id
@@ -116,12 +133,21 @@ def test_bad_previous_response_ids_are_404s_that_name_them_and_reach_no_worker(s
     alice, bob = client(served, "alice"), client(served, "bob")
     owned = alice.responses.create(model=MODEL, input="Say hello.")
     expired = f"resp_{'e' * 32}"
-    stale = StoredResponse(id=expired, owner="alice", created_at=time.time() - RETENTION_S - 60, input=[],
-                           response={**owned.model_dump(mode="json"), "id": expired})  # fmt: skip
+    stale = StoredResponse(
+        id=expired,
+        owner="alice",
+        created_at=time.time() - RETENTION_S - 60,
+        input=[],
+        response={**owned.model_dump(mode="json"), "id": expired},
+    )
     asyncio.run(_put(nats_url(served), stale))
     before = served.frontend_requests()
-    for who, response_id, code in ((alice, "resp_unknown", "response_not_found"), (alice, "not-an-id", None),
-                                   (bob, owned.id, "response_not_found"), (alice, expired, "response_expired")):  # fmt: skip
+    for who, response_id, code in (
+        (alice, "resp_unknown", "response_not_found"),
+        (alice, "not-an-id", None),
+        (bob, owned.id, "response_not_found"),
+        (alice, expired, "response_expired"),
+    ):
         with pytest.raises(openai.NotFoundError) as error:
             who.responses.create(model=MODEL, input="Go on.", previous_response_id=response_id)
         body = error.value.body
@@ -169,20 +195,28 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
     seal, today, tokens = sealed_with(b"k"), datetime.date(2026, 11, 25), encoding()
     record, prompts, outputs = None, [], []
     for turn in range(3):
-        request = ResponsesRequest(model=MODEL, input=f"Question {turn}?", instructions="Be brief.", tools=[WEATHER],
-                                   previous_response_id=record.id if record else None)  # fmt: skip
+        request = ResponsesRequest(
+            model=MODEL,
+            input=f"Question {turn}?",
+            instructions="Be brief.",
+            tools=[WEATHER],
+            previous_response_id=record.id if record else None,
+        )
         inherited, own = (record.conversation() if record else []), input_items(request)
         prompt = render_request(
             request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}), seal, today
         )
-        completion = (f"<|channel|>analysis<|message|>Thinking about {turn}.<|end|><|start|>assistant"
-                      f"<|channel|>final<|message|>Answer {turn}.<|return|>")  # fmt: skip
+        completion = (
+            f"<|channel|>analysis<|message|>Thinking about {turn}.<|end|><|start|>assistant"
+            f"<|channel|>final<|message|>Answer {turn}.<|return|>"
+        )
         builder = ResponseBuilder(request, prompt, seal, streaming=False)
         builder.feed(harmony_ids(completion))
         builder.finish("stop", {"prompt_tokens": len(prompt.token_ids), "completion_tokens": 1})
         assert builder.final is not None
-        record = StoredResponse(id=builder.id, owner=None, created_at=0, inherited=inherited, input=own,
-                                response=builder.final)  # fmt: skip
+        record = StoredResponse(
+            id=builder.id, owner=None, created_at=0, inherited=inherited, input=own, response=builder.final
+        )
         prompts.append(prompt.token_ids)
         outputs.append(tokens.encode(completion, allowed_special="all"))
     assert prompts[1][: len(prompts[0])] == prompts[0]
@@ -215,8 +249,11 @@ def test_a_continuation_is_served_by_a_second_gateway_and_by_the_first_after_its
             model=MODEL, input="Which word?", previous_response_id=first.id
         )
         assert on_second.previous_response_id == first.id and on_second.usage.input_tokens_details.cached_tokens > 0
-        wait_for(lambda: served.pid_of("gateway") not in (None, pid) and _answers(served.endpoint), 60,
-                 "the graph's gateway to be restarted")  # fmt: skip
+        wait_for(
+            lambda: served.pid_of("gateway") not in (None, pid) and _answers(served.endpoint),
+            60,
+            "the graph's gateway to be restarted",
+        )
         on_first = alice.responses.create(model=MODEL, input="Spell it.", previous_response_id=on_second.id)
         assert on_first.previous_response_id == on_second.id and on_first.status == "completed"
         assert alice.responses.retrieve(on_second.id).id == on_second.id

@@ -20,10 +20,16 @@ from tests.support.served import ServedGraph
 MODEL = "openai/gpt-oss-20b"
 ASK = [{"role": "user", "content": "Use get_weather for Paris."}]  # the mocker's auto choice would call it
 WEATHER = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
-TIME = {"type": "object", "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}}, "required": ["zone"],
-        "additionalProperties": False}  # fmt: skip
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
-         {"type": "function", "function": {"name": "get_time", "parameters": TIME}}]  # fmt: skip
+TIME = {
+    "type": "object",
+    "properties": {"zone": {"type": "string", "enum": ["UTC", "CET"]}},
+    "required": ["zone"],
+    "additionalProperties": False,
+}
+TOOLS = [
+    {"type": "function", "function": {"name": "get_weather", "parameters": WEATHER}},
+    {"type": "function", "function": {"name": "get_time", "parameters": TIME}},
+]
 SCHEMAS = {"get_weather": WEATHER, "get_time": TIME}
 NAMED = {"type": "function", "function": {"name": "get_time"}}
 

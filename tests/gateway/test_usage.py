@@ -60,14 +60,21 @@ def openai_client(graph: ServedGraph) -> openai.OpenAI:
 def chat(graph: ServedGraph, prompt: str, stream: bool) -> Usage:
     client, messages = openai_client(graph), [{"role": "user", "content": prompt}]
     if stream:
-        chunks = list(client.chat.completions.create(model=MODEL, messages=messages, max_tokens=200, stream=True,
-                                                     stream_options={"include_usage": True}))  # fmt: skip
+        chunks = list(
+            client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=200, stream=True, stream_options={"include_usage": True}
+            )
+        )
         usage = chunks[-1].usage
     else:
         usage = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=200).usage
     assert usage is not None and usage.prompt_tokens_details is not None and usage.completion_tokens_details is not None
-    return Usage(usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0, usage.completion_tokens,
-                 usage.completion_tokens_details.reasoning_tokens or 0)  # fmt: skip
+    return Usage(
+        usage.prompt_tokens,
+        usage.prompt_tokens_details.cached_tokens or 0,
+        usage.completion_tokens,
+        usage.completion_tokens_details.reasoning_tokens or 0,
+    )
 
 
 def harmony_prompt(text: str) -> str:
@@ -78,14 +85,25 @@ def harmony_prompt(text: str) -> str:
 def completions(graph: ServedGraph, prompt: str, stream: bool) -> Usage:
     client = openai_client(graph)
     if stream:
-        chunks = list(client.completions.create(model=MODEL, prompt=harmony_prompt(prompt), max_tokens=200,
-                                                stream=True, stream_options={"include_usage": True}))  # fmt: skip
+        chunks = list(
+            client.completions.create(
+                model=MODEL,
+                prompt=harmony_prompt(prompt),
+                max_tokens=200,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
         usage = chunks[-1].usage
     else:
         usage = client.completions.create(model=MODEL, prompt=harmony_prompt(prompt), max_tokens=200).usage
     assert usage is not None and usage.prompt_tokens_details is not None and usage.completion_tokens_details is not None
-    return Usage(usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0, usage.completion_tokens,
-                 usage.completion_tokens_details.reasoning_tokens or 0)  # fmt: skip
+    return Usage(
+        usage.prompt_tokens,
+        usage.prompt_tokens_details.cached_tokens or 0,
+        usage.completion_tokens,
+        usage.completion_tokens_details.reasoning_tokens or 0,
+    )
 
 
 def responses(graph: ServedGraph, prompt: str, stream: bool) -> Usage:
@@ -96,13 +114,18 @@ def responses(graph: ServedGraph, prompt: str, stream: bool) -> Usage:
     else:
         usage = client.responses.create(model=MODEL, input=prompt, max_output_tokens=200).usage
     assert usage is not None
-    return Usage(usage.input_tokens, usage.input_tokens_details.cached_tokens, usage.output_tokens,
-                 usage.output_tokens_details.reasoning_tokens)  # fmt: skip
+    return Usage(
+        usage.input_tokens,
+        usage.input_tokens_details.cached_tokens,
+        usage.output_tokens,
+        usage.output_tokens_details.reasoning_tokens,
+    )
 
 
 def messages(graph: ServedGraph, prompt: str, stream: bool) -> Usage:
-    client = anthropic.Anthropic(base_url=graph.endpoint.removesuffix("/v1"), api_key=KEYS[KEY], max_retries=0,
-                                 timeout=60)  # fmt: skip
+    client = anthropic.Anthropic(
+        base_url=graph.endpoint.removesuffix("/v1"), api_key=KEYS[KEY], max_retries=0, timeout=60
+    )
     asked: dict[str, Any] = {"model": MODEL, "max_tokens": 200, "messages": [{"role": "user", "content": prompt}]}
     if stream:
         with client.messages.stream(**asked) as events:
@@ -111,8 +134,12 @@ def messages(graph: ServedGraph, prompt: str, stream: bool) -> Usage:
         usage = client.messages.create(**asked).usage
     assert usage.cache_read_input_tokens is not None and usage.output_tokens_details is not None
     # Anthropic's input_tokens leave out the tokens read from the cache; the gateway's input counts them.
-    return Usage(usage.input_tokens + usage.cache_read_input_tokens, usage.cache_read_input_tokens,
-                 usage.output_tokens, usage.output_tokens_details.thinking_tokens)  # fmt: skip
+    return Usage(
+        usage.input_tokens + usage.cache_read_input_tokens,
+        usage.cache_read_input_tokens,
+        usage.output_tokens,
+        usage.output_tokens_details.thinking_tokens,
+    )
 
 
 Api = Callable[[ServedGraph, str, bool], Usage]
@@ -135,8 +162,9 @@ def test_each_api_reports_billable_usage_and_the_key_is_billed_exactly_that(
 
 
 def raw_stream(graph: ServedGraph, path: str, body: dict) -> bytes:
-    with httpx.stream("POST", f"{graph.endpoint}/{path}", json=body, timeout=60,
-                      headers={"Authorization": f"Bearer {KEYS[KEY]}"}) as reply:  # fmt: skip
+    with httpx.stream(
+        "POST", f"{graph.endpoint}/{path}", json=body, timeout=60, headers={"Authorization": f"Bearer {KEYS[KEY]}"}
+    ) as reply:
         assert reply.status_code == 200
         return b"".join(reply.iter_bytes())
 
@@ -152,10 +180,12 @@ def events_with_usage(stream: bytes) -> list[bytes]:
 
 @pytest.mark.parametrize(
     ("path", "body"),
-    [("chat/completions", {"messages": [{"role": "user", "content": f"chat without usage: {LONG}"}]}),
-     ("completions", {"prompt": harmony_prompt(f"completions without usage: {LONG}")})],
+    [
+        ("chat/completions", {"messages": [{"role": "user", "content": f"chat without usage: {LONG}"}]}),
+        ("completions", {"prompt": harmony_prompt(f"completions without usage: {LONG}")}),
+    ],
     ids=["chat", "completions"],
-)  # fmt: skip
+)
 def test_a_stream_that_asks_no_usage_carries_none_and_is_billed_all_the_same(
     keyed_graph: ServedGraph, path: str, body: dict
 ) -> None:
@@ -173,19 +203,28 @@ def test_a_stream_that_asks_no_usage_carries_none_and_is_billed_all_the_same(
     assert without_ids(plain) == without_ids(shown.replace(usage_chunk, b""))
     usage = openai.types.CompletionUsage.model_validate(json.loads(usage_chunk[6:])["usage"])
     assert usage.completion_tokens_details is not None and usage.prompt_tokens_details is not None
-    billed = Usage(usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0, usage.completion_tokens,
-                   usage.completion_tokens_details.reasoning_tokens or 0)  # fmt: skip
+    billed = Usage(
+        usage.prompt_tokens,
+        usage.prompt_tokens_details.cached_tokens or 0,
+        usage.completion_tokens,
+        usage.completion_tokens_details.reasoning_tokens or 0,
+    )
     assert_counted(keyed_graph, before, [billed, billed])
 
 
 @pytest.mark.parametrize(
     ("options", "sent", "hidden"),
-    [(None, {"include_usage": True}, True),
-     ({"include_usage": False, "continuous_usage_stats": True}, {"include_usage": True}, True),
-     ({"include_usage": True, "continuous_usage_stats": True}, {"include_usage": True, "continuous_usage_stats": True},
-      False),
-     ("usage please", "usage please", False)],
-)  # fmt: skip
+    [
+        (None, {"include_usage": True}, True),
+        ({"include_usage": False, "continuous_usage_stats": True}, {"include_usage": True}, True),
+        (
+            {"include_usage": True, "continuous_usage_stats": True},
+            {"include_usage": True, "continuous_usage_stats": True},
+            False,
+        ),
+        ("usage please", "usage please", False),
+    ],
+)
 def test_a_stream_asks_dynamo_for_its_usage_unless_it_did_or_its_options_are_not_options(
     options: object, sent: object, hidden: bool
 ) -> None:
@@ -194,20 +233,38 @@ def test_a_stream_asks_dynamo_for_its_usage_unless_it_did_or_its_options_are_not
     assert request["stream_options"] == sent
 
 
-HARMONY_PIECES = ["<|channel|>", "analysis", "<|message|>", "We", " need", " to", " think", ".", "<|end|>", "<|start|>",
-                  "assistant", "<|channel|>", "final", "<|message|>", "Hi", "<|return|>"]  # fmt: skip
+HARMONY_PIECES = [
+    "<|channel|>",
+    "analysis",
+    "<|message|>",
+    "We",
+    " need",
+    " to",
+    " think",
+    ".",
+    "<|end|>",
+    "<|start|>",
+    "assistant",
+    "<|channel|>",
+    "final",
+    "<|message|>",
+    "Hi",
+    "<|return|>",
+]
 
 
-@pytest.mark.parametrize(("pieces", "reasoning"), [(HARMONY_PIECES, 5), (["Once", " upon", " a", " time"], 0)],
-                         ids=["harmony", "plain text"])  # fmt: skip
+@pytest.mark.parametrize(
+    ("pieces", "reasoning"), [(HARMONY_PIECES, 5), (["Once", " upon", " a", " time"], 0)], ids=["harmony", "plain text"]
+)
 def test_a_completion_is_billed_its_analysis_channel_as_reasoning_streamed_or_not(
     pieces: list[str], reasoning: int
 ) -> None:
     """Read a byte at a time (a read may end anywhere) or whole: the same usage, whose reasoning is the
     analysis channel's tokens; the stream's other chunks pass as they came."""
     usage = {"prompt_tokens": 9, "completion_tokens": len(pieces), "prompt_tokens_details": {"cached_tokens": 8}}
-    chunks = b"".join(b'data: {"choices":[{"text":%b,"index":0}],"usage":null}\n\n' % json.dumps(p).encode()
-                      for p in pieces)  # fmt: skip
+    chunks = b"".join(
+        b'data: {"choices":[{"text":%b,"index":0}],"usage":null}\n\n' % json.dumps(p).encode() for p in pieces
+    )
     body = chunks + b'data: {"choices":[],"usage":' + json.dumps(usage).encode() + b"}\n\ndata: [DONE]\n\n"
     stream = CompletionStream(hide_usage=True)
     out = b"".join(stream.feed(body[at : at + 1]) for at in range(len(body))) + stream.end()
@@ -224,6 +281,9 @@ def test_the_metrics_port_serves_dynamo_s_frontend_and_the_endpoint_serves_no_me
     port = yaml.safe_load(keyed_graph.graph.read_text())["observability"]["gateway_port"]
     frontend = httpx.get(f"http://127.0.0.1:{port}/metrics/frontend", timeout=10)
     assert frontend.status_code == 200 and "dynamo_frontend_requests_total" in frontend.text
-    public = httpx.get(f"{keyed_graph.endpoint.removesuffix('/v1')}/metrics", timeout=10,
-                       headers={"authorization": f"Bearer {KEYS[KEY]}"})  # fmt: skip
+    public = httpx.get(
+        f"{keyed_graph.endpoint.removesuffix('/v1')}/metrics",
+        timeout=10,
+        headers={"authorization": f"Bearer {KEYS[KEY]}"},
+    )
     assert public.status_code == 404

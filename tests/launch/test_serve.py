@@ -27,12 +27,29 @@ MODEL = "openai/gpt-oss-120b"
 ETCDCTL = str(Path(sys.prefix) / "bin" / "etcdctl")
 HELLO_USER = [{"role": "user", "content": "Why disaggregate prefill and decode?"}]
 FORECAST_TOOLS = [
-    {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
-     "properties": {"tz": {"type": "string"}}, "required": ["tz"]}}},
-    {"type": "function", "function": {"name": "get_forecast", "parameters": {"type": "object", "properties": {
-     "city": {"type": "string", "minLength": 2}, "days": {"type": "integer", "minimum": 1, "maximum": 7},
-     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, "required": ["city", "days"]}}},
-]  # fmt: skip
+    {
+        "type": "function",
+        "function": {
+            "name": "get_time",
+            "parameters": {"type": "object", "properties": {"tz": {"type": "string"}}, "required": ["tz"]},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "get_forecast",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string", "minLength": 2},
+                    "days": {"type": "integer", "minimum": 1, "maximum": 7},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                },
+                "required": ["city", "days"],
+            },
+        },
+    },
+]
 
 
 def client(served: ServedGraph) -> openai.OpenAI:
@@ -59,10 +76,20 @@ def own_graph(tmp_path: Path):
 def registered_instances(served: ServedGraph, component: str) -> list[str]:
     """Worker instance ids (hex) in the graph's embedded etcd, read with etcd's own client."""
     listing = subprocess.run(
-        [ETCDCTL, "--endpoints", served.etcd_endpoint, "get", "--prefix", "--keys-only",
-         f"v1/instances/{NAMESPACE}/{component}/generate/"],
-        capture_output=True, text=True, check=True, env={**os.environ, "ETCDCTL_API": "3"},
-    )  # fmt: skip
+        [
+            ETCDCTL,
+            "--endpoints",
+            served.etcd_endpoint,
+            "get",
+            "--prefix",
+            "--keys-only",
+            f"v1/instances/{NAMESPACE}/{component}/generate/",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "ETCDCTL_API": "3"},
+    )
     return [line.rsplit("/", 1)[1] for line in listing.stdout.split() if line]
 
 
@@ -90,9 +117,12 @@ def test_non_streaming_chat_completion(disagg: ServedGraph) -> None:
 
 def test_streaming_chat_completion(disagg: ServedGraph) -> None:
     stream = client(disagg).chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": "Count to three."}], max_tokens=16, stream=True,
+        model=MODEL,
+        messages=[{"role": "user", "content": "Count to three."}],
+        max_tokens=16,
+        stream=True,
         stream_options={"include_usage": True},
-    )  # fmt: skip
+    )
     chunks = list(stream)
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
     assert finishes in (["length"], ["stop"])
@@ -163,9 +193,11 @@ def test_a_conformance_recording_replays_within_max_tokens(
     disagg: ServedGraph, max_tokens: int, finish: str, content: str | None
 ) -> None:
     reply = client(disagg).chat.completions.create(
-        model=MODEL, messages=HELLO_USER, max_tokens=max_tokens,
+        model=MODEL,
+        messages=HELLO_USER,
+        max_tokens=max_tokens,
         extra_body={"nvext": {"annotations": ["output_replay_id:final-answer"]}},
-    )  # fmt: skip
+    )
     assert reply.choices[0].finish_reason == finish
     assert reply.choices[0].message.content == content
     if finish == "length":
@@ -199,29 +231,70 @@ WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters":
 HELLO = [{"role": "user", "content": "hi"}]
 BAD_REQUESTS = {
     "unknown model": ("chat/completions", {"model": "no-such-model", "messages": HELLO}, 404, "model"),
-    "unknown role": ("chat/completions", {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]},
-                     400, "messages[0].role"),
+    "unknown role": (
+        "chat/completions",
+        {"model": MODEL, "messages": [{"role": "wizard", "content": "hi"}]},
+        400,
+        "messages[0].role",
+    ),
     "messages not a list": ("chat/completions", {"model": MODEL, "messages": "hi"}, 400, "messages"),
-    "tool message without id": ("chat/completions", {"model": MODEL, "messages": [*HELLO, {"role": "tool",
-                                "content": "12"}]}, 400, "messages[1].tool_call_id"),
-    "tool schema not JSON Schema": ("chat/completions", {"model": MODEL, "messages": HELLO, "tools": [
-        {"type": "function", "function": {"name": "f", "parameters": {"type": "banana"}}}]},
-        400, "tools[0].function.parameters"),
-    "tool schema not an object": ("chat/completions", {"model": MODEL, "messages": HELLO, "tools": [
-        {"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}]},
-        400, "tools[0].function.parameters"),
-    "prompt longer than the context": ("chat/completions", {"model": MODEL, "messages": [
-        {"role": "user", "content": "hello " * 140_000}]}, 400, "messages"),
+    "tool message without id": (
+        "chat/completions",
+        {"model": MODEL, "messages": [*HELLO, {"role": "tool", "content": "12"}]},
+        400,
+        "messages[1].tool_call_id",
+    ),
+    "tool schema not JSON Schema": (
+        "chat/completions",
+        {
+            "model": MODEL,
+            "messages": HELLO,
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "banana"}}}],
+        },
+        400,
+        "tools[0].function.parameters",
+    ),
+    "tool schema not an object": (
+        "chat/completions",
+        {
+            "model": MODEL,
+            "messages": HELLO,
+            "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string"}}}],
+        },
+        400,
+        "tools[0].function.parameters",
+    ),
+    "prompt longer than the context": (
+        "chat/completions",
+        {"model": MODEL, "messages": [{"role": "user", "content": "hello " * 140_000}]},
+        400,
+        "messages",
+    ),
     "max_tokens zero": ("chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": 0}, 400, "max_tokens"),
-    "max_tokens past the context": ("chat/completions", {"model": MODEL, "messages": HELLO,
-                                    "max_tokens": 200_000}, 400, "max_tokens"),
-    "max_tokens not a number": ("chat/completions", {"model": MODEL, "messages": HELLO, "max_tokens": "ten"},
-                                400, "max_tokens"),
-    "responses tool schema": ("responses", {"model": MODEL, "input": "hi", "tools": [
-        {"type": "function", "name": "f", "parameters": {"type": "object", "required": "city"}}]},
-        400, "tools[0].parameters"),
+    "max_tokens past the context": (
+        "chat/completions",
+        {"model": MODEL, "messages": HELLO, "max_tokens": 200_000},
+        400,
+        "max_tokens",
+    ),
+    "max_tokens not a number": (
+        "chat/completions",
+        {"model": MODEL, "messages": HELLO, "max_tokens": "ten"},
+        400,
+        "max_tokens",
+    ),
+    "responses tool schema": (
+        "responses",
+        {
+            "model": MODEL,
+            "input": "hi",
+            "tools": [{"type": "function", "name": "f", "parameters": {"type": "object", "required": "city"}}],
+        },
+        400,
+        "tools[0].parameters",
+    ),
     "completions max_tokens": ("completions", {"model": MODEL, "prompt": "hi", "max_tokens": -1}, 400, "max_tokens"),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case", BAD_REQUESTS, ids=list(BAD_REQUESTS))
@@ -274,8 +347,9 @@ def test_second_graph_on_the_same_ports_is_refused_before_starting(disagg: Serve
 
 
 def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
-    plan = json.loads(run_dynamo("check", str(disagg.graph), "--engine", "mocker", "--run-dir", str(disagg.run_dir),
-                                 "--json").stdout)  # fmt: skip
+    plan = json.loads(
+        run_dynamo("check", str(disagg.graph), "--engine", "mocker", "--run-dir", str(disagg.run_dir), "--json").stdout
+    )
     planned = {Path(file["path"]) for file in plan["files"]}
     assert {path.name for path in planned} == {
         "prefill.npz",
@@ -323,8 +397,11 @@ def test_status_of_a_folder_that_ran_nothing(tmp_path: Path) -> None:
 
 def cached_share(served: ServedGraph, prompt: str) -> tuple[int, int]:
     """(prompt tokens, of which cached) in the usage of a chat completion of `prompt`."""
-    usage = client(served).chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}],
-                                                   max_tokens=4).usage  # fmt: skip
+    usage = (
+        client(served)
+        .chat.completions.create(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=4)
+        .usage
+    )
     assert usage is not None and usage.prompt_tokens_details is not None
     return usage.prompt_tokens, usage.prompt_tokens_details.cached_tokens or 0
 

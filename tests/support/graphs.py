@@ -27,8 +27,11 @@ def exact_stream(content: str, tokens: int) -> dict:
 def observed(prometheus_port: int, launcher_port: int) -> dict:
     """A graph's observability section: an embedded Prometheus scraping every second, the launcher's
     metrics, and the gateway's on a free port."""
-    return {"prometheus": {"mode": "embedded", "port": prometheus_port, "scrape_interval_s": 1},
-            "launcher_port": launcher_port, "gateway_port": free_ports(1)[0]}  # fmt: skip
+    return {
+        "prometheus": {"mode": "embedded", "port": prometheus_port, "scrape_interval_s": 1},
+        "launcher_port": launcher_port,
+        "gateway_port": free_ports(1)[0],
+    }
 
 
 def write_graph(folder: Path, **sections: object) -> Path:
@@ -55,9 +58,18 @@ def write_graph(folder: Path, **sections: object) -> Path:
 
 
 # The API keys of write_keyed_graph's graph: alice and carol are one tenant, every other key one each.
-KEYS = {"alice": "sk-alice-7f3a", "carol": "sk-carol-91d2", "bob": "sk-bob-c41e", "dave": "sk-dave-0b77",
-        "erin": "sk-erin-5e18", "frank": "sk-frank-3a90", "grace": "sk-grace-62c1", "heidi": "sk-heidi-d09e",
-        "ivan": "sk-ivan-7b35", "judy": "sk-judy-4e2a"}  # fmt: skip
+KEYS = {
+    "alice": "sk-alice-7f3a",
+    "carol": "sk-carol-91d2",
+    "bob": "sk-bob-c41e",
+    "dave": "sk-dave-0b77",
+    "erin": "sk-erin-5e18",
+    "frank": "sk-frank-3a90",
+    "grace": "sk-grace-62c1",
+    "heidi": "sk-heidi-d09e",
+    "ivan": "sk-ivan-7b35",
+    "judy": "sk-judy-4e2a",
+}
 # Their own shares of the graph, as their lines in the keys file say (tests/gateway/test_fair_share.py).
 KEY_LIMITS = {"grace": "requests_per_minute=3", "heidi": "concurrent_requests=1", "ivan": "tokens_per_minute=60"}
 
@@ -71,11 +83,18 @@ def write_keyed_graph(folder: Path) -> Path:
     its usage metrics on a free loopback port (`observability.gateway_port`) that no Prometheus
     scrapes: a test reads them itself."""
     keys = folder / "api-keys"
-    keys.write_text("".join(f"{name} {key}{' alice' if name == 'carol' else ''} {KEY_LIMITS.get(name, '')}\n"
-                            for name, key in KEYS.items()))  # fmt: skip
+    keys.write_text(
+        "".join(
+            f"{name} {key}{' alice' if name == 'carol' else ''} {KEY_LIMITS.get(name, '')}\n"
+            for name, key in KEYS.items()
+        )
+    )
     launcher, gateway_metrics = free_ports(2)
-    observability = {"prometheus": {"mode": "external", "url": "http://127.0.0.1:1"}, "launcher_port": launcher,
-                     "gateway_port": gateway_metrics}  # fmt: skip
+    observability = {
+        "prometheus": {"mode": "external", "url": "http://127.0.0.1:1"},
+        "launcher_port": launcher,
+        "gateway_port": gateway_metrics,
+    }
     gateway = {"auth": {"keys_file": str(keys)}, "responses": {"retention_s": RETENTION_S}}
     return write_graph(folder, gateway=gateway, observability=observability)
 
@@ -92,10 +111,17 @@ def write_sla_graph(folder: Path) -> Path:
     graph = yaml.safe_load(path.read_text())
     prometheus, launcher, metrics = free_ports(3)
     graph["hardware"]["gpus"] = 4
-    graph["pools"] = {role: {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": free_port_run(2)}
-                      for role in ("prefill", "decode")}  # fmt: skip
-    graph["planner"] = {"ttft_ms": 1500, "itl_ms": 40, "interval_s": 2, "scale_down_after_s": 20,
-                        "metrics_port": metrics}  # mode sla: the default, with 20% headroom  # fmt: skip
+    graph["pools"] = {
+        role: {"autoscale": {"min": 1, "max": 2}, "engine": "mocker", "system_port": free_port_run(2)}
+        for role in ("prefill", "decode")
+    }
+    graph["planner"] = {
+        "ttft_ms": 1500,
+        "itl_ms": 40,
+        "interval_s": 2,
+        "scale_down_after_s": 20,
+        "metrics_port": metrics,
+    }  # mode sla: the default, with 20% headroom
     graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
     return path
@@ -119,8 +145,15 @@ def write_autoscaled_graph(folder: Path, host: str) -> Path:
     graph["frontend"]["host"] = host
     graph["gateway"] = {"auth": {"keys_file": str(folder / "api-keys")}}
     graph["pools"]["decode"] = {"autoscale": {"min": 1, "max": 3}, "engine": "mocker", "system_port": decode_port}
-    graph["planner"] = {"mode": "load", "ttft_ms": 2000, "itl_ms": 100, "max_gpus": 3, "interval_s": 2,
-                        "decode_kv_percent": AUTOSCALE_KV_PERCENT, "metrics_port": planner}  # fmt: skip
+    graph["planner"] = {
+        "mode": "load",
+        "ttft_ms": 2000,
+        "itl_ms": 100,
+        "max_gpus": 3,
+        "interval_s": 2,
+        "decode_kv_percent": AUTOSCALE_KV_PERCENT,
+        "metrics_port": planner,
+    }
     graph["observability"] = observed(prometheus, launcher)
     path.write_text(yaml.safe_dump(graph))
     return path

@@ -33,7 +33,9 @@ def completion_chunks(token_ids: list[int], per_chunk: int) -> list[bytes]:
     chunks = []
     for start in range(0, len(token_ids), per_chunk):
         ids = token_ids[start : start + per_chunk]
-        chunk = {"choices": [{"index": 0, "text": encoding().decode(ids), "finish_reason": None}],
-                 "nvext": {"completion_token_ids": ids}}  # fmt: skip
+        chunk = {
+            "choices": [{"index": 0, "text": encoding().decode(ids), "finish_reason": None}],
+            "nvext": {"completion_token_ids": ids},
+        }
         chunks.append(b"data: " + json.dumps(chunk).encode() + b"\n\n")
     return chunks

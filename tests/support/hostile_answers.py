@@ -28,19 +28,23 @@ def _answers() -> dict[str, list[int]]:
 
     return {
         # A call, in harmony's own tokens, to a tool the request never declared.
-        "undeclared_call": special("<|channel|>analysis<|message|>Clean up.<|end|><|start|>assistant<|channel|>"
-                                   "commentary to=functions.delete_everything <|constrain|>json<|message|>"
-                                   + UNDECLARED_ARGUMENTS + "<|call|>"),
+        "undeclared_call": special(
+            "<|channel|>analysis<|message|>Clean up.<|end|><|start|>assistant<|channel|>"
+            "commentary to=functions.delete_everything <|constrain|>json<|message|>" + UNDECLARED_ARGUMENTS + "<|call|>"
+        ),
         # A document's control strings copied into the answer: ordinary tokens, no call.
-        "copied_control_text": special("<|channel|>final<|message|>") + encoding.encode(COPIED, disallowed_special=())
+        "copied_control_text": special("<|channel|>final<|message|>")
+        + encoding.encode(COPIED, disallowed_special=())
         + special("<|return|>"),
-    }  # fmt: skip
+    }
 
 
 def write_trace(path: Path) -> Path:
     """The conformance suite's recordings and these answers, as one response-replay trace."""
-    rows = [json.dumps({"request_id": name, "output_length": len(ids), "output_token_ids": ids})
-            for name, ids in _answers().items()]  # fmt: skip
+    rows = [
+        json.dumps({"request_id": name, "output_length": len(ids), "output_token_ids": ids})
+        for name, ids in _answers().items()
+    ]
     path.write_text(replay_trace() + "".join(row + "\n" for row in rows))
     return path
 

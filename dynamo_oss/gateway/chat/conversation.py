@@ -45,10 +45,17 @@ def conversation(request: ChatRequest, today: datetime.date | None = None) -> Co
 def generation(request: ChatRequest) -> Generation:
     """What the request asks of the completion besides its prompt (its stop sequences are the
     gateway's to apply: stream.py)."""
-    sampling = {"max_tokens": request.max_completion_tokens or request.max_tokens, "temperature": request.temperature,
-                "top_p": request.top_p, "seed": request.seed, "frequency_penalty": request.frequency_penalty,
-                "presence_penalty": request.presence_penalty, "top_k": request.top_k, "ignore_eos": request.ignore_eos,
-                "min_tokens": request.min_tokens}  # fmt: skip
+    sampling = {
+        "max_tokens": request.max_completion_tokens or request.max_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "seed": request.seed,
+        "frequency_penalty": request.frequency_penalty,
+        "presence_penalty": request.presence_penalty,
+        "top_k": request.top_k,
+        "ignore_eos": request.ignore_eos,
+        "min_tokens": request.min_tokens,
+    }
     return Generation(request.model, sampling, _tool_choice(request), request.response_format, request.nvext)
 
 
@@ -58,8 +65,11 @@ def _tool_choice(request: ChatRequest) -> ToolChoice:
     if not isinstance(choice, ChatNamedChoice):
         return choice or "auto"
     if not any(tool.function.name == choice.function.name for tool in request.tools or []):
-        raise ApiError(400, f"Invalid 'tool_choice.function.name': no function named '{choice.function.name}' is "
-                       "offered in 'tools'.", param="tool_choice.function.name")  # fmt: skip
+        raise ApiError(
+            400,
+            f"Invalid 'tool_choice.function.name': no function named '{choice.function.name}' is offered in 'tools'.",
+            param="tool_choice.function.name",
+        )
     return NamedToolChoice(type="function", name=choice.function.name)
 
 
@@ -67,10 +77,14 @@ def _toolset(request: ChatRequest) -> Toolset:
     if request.tool_choice == "none" or not request.tools:
         return Toolset()
     functions = [
-        FunctionTool(type="function", name=tool.function.name, description=tool.function.description,
-                     parameters=tool.function.parameters)
+        FunctionTool(
+            type="function",
+            name=tool.function.name,
+            description=tool.function.description,
+            parameters=tool.function.parameters,
+        )
         for tool in request.tools
-    ]  # fmt: skip
+    ]
     return toolset(functions, field="tools[{}].function")
 
 
@@ -105,8 +119,11 @@ def _assistant(message: ChatMessage, index: int) -> list[Message]:
             out.append(said(text, "commentary"))  # a preamble beside the calls
         for call in message.tool_calls:
             recipient = f"{FUNCTIONS}.{call.function.name}"
-            out.append(said(call.function.arguments, "commentary").with_recipient(recipient).with_content_type(
-                "<|constrain|>json"))  # fmt: skip
+            out.append(
+                said(call.function.arguments, "commentary")
+                .with_recipient(recipient)
+                .with_content_type("<|constrain|>json")
+            )
     elif text:
         out.append(said(text, "final"))
     return out
@@ -116,11 +133,18 @@ def _tool_answer(message: ChatMessage, index: int, calls: dict[str, str]) -> Mes
     name = calls.get(message.tool_call_id or "")
     if name is None:
         where = f"messages[{index}].tool_call_id"
-        raise ApiError(400, f"Invalid '{where}': no assistant message before it has a tool call with id "
-                       f"'{message.tool_call_id}'.", param=where, code="invalid_tool_output")  # fmt: skip
+        raise ApiError(
+            400,
+            f"Invalid '{where}': no assistant message before it has a tool call with id '{message.tool_call_id}'.",
+            param=where,
+            code="invalid_tool_output",
+        )
     author = Author.new(Role.TOOL, f"{FUNCTIONS}.{name}")
-    return Message.from_author_and_content(author, _text(message, index)).with_recipient("assistant").with_channel(
-        "commentary")  # fmt: skip
+    return (
+        Message.from_author_and_content(author, _text(message, index))
+        .with_recipient("assistant")
+        .with_channel("commentary")
+    )
 
 
 def _text(message: ChatMessage, index: int) -> str:
@@ -131,7 +155,11 @@ def _text(message: ChatMessage, index: int) -> str:
     for number, part in enumerate(content):
         if isinstance(part, ChatNonTextPart):
             where = f"messages[{index}].content[{number}].type"
-            raise ApiError(400, f"Invalid '{where}': '{part.type}'. gpt-oss reads text only; send text parts.",
-                           param=where, code="unsupported_value")  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid '{where}': '{part.type}'. gpt-oss reads text only; send text parts.",
+                param=where,
+                code="unsupported_value",
+            )
         texts.append(part.refusal if isinstance(part, ChatRefusalPart) else part.text)
     return "".join(texts)

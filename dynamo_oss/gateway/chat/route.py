@@ -34,5 +34,6 @@ class ChatRoute:
         check_context(prompt, asked.sampling["max_tokens"], context, "messages", limit_field)
         builder = ChatBuilder(request, prompt, streaming=request.stream)
         completion = completion_request(asked, prompt)
-        return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=CompletionAnswer(builder,
-                        request.stream))  # fmt: skip
+        return Upstream(
+            url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=CompletionAnswer(builder, request.stream)
+        )

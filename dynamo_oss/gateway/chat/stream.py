@@ -37,8 +37,9 @@ class ChatBuilder:
         options = request.stream_options
         self.show_usage = bool(options and options.include_usage)
         self.id, self.created = f"chatcmpl-{secrets.token_hex(16)}", int(time.time())
-        head = orjson.dumps({"id": self.id, "object": "chat.completion.chunk", "created": self.created,
-                             "model": request.model})  # fmt: skip
+        head = orjson.dumps(
+            {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": request.model}
+        )
         self.chunk_head = b"data: " + head[:-1] + b',"choices":[{"index":0,"delta":'
         self.harmony = AnswerParser(prompt.tools)
         self.stops = StopSequences(request.stop_sequences())
@@ -83,8 +84,11 @@ class ChatBuilder:
     def _begin(self, header: Header) -> bytes:
         if header.recipient and header.recipient != ASSISTANT:  # a call to a tool the request declared
             self.kind = "call"
-            call = {"id": new_id("call"), "type": "function",
-                    "function": {"name": self.prompt.tools[header.recipient].name, "arguments": ""}}  # fmt: skip
+            call = {
+                "id": new_id("call"),
+                "type": "function",
+                "function": {"name": self.prompt.tools[header.recipient].name, "arguments": ""},
+            }
             self.calls.append(call)
             return self._chunk(b'{"tool_calls":[' + orjson.dumps({"index": len(self.calls) - 1, **call}) + b"]}")
         self.kind = "reasoning" if header.channel == "analysis" else "content"

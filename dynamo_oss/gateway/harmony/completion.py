@@ -29,10 +29,14 @@ def check_context(prompt: Prompt, max_tokens: int | None, context: int, input_fi
     """The prompt and the tokens asked for must fit the model's context; the error names the API's fields."""
     wanted = len(prompt.token_ids) + (max_tokens or 0)
     if context and (wanted > context or len(prompt.token_ids) >= context):
-        raise ApiError(400, f"This model's maximum context length is {context} tokens. However, your input is "
-                       f"{len(prompt.token_ids)} tokens and {max_tokens or 0} more are asked for the output. Please "
-                       f"reduce the length of the input or of {limit_field}.", param=input_field,
-                       code="context_length_exceeded")  # fmt: skip
+        raise ApiError(
+            400,
+            f"This model's maximum context length is {context} tokens. However, your input is "
+            f"{len(prompt.token_ids)} tokens and {max_tokens or 0} more are asked for the output. Please "
+            f"reduce the length of the input or of {limit_field}.",
+            param=input_field,
+            code="context_length_exceeded",
+        )
 
 
 @dataclass
@@ -74,8 +78,11 @@ def _forced_calls(choice: ToolChoice, prompt: Prompt) -> dict[str, dict[str, Any
     if isinstance(choice, NamedToolChoice):
         recipient = next((r for r, tool in prompt.tools.items() if tool.name == choice.name), None)
         if recipient is None:
-            raise ApiError(400, f"Invalid 'tool_choice.name': no tool named '{choice.name}' is offered in 'tools'.",
-                           param="tool_choice.name")  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid 'tool_choice.name': no tool named '{choice.name}' is offered in 'tools'.",
+                param="tool_choice.name",
+            )
         return {recipient: prompt.function_schemas[recipient]}
     return dict(prompt.function_schemas) if choice == "required" else {}
 

@@ -54,8 +54,13 @@ def conversation(request: ResponsesRequest, seal: BoundSeal, today: datetime.dat
 
 def generation(request: ResponsesRequest) -> Generation:
     """What the request asks of the completion besides its prompt."""
-    sampling = {"max_tokens": request.max_output_tokens, "temperature": request.temperature, "top_p": request.top_p,
-                "ignore_eos": request.ignore_eos, "min_tokens": request.min_tokens}  # fmt: skip
+    sampling = {
+        "max_tokens": request.max_output_tokens,
+        "temperature": request.temperature,
+        "top_p": request.top_p,
+        "ignore_eos": request.ignore_eos,
+        "min_tokens": request.min_tokens,
+    }
     text_format = request.text.format if request.text else None
     return Generation(request.model, sampling, request.tool_choice, text_format, request.nvext)
 
@@ -98,9 +103,13 @@ def _history(items: list, seal: BoundSeal) -> list[Message]:
             messages.append(call.with_recipient(recipient).with_content_type("<|constrain|>json"))
         elif isinstance(item, ToolOutputItem):
             if item.call_id not in calls:
-                raise ApiError(400, f"Invalid '{where}.call_id': no function_call or custom_tool_call with call_id "
-                               f"'{item.call_id}' comes before this output in the input.", param=f"{where}.call_id",
-                               code="invalid_tool_output")  # fmt: skip
+                raise ApiError(
+                    400,
+                    f"Invalid '{where}.call_id': no function_call or custom_tool_call with call_id "
+                    f"'{item.call_id}' comes before this output in the input.",
+                    param=f"{where}.call_id",
+                    code="invalid_tool_output",
+                )
             output = _text(item.output, f"{where}.output")
             author = Author.new(Role.TOOL, calls[item.call_id])
             reply = Message.from_author_and_content(author, output).with_channel("commentary")
@@ -113,9 +122,13 @@ def _reasoning_text(item: ReasoningItem, where: str, seal: BoundSeal) -> str:
         try:
             return seal.open(item.encrypted_content)
         except UnopenableReasoning:
-            raise ApiError(400, f"Invalid '{where}.encrypted_content': it was not issued by this deployment, or it "
-                           "was altered. Send reasoning items back exactly as they were received.",
-                           param=f"{where}.encrypted_content", code="invalid_encrypted_content") from None  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid '{where}.encrypted_content': it was not issued by this deployment, or it "
+                "was altered. Send reasoning items back exactly as they were received.",
+                param=f"{where}.encrypted_content",
+                code="invalid_encrypted_content",
+            ) from None
     parts = item.content if item.content is not None else item.summary
     return "".join(part.text for part in parts)
 
@@ -126,7 +139,11 @@ def _text(content: Content, where: str) -> str:
     texts = []
     for index, part in enumerate(content):
         if isinstance(part, NonTextPart):
-            raise ApiError(400, f"Invalid '{where}[{index}].type': '{part.type}'. gpt-oss reads text only; send "
-                           "input_text parts.", param=f"{where}[{index}].type", code="unsupported_value")  # fmt: skip
+            raise ApiError(
+                400,
+                f"Invalid '{where}[{index}].type': '{part.type}'. gpt-oss reads text only; send input_text parts.",
+                param=f"{where}[{index}].type",
+                code="unsupported_value",
+            )
         texts.append(part.refusal if isinstance(part, RefusalPart) else part.text)
     return "".join(texts)

@@ -53,8 +53,14 @@ from dynamo_oss.gateway.validation import check_parameters
 
 FUNCTIONS = "functions"  # harmony's namespace for plain function tools
 CUSTOM_INPUT = "input"  # the one argument a custom tool is offered with
-EFFORTS = {"none": ReasoningEffort.LOW, "minimal": ReasoningEffort.LOW, "low": ReasoningEffort.LOW,
-           "medium": ReasoningEffort.MEDIUM, "high": ReasoningEffort.HIGH, "xhigh": ReasoningEffort.HIGH}  # fmt: skip
+EFFORTS = {
+    "none": ReasoningEffort.LOW,
+    "minimal": ReasoningEffort.LOW,
+    "low": ReasoningEffort.LOW,
+    "medium": ReasoningEffort.MEDIUM,
+    "high": ReasoningEffort.HIGH,
+    "xhigh": ReasoningEffort.HIGH,
+}
 OFF_LOOP_BYTES = 64 * 1024  # a request this long renders in a thread, as long prompts are counted
 OFF_LOOP_ITEMS = 64  # as does a continuation of more stored items than this
 RENDERED_MESSAGES = 512  # messages a tenant's render cache remembers
@@ -172,8 +178,12 @@ def toolset(tools: list[Tool], field: str = "tools[{}]") -> Toolset:
             functions.append(_described(tool, where, FUNCTIONS, None, offered))
         elif isinstance(tool, NamespaceTool):
             if tool.name == FUNCTIONS:
-                raise ApiError(400, f"Invalid '{where}.name': '{FUNCTIONS}' is the namespace of top-level "
-                               "function tools; give the group another name.", param=f"{where}.name")  # fmt: skip
+                raise ApiError(
+                    400,
+                    f"Invalid '{where}.name': '{FUNCTIONS}' is the namespace of top-level "
+                    "function tools; give the group another name.",
+                    param=f"{where}.name",
+                )
             members = [
                 _described(member, f"{where}.tools[{inner}]", tool.name, tool.name, offered)
                 for inner, member in enumerate(tool.tools)
@@ -190,8 +200,12 @@ def _described(
 ) -> ToolDescription:
     recipient = f"{harmony_namespace}.{tool.name}"
     if recipient in offered.tools:
-        raise ApiError(400, f"Invalid '{where}.name': a second tool named '{tool.name}'"
-                       + (f" in namespace '{client_namespace}'." if client_namespace else "."), param=f"{where}.name")  # fmt: skip
+        raise ApiError(
+            400,
+            f"Invalid '{where}.name': a second tool named '{tool.name}'"
+            + (f" in namespace '{client_namespace}'." if client_namespace else "."),
+            param=f"{where}.name",
+        )
     if isinstance(tool, CustomTool):
         parameters = {"type": "object", "properties": {CUSTOM_INPUT: {"type": "string"}}, "required": [CUSTOM_INPUT]}
         description = (tool.description or "") + "\nFree-form tool: pass its whole input as the string `input`."

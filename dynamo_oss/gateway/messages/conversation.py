@@ -82,8 +82,9 @@ def conversation(request: MessagesRequest, seal: BoundSeal) -> Conversation:
     output = request.output_config
     text = None
     if output and output.format:
-        fmt = ResponsesJsonSchemaFormat.model_construct(type="json_schema", name="response",
-                                                        schema_=output.format.schema_)  # fmt: skip
+        fmt = ResponsesJsonSchemaFormat.model_construct(
+            type="json_schema", name="response", schema_=output.format.schema_
+        )
         text = TextOptions(format=fmt)
     responses = ResponsesRequest(
         model=request.model,
@@ -117,14 +118,18 @@ def _tools(request: MessagesRequest) -> list[FunctionTool]:
         if not isinstance(tool, CustomTool):
             continue
         if tool.name in names:
-            raise ApiError(400, f"tools.{index}.name: a second tool named '{tool.name}'; tool names must be unique.",
-                           param=f"tools.{index}.name")  # fmt: skip
+            raise ApiError(
+                400,
+                f"tools.{index}.name: a second tool named '{tool.name}'; tool names must be unique.",
+                param=f"tools.{index}.name",
+            )
         names.add(tool.name)
         problem = parameters_problem(tool.input_schema)
         if problem is not None:
             raise ApiError(400, f"tools.{index}.input_schema: {problem}.", param=f"tools.{index}.input_schema")
-        tools.append(FunctionTool(type="function", name=tool.name, description=tool.description,
-                                  parameters=tool.input_schema))  # fmt: skip
+        tools.append(
+            FunctionTool(type="function", name=tool.name, description=tool.description, parameters=tool.input_schema)
+        )
     return tools
 
 
@@ -136,8 +141,9 @@ def _tool_choice(request: MessagesRequest) -> ToolChoice:
         return "required"
     if isinstance(choice, ToolChoiceTool):
         if not any(isinstance(tool, CustomTool) and tool.name == choice.name for tool in request.tools):
-            raise ApiError(400, f"tool_choice.name: no tool named '{choice.name}' is offered in 'tools'.",
-                           param="tool_choice.name")  # fmt: skip
+            raise ApiError(
+                400, f"tool_choice.name: no tool named '{choice.name}' is offered in 'tools'.", param="tool_choice.name"
+            )
         return NamedToolChoice(type="function", name=choice.name)
     return "auto"
 
@@ -157,8 +163,12 @@ def _effort(request: MessagesRequest) -> str:
 def _items(messages: list[Message], seal: BoundSeal) -> list:
     if messages[-1].role == "assistant":
         where = f"messages.{len(messages) - 1}"
-        raise ApiError(400, f"{where}: this model does not support assistant message prefill; the conversation "
-                       "must end with a user message.", param=where)  # fmt: skip
+        raise ApiError(
+            400,
+            f"{where}: this model does not support assistant message prefill; the conversation "
+            "must end with a user message.",
+            param=where,
+        )
     items: list = []
     calls: set[str] = set()  # tool_use ids so far, which a tool_result must answer
     for index, message in enumerate(messages):
@@ -183,27 +193,42 @@ def _items(messages: list[Message], seal: BoundSeal) -> list:
 
 def _item(role: str, block: object, at: str, calls: set[str], seal: BoundSeal) -> object:
     if isinstance(block, NonTextBlock):
-        raise ApiError(400, f"{at}.type: '{block.type}' blocks are not supported: gpt-oss reads text only, and "
-                       "this endpoint runs no server tools.", param=f"{at}.type")  # fmt: skip
+        raise ApiError(
+            400,
+            f"{at}.type: '{block.type}' blocks are not supported: gpt-oss reads text only, and "
+            "this endpoint runs no server tools.",
+            param=f"{at}.type",
+        )
     if role == "assistant" and isinstance(block, ToolUseBlock):
         calls.add(block.id)
-        return FunctionCallItem(type="function_call", call_id=block.id, name=block.name,
-                                arguments=json.dumps(block.input))  # fmt: skip
+        return FunctionCallItem(
+            type="function_call", call_id=block.id, name=block.name, arguments=json.dumps(block.input)
+        )
     if role == "assistant" and isinstance(block, ThinkingBlock):
         return _reasoning(_opened(block.signature, f"{at}.signature", seal, block.thinking))
     if role == "assistant" and isinstance(block, RedactedThinkingBlock):
         return _reasoning(_opened(block.data, f"{at}.data", seal, None))
     if role == "user" and isinstance(block, ToolResultBlock):
         if block.tool_use_id not in calls:
-            raise ApiError(400, f"{at}.tool_use_id: unexpected `tool_use_id` found in `tool_result` blocks: "
-                           f"{block.tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` "
-                           "block in an earlier assistant message.", param=f"{at}.tool_use_id")  # fmt: skip
+            raise ApiError(
+                400,
+                f"{at}.tool_use_id: unexpected `tool_use_id` found in `tool_result` blocks: "
+                f"{block.tool_use_id}. Each `tool_result` block must have a corresponding `tool_use` "
+                "block in an earlier assistant message.",
+                param=f"{at}.tool_use_id",
+            )
         output = _result_text(block, at)
-        return FunctionCallOutputItem(type="function_call_output", call_id=block.tool_use_id,
-                                      output=f"Error: {output}" if block.is_error else output)  # fmt: skip
+        return FunctionCallOutputItem(
+            type="function_call_output",
+            call_id=block.tool_use_id,
+            output=f"Error: {output}" if block.is_error else output,
+        )
     kind = getattr(block, "type", "?")
-    raise ApiError(400, f"{at}.type: '{kind}' blocks may not appear in a{'n' if role == 'assistant' else ''} "
-                   f"{role} message.", param=f"{at}.type")  # fmt: skip
+    raise ApiError(
+        400,
+        f"{at}.type: '{kind}' blocks may not appear in a{'n' if role == 'assistant' else ''} {role} message.",
+        param=f"{at}.type",
+    )
 
 
 def _opened(token: str, where: str, seal: BoundSeal, shown: str | None) -> str:
@@ -214,9 +239,12 @@ def _opened(token: str, where: str, seal: BoundSeal, shown: str | None) -> str:
     except UnopenableReasoning:
         text = None
     if text is None or (shown and shown != text):
-        raise ApiError(400, f"{where}: Invalid `signature` in `thinking` block: it was not issued by this "
-                       "deployment, or the block was altered. Send thinking blocks back exactly as received.",
-                       param=where)  # fmt: skip
+        raise ApiError(
+            400,
+            f"{where}: Invalid `signature` in `thinking` block: it was not issued by this "
+            "deployment, or the block was altered. Send thinking blocks back exactly as received.",
+            param=where,
+        )
     return text
 
 
@@ -230,7 +258,10 @@ def _result_text(block: ToolResultBlock, at: str) -> str:
     texts = []
     for number, part in enumerate(block.content):
         if isinstance(part, NonTextBlock):
-            raise ApiError(400, f"{at}.content.{number}.type: '{part.type}' blocks are not supported: gpt-oss "
-                           "reads text only.", param=f"{at}.content.{number}.type")  # fmt: skip
+            raise ApiError(
+                400,
+                f"{at}.content.{number}.type: '{part.type}' blocks are not supported: gpt-oss reads text only.",
+                param=f"{at}.content.{number}.type",
+            )
         texts.append(part.text)
     return "".join(texts)

@@ -34,8 +34,12 @@ class MessagesRoute:
         model = BetaMessagesRequest if beta else MessagesRequest
         request, context = await typed_request(checks, self.api, body, model, invalid_request)
         if isinstance(request, BetaMessagesRequest) and request.mcp_servers:
-            raise ApiError(400, "mcp_servers: MCP servers are not supported here: connect them to the client "
-                           "(Claude Code runs its MCP servers itself).", param="mcp_servers")  # fmt: skip
+            raise ApiError(
+                400,
+                "mcp_servers: MCP servers are not supported here: connect them to the client "
+                "(Claude Code runs its MCP servers itself).",
+                param="mcp_servers",
+            )
         seal = self.seal.bound(caller.tenant, request.model)
         talk = conversation(request, seal)
         heavy = len(body) > OFF_LOOP_BYTES
@@ -45,5 +49,6 @@ class MessagesRoute:
         asked.sampling["top_k"] = request.top_k
         completion = completion_request(asked, prompt)
         builder = MessageBuilder(request, prompt, seal, talk.thinking, streaming=request.stream)
-        return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=CompletionAnswer(builder,
-                        request.stream))  # fmt: skip
+        return Upstream(
+            url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=CompletionAnswer(builder, request.stream)
+        )

@@ -99,8 +99,10 @@ class MessageBuilder:
         delta = DELTAS.get(block["type"])
         if delta is not None:
             kind, field = delta
-            self.delta_head = (b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
-                               b'"delta":{"type":"%b","%b":' % (index, kind, field))  # fmt: skip
+            self.delta_head = (
+                b'event: content_block_delta\ndata: {"type":"content_block_delta","index":%d,'
+                b'"delta":{"type":"%b","%b":' % (index, kind, field)
+            )
         return self._event("content_block_start", index=index, content_block=block)
 
     def _text(self, text: str) -> bytes:
@@ -135,12 +137,16 @@ class MessageBuilder:
         if block["type"] == "thinking":
             block["signature"] = self.seal.seal(text)
             block["thinking"] = text if self.thinking.with_text else ""
-            out += self._event("content_block_delta", index=index,
-                               delta={"type": "signature_delta", "signature": block["signature"]})  # fmt: skip
+            out += self._event(
+                "content_block_delta", index=index, delta={"type": "signature_delta", "signature": block["signature"]}
+            )
         elif block["type"] == "tool_use":
             block["input"] = _tool_input(text)
-            out += self._event("content_block_delta", index=index,
-                               delta={"type": "input_json_delta", "partial_json": json.dumps(block["input"])})  # fmt: skip
+            out += self._event(
+                "content_block_delta",
+                index=index,
+                delta={"type": "input_json_delta", "partial_json": json.dumps(block["input"])},
+            )
         else:
             rest = self.stops.flush()
             out += self._delta(rest) if rest else b""
@@ -153,8 +159,9 @@ class MessageBuilder:
         counted = self._usage(usage, started=False)
         self.final = self._message(reason, stop, counted)
         self.billed = Usage.of_messages(counted)
-        return self._event("message_delta", delta={"stop_reason": reason, "stop_sequence": stop},
-                           usage=counted) + self._event("message_stop")  # fmt: skip
+        return self._event(
+            "message_delta", delta={"stop_reason": reason, "stop_sequence": stop}, usage=counted
+        ) + self._event("message_stop")
 
     def _event(self, kind: str, **fields: Any) -> bytes:
         if not self.streaming:
@@ -182,8 +189,11 @@ class MessageBuilder:
         if started:
             return {"input_tokens": prompt, "output_tokens": 0}
         if usage is None:
-            return {"input_tokens": prompt, "output_tokens": self.tokens,
-                    "output_tokens_details": {"thinking_tokens": self.harmony.reasoning_tokens}}  # fmt: skip
+            return {
+                "input_tokens": prompt,
+                "output_tokens": self.tokens,
+                "output_tokens_details": {"thinking_tokens": self.harmony.reasoning_tokens},
+            }
         prompt = int(usage.get("prompt_tokens") or prompt)
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         output = int(usage.get("completion_tokens") or self.tokens)

@@ -18,10 +18,20 @@ from dynamo_oss.gateway.protocol.formats import CompilableSchema
 # Content blocks Anthropic defines that are not text: refused by name (gpt-oss reads text, and
 # nothing here runs Anthropic's server tools, so their results never appear in a conversation).
 NON_TEXT_BLOCKS = (
-    "image", "document", "search_result", "server_tool_use", "web_search_tool_result", "web_fetch_tool_result",
-    "code_execution_tool_result", "bash_code_execution_tool_result", "text_editor_code_execution_tool_result",
-    "tool_search_tool_result", "container_upload", "tool_reference", "browser_state",
-)  # fmt: skip
+    "image",
+    "document",
+    "search_result",
+    "server_tool_use",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "tool_search_tool_result",
+    "container_upload",
+    "tool_reference",
+    "browser_state",
+)
 
 
 class Strict(BaseModel):

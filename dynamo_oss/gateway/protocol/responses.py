@@ -16,9 +16,18 @@ from dynamo_oss.gateway.protocol.formats import ResponsesTextFormat
 
 TEXT_PART_TYPES = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 HOSTED_TOOL_EXAMPLES = (
-    "web_search", "web_search_preview", "file_search", "code_interpreter", "image_generation",
-    "computer_use_preview", "local_shell", "shell", "apply_patch", "mcp", "tool_search",
-)  # fmt: skip
+    "web_search",
+    "web_search_preview",
+    "file_search",
+    "code_interpreter",
+    "image_generation",
+    "computer_use_preview",
+    "local_shell",
+    "shell",
+    "apply_patch",
+    "mcp",
+    "tool_search",
+)
 
 
 class Lenient(BaseModel):

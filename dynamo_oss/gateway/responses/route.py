@@ -38,8 +38,14 @@ from dynamo_oss.gateway.tenancy import Caller
 log = logging.getLogger("dynamo_oss.gateway")
 
 ITEMS = TypeAdapter(list[InputItem])
-ITEM_ID_PREFIXES = {"message": "msg", "reasoning": "rs", "function_call": "fc", "custom_tool_call": "ctc",
-                    "function_call_output": "fco", "custom_tool_call_output": "ctco"}  # fmt: skip
+ITEM_ID_PREFIXES = {
+    "message": "msg",
+    "reasoning": "rs",
+    "function_call": "fc",
+    "custom_tool_call": "ctc",
+    "function_call_output": "fco",
+    "custom_tool_call_output": "ctco",
+}
 _INPUT_INDEX = re.compile(r"input\[(\d+)\]")
 
 
@@ -68,8 +74,9 @@ class ResponsesRoute:
         completion = completion_request(generation(request), prompt)
         if stored:
             assert self.store is not None
-            transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, seal, self.store,
-                                                               StoredResponseParts(caller.key, inherited, own))  # fmt: skip
+            transform: ResponsesAnswer = StoredResponsesAnswer(
+                request, prompt, seal, self.store, StoredResponseParts(caller.key, inherited, own)
+            )
         else:
             transform = ResponsesAnswer(request, prompt, seal)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
@@ -79,9 +86,13 @@ class ResponsesRoute:
         if request.previous_response_id is None:
             return []
         if self.store is None:
-            raise ApiError(400, "Invalid 'previous_response_id': this graph keeps no responses "
-                           "(gateway.responses.store is false); send the whole conversation as 'input'.",
-                           param="previous_response_id", code="unsupported_parameter")  # fmt: skip
+            raise ApiError(
+                400,
+                "Invalid 'previous_response_id': this graph keeps no responses "
+                "(gateway.responses.store is false); send the whole conversation as 'input'.",
+                param="previous_response_id",
+                code="unsupported_parameter",
+            )
         previous = await find(self.store, request.previous_response_id, key, "previous_response_id")
         return previous.conversation()
 
@@ -139,9 +150,13 @@ class StoredResponsesAnswer(ResponsesAnswer):
     that has the whole response can continue from it at once, on any gateway of the graph."""
 
     def __init__(
-        self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, store: ResponseStore,
+        self,
+        request: ResponsesRequest,
+        prompt: Prompt,
+        seal: BoundSeal,
+        store: ResponseStore,
         parts: StoredResponseParts,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(request, prompt, seal, stored=True)
         self.store, self.parts = store, parts
 
@@ -149,8 +164,14 @@ class StoredResponsesAnswer(ResponsesAnswer):
         builder = self.builder
         out = (b"" if self.started else self._start()) + builder.close_output(self.finish_reason, self.usage)
         assert builder.final is not None
-        record = StoredResponse(id=builder.id, owner=self.parts.owner, created_at=time.time(),
-                                inherited=self.parts.inherited, input=self.parts.own, response=builder.final)  # fmt: skip
+        record = StoredResponse(
+            id=builder.id,
+            owner=self.parts.owner,
+            created_at=time.time(),
+            inherited=self.parts.inherited,
+            input=self.parts.own,
+            response=builder.final,
+        )
         try:
             await self.store.put(record)
         except StoreUnavailable as error:  # the answer is the client's all the same; it says it was not stored

@@ -23,8 +23,12 @@ DEFAULT_PAGE = 20
 
 
 def unavailable(error: StoreUnavailable) -> ApiError:
-    return ApiError(503, f"The response store is unavailable ({error}); retry shortly.", code="store_unavailable",
-                    retry_after=RETRY_AFTER_S)  # fmt: skip
+    return ApiError(
+        503,
+        f"The response store is unavailable ({error}); retry shortly.",
+        code="store_unavailable",
+        retry_after=RETRY_AFTER_S,
+    )
 
 
 async def find(store: ResponseStore, response_id: str, key: str | None, param: str | None) -> StoredResponse:
@@ -37,12 +41,22 @@ async def find(store: ResponseStore, response_id: str, key: str | None, param: s
         except StoreUnavailable as error:
             raise unavailable(error) from None
     if record is not None and record.owner == key and record.expired(store.retention_s):
-        raise ApiError(404, f"Response '{response_id}' is past this graph's retention of {store.retention_s:g} s "
-                       "and is no longer stored.", param=param, code="response_expired")  # fmt: skip
+        raise ApiError(
+            404,
+            f"Response '{response_id}' is past this graph's retention of {store.retention_s:g} s "
+            "and is no longer stored.",
+            param=param,
+            code="response_expired",
+        )
     if record is None or record.owner != key:
-        raise ApiError(404, f"No response with id '{response_id}' is stored for this API key: it was never "
-                       f"stored (store: false), was deleted, or is past this graph's retention of "
-                       f"{store.retention_s:g} s.", param=param, code="response_not_found")  # fmt: skip
+        raise ApiError(
+            404,
+            f"No response with id '{response_id}' is stored for this API key: it was never "
+            f"stored (store: false), was deleted, or is past this graph's retention of "
+            f"{store.retention_s:g} s.",
+            param=param,
+            code="response_not_found",
+        )
     return record
 
 
@@ -58,11 +72,15 @@ class StoredResponsesRoute:
         path, _, query = url.decode(errors="replace").partition("?")
         match = _PATH.match(path)
         if match is None or method not in (b"GET", b"DELETE") or (match.group(2) and method != b"GET"):
-            raise ApiError(404 if match is None else 405, f"{method.decode(errors='replace')} {path} is not "
-                           "an endpoint of this server.", code="unknown_url")  # fmt: skip
+            raise ApiError(
+                404 if match is None else 405,
+                f"{method.decode(errors='replace')} {path} is not an endpoint of this server.",
+                code="unknown_url",
+            )
         if self.store is None:
-            raise ApiError(404, "This graph keeps no responses (gateway.responses.store is false).",
-                           code="response_not_found")  # fmt: skip
+            raise ApiError(
+                404, "This graph keeps no responses (gateway.responses.store is false).", code="response_not_found"
+            )
         response_id = match.group(1)
         record = await find(self.store, response_id, key, None)
         if match.group(2):
@@ -95,5 +113,10 @@ def _page(items: list[dict[str, Any]], query: dict[str, list[str]]) -> dict[str,
             raise ApiError(400, f"Invalid 'after': no input item of this response has id '{after}'.", param="after")
         ordered = ordered[ids.index(after) + 1 :]
     data = ordered[:limit]
-    return {"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-            "last_id": data[-1]["id"] if data else None, "has_more": len(ordered) > limit}  # fmt: skip
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": len(ordered) > limit,
+    }

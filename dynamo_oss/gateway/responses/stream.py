@@ -86,8 +86,9 @@ class ResponseBuilder:
     def error(self, error: dict[str, Any]) -> bytes:
         """The stream could not finish (a worker failed, the frontend went away): an `error` event ends it."""
         code = error.get("code")
-        return self._event("error", code=None if code is None else str(code), message=error.get("message") or "",
-                           param=None)  # fmt: skip
+        return self._event(
+            "error", code=None if code is None else str(code), message=error.get("message") or "", param=None
+        )
 
     # harmony messages
     def _on(self, kind: str, value: object) -> bytes:
@@ -110,23 +111,45 @@ class ResponseBuilder:
         out = self._event("response.output_item.added", output_index=index, item=item)
         part = _part(item["type"], "")
         if part is not None:
-            out += self._event("response.content_part.added", item_id=item["id"], output_index=index,
-                               content_index=0, part=part)  # fmt: skip
+            out += self._event(
+                "response.content_part.added", item_id=item["id"], output_index=index, content_index=0, part=part
+            )
         kind = DELTA_EVENTS.get(item["type"])
         if kind is not None:
             content_index = b'"content_index":0,' if item["type"] != "function_call" else b""
             logprobs = b'"logprobs":[],' if item["type"] == "message" else b""
-            self.delta_head = (b"event: " + kind + b'\ndata: {"type":"' + kind + b'","item_id":"' + item["id"].encode()
-                               + b'","output_index":%d,' % index + content_index + logprobs + b'"delta":')  # fmt: skip
+            self.delta_head = (
+                b"event: "
+                + kind
+                + b'\ndata: {"type":"'
+                + kind
+                + b'","item_id":"'
+                + item["id"].encode()
+                + b'","output_index":%d,' % index
+                + content_index
+                + logprobs
+                + b'"delta":'
+            )
         return out
 
     def _call_item(self, tool: ClientTool) -> dict[str, Any]:
         if tool.kind == "custom":
-            item: dict[str, Any] = {"id": new_id("ctc"), "type": "custom_tool_call", "call_id": new_id("call"),
-                                    "name": tool.name, "input": ""}  # fmt: skip
+            item: dict[str, Any] = {
+                "id": new_id("ctc"),
+                "type": "custom_tool_call",
+                "call_id": new_id("call"),
+                "name": tool.name,
+                "input": "",
+            }
         else:
-            item = {"id": new_id("fc"), "type": "function_call", "status": "in_progress", "call_id": new_id("call"),
-                    "name": tool.name, "arguments": ""}  # fmt: skip
+            item = {
+                "id": new_id("fc"),
+                "type": "function_call",
+                "status": "in_progress",
+                "call_id": new_id("call"),
+                "name": tool.name,
+                "arguments": "",
+            }
         if tool.namespace:
             item["namespace"] = tool.namespace
         return item
@@ -147,29 +170,48 @@ class ResponseBuilder:
         status = "completed" if complete else "incomplete"
         out = b""
         if item["type"] == "reasoning":
-            out += self._event("response.reasoning_text.done", item_id=item["id"], output_index=index,
-                               content_index=0, text=text)  # fmt: skip
+            out += self._event(
+                "response.reasoning_text.done", item_id=item["id"], output_index=index, content_index=0, text=text
+            )
             item["content"] = [_part(item["type"], text)]
             if self.request.wants_sealed_reasoning():
                 item["encrypted_content"] = self.seal.seal(text)
         elif item["type"] == "message":
-            out += self._event("response.output_text.done", item_id=item["id"], output_index=index, content_index=0,
-                               text=text, logprobs=[])  # fmt: skip
+            out += self._event(
+                "response.output_text.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                text=text,
+                logprobs=[],
+            )
             item["content"] = [_part(item["type"], text)]
         elif item["type"] == "function_call":
             item["arguments"] = text
-            out += self._event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
-                               name=item["name"], arguments=text)  # fmt: skip
+            out += self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=index,
+                name=item["name"],
+                arguments=text,
+            )
         else:
             item["input"] = _custom_input(text)
             if item["input"]:
-                out += self._event("response.custom_tool_call_input.delta", item_id=item["id"], output_index=index,
-                                   delta=item["input"])  # fmt: skip
-            out += self._event("response.custom_tool_call_input.done", item_id=item["id"], output_index=index,
-                               input=item["input"])  # fmt: skip
+                out += self._event(
+                    "response.custom_tool_call_input.delta", item_id=item["id"], output_index=index, delta=item["input"]
+                )
+            out += self._event(
+                "response.custom_tool_call_input.done", item_id=item["id"], output_index=index, input=item["input"]
+            )
         if "content" in item:
-            out += self._event("response.content_part.done", item_id=item["id"], output_index=index, content_index=0,
-                               part=item["content"][0])  # fmt: skip
+            out += self._event(
+                "response.content_part.done",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=item["content"][0],
+            )
         if "status" in item:
             item["status"] = status
         return out + self._event("response.output_item.done", output_index=index, item=item)
