@@ -49,11 +49,18 @@ def measured_copy(graph_file: Path, keyed: bool = False) -> dict[str, Any]:
     serves from anywhere as the original would."""
     graph = yaml.safe_load(graph_file.read_text())
     if not keyed:
-        graph.get("gateway", {}).pop("auth", None)
-    graph.setdefault("frontend", {})["host"] = LOOPBACK
+        (graph.get("gateway") or {}).pop("auth", None)
+    graph["frontend"] = {**(graph.get("frontend") or {}), "host": LOOPBACK}
+    here = graph_file.parent
     for pool in graph["pools"].values():
         if "engine_args" in pool:
-            pool["engine_args"] = str((graph_file.parent / pool["engine_args"]).resolve())
+            pool["engine_args"] = str((here / pool["engine_args"]).resolve())
+    model = graph.get("model")
+    if isinstance(model, dict) and model.get("path"):
+        model["path"] = str((here / model["path"]).resolve())
+    auth = (graph.get("gateway") or {}).get("auth")
+    if isinstance(auth, dict) and auth.get("keys_file"):
+        auth["keys_file"] = str((here / auth["keys_file"]).resolve())
     return graph
 
 

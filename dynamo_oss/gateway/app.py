@@ -30,6 +30,7 @@ from dynamo_oss.gateway.chat.route import ChatRoute
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
 from dynamo_oss.gateway.limits import (
     MAX_HEAD_BYTES,
+    MAX_HEADERS,
     MAX_QUEUED,
     MAX_TARGET_BYTES,
     BodyBudget,
@@ -256,7 +257,9 @@ class ClientConnection(asyncio.Protocol):
         self._target: list[bytes] = []
         self._headers: list[tuple[bytes, bytes]] = []
         self._body: list[bytes] = []
-        self._target_size = self._header_size = self._head_size = self._size = self._held = 0
+        self._target_size = self._header_size = self._head_size = self._size = self._request_size = 0
+        self._held = 0  # bytes of the request being read, counted in the gateway's budget (BodyBudget)
+        self._queued = 0  # bytes of this connection's requests read whole and waiting or being answered
         self._in_head = True  # between a request's first byte and the end of its headers
         self._key: str | None = None
         self._route: Route | LocalRoute | None = None
@@ -277,6 +280,8 @@ class ClientConnection(asyncio.Protocol):
         acknowledge_at_once(self.socket)
         if self._in_head:
             self._head_size += len(data)
+        if self._reading:
+            self._request_size += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -287,6 +292,8 @@ class ClientConnection(asyncio.Protocol):
         if self._in_head and not self.refused and self._head_size > MAX_HEAD_BYTES:
             # Counted as the bytes arrive, before the head is whole: a head never ending holds no more than this.
             self._refuse(head_too_large())
+        elif self._reading and not self.refused and self._request_size > self.gateway.limits.max_request_bytes:
+            self._refuse(self.gateway.limits.too_large())  # a body's framing and trailers beyond any real request
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.deadline.stop()
@@ -310,7 +317,7 @@ class ClientConnection(asyncio.Protocol):
     # httptools callbacks
     def on_message_begin(self) -> None:
         self._target, self._headers, self._body = [], [], []
-        self._target_size = self._header_size = self._size = 0
+        self._target_size = self._header_size = self._size = self._request_size = 0
         self._route = None
         self._reading = True
         if not self.tasks:  # a pipelined request's clock starts when the exchanges ahead of it are done
@@ -331,9 +338,12 @@ class ClientConnection(asyncio.Protocol):
             )
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        if not self.refused:
-            self._headers.append((name, value))
-            self._header_size += len(name) + len(value) + 4  # ": " and "\r\n"
+        if self.refused or not self._in_head:
+            return  # a chunked body's trailers: read (their bytes counted in data_received) and dropped
+        self._headers.append((name, value))
+        self._header_size += len(name) + len(value) + 4  # ": " and "\r\n"
+        if len(self._headers) > MAX_HEADERS:
+            self._refuse(head_too_large())
 
     def on_headers_complete(self) -> None:
         if self.refused:
@@ -359,13 +369,19 @@ class ClientConnection(asyncio.Protocol):
             declared = self.gateway.limits.declared_size(self._headers)
             if declared > self.gateway.limits.max_body_bytes:
                 raise self.gateway.limits.too_large()
-            self._hold(declared)
+            if method != b"POST" and declared:  # a chunked one is refused at its first byte (on_body)
+                raise ApiError(
+                    400,
+                    f"{method.decode()} {target[:200].decode(errors='replace')} takes no body.",
+                    code="unexpected_body",
+                )
         except ApiError as err:
             self._refuse(err)
             return
         if not self.tasks:
             self.deadline.awaiting_body()
-        if any(n.lower() == b"expect" and v.lower() == b"100-continue" for n, v in self._headers):
+        # Only between two answers: mid-answer it would land inside another response's bytes.
+        if not self.tasks and any(n.lower() == b"expect" and v.lower() == b"100-continue" for n, v in self._headers):
             self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
 
     def on_body(self, body: bytes) -> None:
@@ -377,7 +393,9 @@ class ClientConnection(asyncio.Protocol):
         try:
             if self._size > self.gateway.limits.max_body_bytes:  # a chunked body past the limit: refused at once
                 raise self.gateway.limits.too_large()
-            self._hold(self._size - self._held)  # past what was declared (a chunked body): counted as it comes
+            if self.parser.get_method() != b"POST":
+                raise ApiError(400, "This route takes no body.", code="unexpected_body")
+            self._hold(len(body))
         except ApiError as err:
             self._refuse(err)
             return
@@ -402,17 +420,26 @@ class ClientConnection(asyncio.Protocol):
         self.transport.pause_reading()  # one exchange at a time
         method, keep_alive = self.parser.get_method(), self.parser.should_keep_alive()
         held, self._held = self._held, 0  # the exchange lets go of its body when it is over
+        self._queued += held
         assert self._route is not None
         request = Request(
             method, self._target[0], self._headers, b"".join(self._body), keep_alive, self._key, self._route, held
         )
+        self._body = []  # the request holds the joined body: the pieces would count it twice
         self._in_turn(self.exchange(request))
 
     def _hold(self, size: int) -> None:
-        """Count `size` more bytes of the request's body in the gateway's budget (BodyBudget)."""
-        if size > 0:
-            self.gateway.bodies.take(size)
-            self._held += size
+        """Count `size` more bytes of the request's body in the gateway's budget (BodyBudget), as they
+        arrive; a connection may hold one largest body's worth at once, however it pipelines."""
+        if self._queued + self._held + size > self.gateway.limits.max_body_bytes:
+            raise ApiError(
+                429,
+                "This connection holds a whole body's worth of requests already; send the next "
+                "once an answer has come, or open another connection.",
+                code="too_many_pipelined_requests",
+            )
+        self.gateway.bodies.take(size)
+        self._held += size
 
     def _let_go_of_body(self) -> None:
         """The body being read will not be answered (the connection is closing): out of the budget."""
@@ -460,11 +487,12 @@ class ClientConnection(asyncio.Protocol):
                 count_request(request.key, self.api, self.status)
         finally:
             self.gateway.bodies.give_back(request.held)
+            self._queued -= request.held
 
     async def _exchange(self, request: Request) -> None:
         self.gateway.exchanges += 1
         self.started = admitted = False
-        share, billed = None, None  # the key's fair share, and what its answer used
+        share, transform = None, None  # the key's fair share, and the transform its answer took
         method, url, headers, keep_alive, route = (
             request.method,
             request.target,
@@ -489,9 +517,9 @@ class ClientConnection(asyncio.Protocol):
                 upstream = await route.prepare(url, request.body, self.gateway, caller)
                 headers = self.gateway.tenants.salted(headers, caller)
                 await self.forward(method, headers, upstream)
-                if upstream.transform is not None:
-                    billed = upstream.transform.billed
-                    count_tokens(self.key, billed)
+                transform = upstream.transform
+                if transform is not None:
+                    count_tokens(self.key, transform.billed)
         except ApiError as err:
             if self.api is not None and err.status < 500:
                 log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
@@ -507,7 +535,9 @@ class ClientConnection(asyncio.Protocol):
         finally:
             self.gateway.exchanges -= 1
             if share is not None:
-                self.gateway.fair_share.done(share, billed)
+                billed = transform.billed if transform is not None else None
+                spent = billed.input + billed.output if billed else transform.spent if transform is not None else 0
+                self.gateway.fair_share.done(share, spent)
             self.rate_headers = []
             if admitted:
                 self.gateway.generating -= 1
@@ -531,6 +561,7 @@ class ClientConnection(asyncio.Protocol):
         seconds = self.gateway.limits.header_timeout_s if not self._headers else self.gateway.limits.body_timeout_s
         message = f"The request was not received in full within {seconds:g} s."
         self.error_shape = self.gateway.error_shape(b"".join(self._target))
+        self.started = False  # no answer is under way (no task): the last one is over
         self.respond(408, openai_error(408, message, code="request_timeout"), keep_alive=False)
         self.transport.close()
 
@@ -793,7 +824,7 @@ class UpstreamConnection(asyncio.Protocol):
                 return
             self.client.write_transformed(self.transform, output, last=True)
         if self.parser.should_keep_alive() and not self.head_only:
-            self.gateway.idle.append(self)
+            self._pool()
         else:
             self.transport.close()
         self.parser = None
@@ -813,10 +844,18 @@ class UpstreamConnection(asyncio.Protocol):
         if not self.client.transport.is_closing():
             self.client.write_transformed(self.transform, output, last=True)
         if keep_alive and not self.transport.is_closing():
-            self.gateway.idle.append(self)
+            self._pool()
         else:
             self.transport.close()
         self.done.set_result(None)
+
+    def _pool(self) -> None:
+        """Back among the idle connections, reading again (its client may have paused it) and no longer
+        its client's to pause or abort."""
+        assert self.client is not None
+        self.client.upstream = None
+        self.transport.resume_reading()
+        self.gateway.idle.append(self)
 
 
 async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, stop: asyncio.Event) -> None:

@@ -6,9 +6,10 @@ As OpenAI's API does: a request past a limit gets a 429 with Retry-After before 
 and every answer to a key with limits carries `x-ratelimit-limit-requests`, `-remaining-requests`,
 `-reset-requests` and the same for tokens. A minute's requests and tokens are buckets that refill
 evenly (a limit of 60 a minute is one a second, with up to 60 at once). A request is charged one
-request as it is admitted, and its tokens (prompt and output, as the answer's usage says) once the
-answer ends: a key whose tokens are spent waits until its bucket is above nothing again, so a key
-may overrun its minute by one answer, never by more.
+request as it is admitted, and its tokens (prompt and output, as the answer's usage says, or as far
+as they were read when the client left) once the answer ends: a key whose tokens are spent waits
+until its bucket is above nothing again, so a key overruns its minute by at most the answers it had
+in flight when the bucket ran out.
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import time
 from dataclasses import dataclass, field
 
 from dynamo_oss.gateway.errors import ApiError
-from dynamo_oss.gateway.usage import Usage
 from dynamo_oss.graph.schema import KeyLimitsSection
 
 
@@ -93,12 +93,13 @@ class FairShare:
         if share.requests is not None:
             share.requests.level -= 1
 
-    def done(self, share: Share, usage: Usage | None) -> None:
-        """The request's answer has ended: its place is free, and its tokens are charged."""
+    def done(self, share: Share, tokens: int) -> None:
+        """The request's answer has ended: its place is free, and its `tokens` (prompt and output, from its
+        usage, or as far as they were read when the answer was cut) are charged."""
         share.in_flight -= 1
-        if share.tokens is not None and usage is not None:
+        if share.tokens is not None:
             share.tokens.refill()
-            share.tokens.level -= usage.input + usage.output
+            share.tokens.level -= tokens
 
 
 def headers(share: Share) -> list[tuple[bytes, bytes]]:

@@ -67,8 +67,16 @@ def _make_key_file(path: Path) -> None:
 
 
 def _check_private(path: Path) -> None:
-    """A key file only its owner can read or write (`dynamo deploy` mounts the Secret with mode 0400)."""
-    mode = path.stat().st_mode
+    """A regular file of this user's that only its owner can read or write (`dynamo deploy` mounts the
+    Secret with mode 0400; a Secret's file is a link to the kubelet's, which is followed)."""
+    status = path.stat()
+    mode = status.st_mode
+    if not stat.S_ISREG(mode):
+        raise KeyFileUnusable(f"{path} is not a regular file")
+    if status.st_uid != os.geteuid():
+        raise KeyFileUnusable(
+            f"{path} belongs to another user (uid {status.st_uid}); the gateway runs as uid {os.geteuid()}"
+        )
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileUnusable(
             f"{path} is open to other users (mode {stat.filemode(mode)}); make it owner-only: chmod 600 {path}"

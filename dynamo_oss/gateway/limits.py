@@ -9,14 +9,16 @@ prompt and a busy graph fit.
 - A target past MAX_TARGET_BYTES gets a 414, and a head past MAX_HEAD_BYTES a 431, as soon as that
   many bytes have arrived, and the connection is closed: nothing that grows with the input is kept.
 - A client too slow with its headers or body gets a 408 and the connection closed; an idle
-  keep-alive connection is closed quietly; a client that stops reading its answer for
-  `write_timeout_s` has its connection dropped, which stops its generation and frees its slot.
+  keep-alive connection is closed quietly; a client that leaves the gateway's buffer for it full (it
+  stopped reading its answer, or reads too little to drain it) for `write_timeout_s` has its
+  connection dropped, which stops its generation and frees its slot.
 - A connection past the cap is closed as it opens, with a log line at most every LOG_EVERY_S.
-- A declared Content-Length over the body limit gets a 413 before any of the body is read; bodies
-  held at once, over all connections, are capped (`max_buffered_bytes`): past it a 503 with
-  Retry-After, before the body is read.
-- A client pipelining more than MAX_QUEUED requests on one connection gets a 429 for the one past
-  it, and the connection closed once those ahead are answered.
+- A declared Content-Length over the body limit gets a 413 before any of the body is read; a route
+  that takes no body (GET, DELETE) refuses one; bodies held at once, over all connections, are capped
+  (`max_buffered_bytes`): past it a 503 with Retry-After.
+- A client pipelining more than MAX_QUEUED requests, or more than one largest body's worth of them, on
+  one connection gets a 429 for the one past it, and the connection closed once those ahead are answered.
+- A head of more than MAX_HEADERS lines gets a 431; a chunked body's trailers are read and dropped.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ log = logging.getLogger("dynamo_oss.gateway")
 LOG_EVERY_S = 10.0
 MAX_TARGET_BYTES = 8 * 1024  # a request line's target (its path and query)
 MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers together, cookies included
+MAX_HEADERS = 256  # header lines in one head (each costs the gateway a tuple, whatever its size)
 MAX_QUEUED = 16  # requests a pipelining client may have waiting on one connection
 
 
@@ -57,6 +60,12 @@ class Limits:
             code="request_too_large",
         )
 
+    @property
+    def max_request_bytes(self) -> int:
+        """The most a whole request may take on the wire: its head, its body, and the body's chunk
+        framing and trailers, each bounded (a trailer is read and dropped, never kept)."""
+        return self.max_body_bytes + 2 * MAX_HEAD_BYTES + self.max_body_bytes // 8
+
     def declared_size(self, headers: list[tuple[bytes, bytes]]) -> int:
         """The Content-Length a request declares (0 when none: the framing is the HTTP parser's to check)."""
         for name, value in headers:
@@ -67,7 +76,8 @@ class Limits:
 
 class BodyBudget:
     """The request bodies the gateway holds at once, over all connections, against `max_buffered_bytes`:
-    a body is counted as it is declared or arrives, and let go once its exchange is over."""
+    a body is counted as its bytes arrive (what a client declares it will send costs nothing until it
+    does), and let go once its exchange is over."""
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits

@@ -51,6 +51,12 @@ class Transform(Protocol):
         an answer that has none, as a stream the frontend cut): what the key is billed (usage.py)."""
         ...
 
+    @property
+    def spent(self) -> int:
+        """Tokens the answer has used so far, its prompt included, as far as the transform knows (0 when
+        it does not): what a key's fair share is charged for an answer cut before its usage came."""
+        ...
+
     def feed(self, body: bytes) -> bytes:
         """The client's bytes for the next piece of the frontend's body (b"" while it waits for more)."""
         ...
@@ -78,6 +84,7 @@ class WholeBody:
     content_type = b"application/json"
     streaming = False
     done = False
+    spent = 0
 
     def __init__(self) -> None:
         self.body: list[bytes] = []
@@ -104,6 +111,7 @@ class EventStream:
     content_type = b"text/event-stream"
     streaming = True
     done = False
+    spent = 0
 
     def __init__(self) -> None:
         self.buffer = b""

@@ -13,7 +13,6 @@ import pytest
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.fair_share import FairShare, headers
-from dynamo_oss.gateway.usage import Usage
 from dynamo_oss.graph.schema import KeyLimitsSection
 from tests.support.graphs import KEYS
 from tests.support.served import ServedGraph
@@ -47,7 +46,7 @@ def test_past_a_limit_is_a_429_saying_when_to_come_back() -> None:
     with pytest.raises(ApiError) as busy:  # two in flight
         shares.admit(share)
     assert (busy.value.status, busy.value.code, busy.value.retry_after) == (429, "rate_limit_exceeded", 1)
-    shares.done(share, Usage(input=150, cached=0, output=10, reasoning=0))  # past its minute's tokens
+    shares.done(share, 160)  # prompt and output: past its minute's tokens
     with pytest.raises(ApiError) as spent:
         shares.admit(share)
     assert "100 tokens per minute" in spent.value.message and spent.value.retry_after >= 36  # 60+1 at 100/min
@@ -62,7 +61,7 @@ def test_a_minute_s_requests_refill_evenly() -> None:
     assert share is not None and share.requests is not None
     for _ in range(60):
         shares.admit(share)
-        shares.done(share, None)
+        shares.done(share, 0)
     with pytest.raises(ApiError) as refused:
         shares.admit(share)
     assert refused.value.retry_after == 1  # one a second

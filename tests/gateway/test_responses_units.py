@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai_harmony import Role
+from openai_harmony import Conversation, Role
 from pydantic import ValidationError
 
 from tests.support.harmony import harmony_ids, render_request, sealed_with
@@ -101,6 +101,18 @@ def test_text_after_an_ended_answer_is_read_as_a_new_header_not_an_error() -> No
     ids = harmony_ids("<|channel|>final<|message|>Hi<|return|>") + encoding().encode("more words")
     ids += harmony_ids("<|channel|>final<|message|>Again<|return|>")
     assert [value for kind, value in parsed(ids, 1) if kind == "text"] == ["Hi", "Again"]
+
+
+def test_a_message_begun_without_its_start_token_keeps_its_channel() -> None:
+    """A model that leaves out `<|start|>assistant` between two messages: the second is still analysis."""
+    ids = harmony_ids("<|channel|>final<|message|>Hi<|end|><|channel|>analysis<|message|>hidden<|end|>")
+    events = parsed(ids, 1)
+    assert [(value.channel if kind == "begin" else value) for kind, value in events if kind != "end"] == [
+        "final",
+        "Hi",
+        "analysis",
+        "hidden",
+    ]
 
 
 HARMONY_TEXT = st.lists(st.sampled_from([*'ab <|>:{}"\n', "<|call|>", "<|end|>", "<|start|>", "é"]), max_size=30).map(
@@ -312,4 +324,5 @@ def test_the_prompt_rendered_piece_by_piece_is_harmony_s_rendering_of_the_whole(
     kept = rendering._kept
     monkeypatch.setattr(rendering, "_kept", lambda messages: captured.append(messages) or kept(messages))
     prompt = render_request(request(**fields), SEAL, TODAY)
-    assert prompt.token_ids == rendering.render_whole(captured[0])
+    whole = Conversation.from_messages(captured[0])
+    assert prompt.token_ids == encoding().render_conversation_for_completion(whole, Role.ASSISTANT)

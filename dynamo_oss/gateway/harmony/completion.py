@@ -90,6 +90,7 @@ def _forced_calls(choice: ToolChoice, prompt: Prompt) -> dict[str, dict[str, Any
 class Builder(Protocol):
     """One API's answer, built from the completion's token ids as they stream."""
 
+    prompt: Prompt  # what the completion was asked for
     final: dict[str, Any] | None  # the whole answer, once finished: the body of an answer not streamed
     done: bool  # the answer ended before the completion did (a stop sequence): the rest is not read
     billed: Usage | None  # the answer's usage, once finished (routes.Transform.billed)
@@ -134,6 +135,7 @@ class CompletionAnswer:
         self.finish_reason: str | None = None
         self.usage: dict[str, Any] | None = None
         self.failed = False  # the frontend's stream ended with an error event
+        self.generated = 0  # the completion's tokens so far
 
     @property
     def done(self) -> bool:
@@ -142,6 +144,10 @@ class CompletionAnswer:
     @property
     def billed(self) -> Usage | None:
         return self.builder.billed
+
+    @property
+    def spent(self) -> int:
+        return len(self.builder.prompt.token_ids) + self.generated
 
     def feed(self, body: bytes) -> bytes:
         if self.builder.done or self.failed:
@@ -172,7 +178,10 @@ class CompletionAnswer:
         token_ids = (chunk.get("nvext") or {}).get("completion_token_ids")
         if token_ids is None and choice.get("text"):
             raise MissingTokenIds("Dynamo's frontend returned no completion_token_ids for a completion's text")
-        return self.builder.feed(token_ids) if token_ids else b""
+        if not token_ids:
+            return b""
+        self.generated += len(token_ids)
+        return self.builder.feed(token_ids)
 
     def _start(self) -> bytes:
         self.started = True
@@ -193,5 +202,7 @@ class CompletionAnswer:
         return out if self.streaming else orjson.dumps(self.builder.final)
 
     def cut(self) -> bytes:
+        if self.failed:
+            return b""  # the client has its error event already
         head = b"" if self.started else self._start()
         return head + self.builder.error(stream_cut()["error"])

@@ -59,7 +59,9 @@ class AnswerParser:
         events: list[Event] = []
         for token in token_ids:
             if self.open and token < FIRST_SPECIAL:  # the common case: one more token of the open message
-                self.parser.process(token)
+                if not self._process(token):
+                    events += self._lost_message()
+                    continue
                 if self.channel == "analysis":
                     self.reasoning_tokens += 1
                 delta = self.parser.last_content_delta
@@ -83,7 +85,7 @@ class AnswerParser:
                 self.parser = _new_parser()  # the end of text: whatever follows is a new header
             return [("end", ENDS[token])]
         if not self._process(token):
-            return []
+            return self._lost_message()
         if self.open:  # a special token inside a message's text is that text, as harmony reads it
             delta = self.parser.last_content_delta
             return [("text", delta)] if delta else []
@@ -93,14 +95,27 @@ class AnswerParser:
         return [("begin", self._header())]
 
     def _process(self, token: int) -> bool:
-        """One token through harmony's parser; False, and a parser at a new header, where harmony cannot
-        read it (text between two messages, which a model ignoring its end token writes)."""
+        """One token through harmony's parser. Where harmony cannot read it (a message begun without
+        `<|start|>`, or text between two messages, which a model ignoring its end token writes), a
+        parser at a new header reads it instead; False when that one cannot either (it is dropped)."""
+        try:
+            self.parser.process(token)
+            return True
+        except HarmonyError:
+            self.parser = _new_parser()
         try:
             self.parser.process(token)
         except HarmonyError:
             self.parser = _new_parser()
             return False
-        return True
+        return not self.open
+
+    def _lost_message(self) -> list[Event]:
+        """The open message, if any, ends where harmony lost its thread."""
+        if not self.open:
+            return []
+        self.open, self.channel = False, None
+        return [("end", "")]
 
     def _header(self) -> Header:
         recipient = self.parser.current_recipient

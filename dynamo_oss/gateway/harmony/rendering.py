@@ -31,9 +31,6 @@ from dataclasses import dataclass, field
 from functools import cache
 
 from openai_harmony import (
-    Conversation as HarmonyConversation,
-)
-from openai_harmony import (
     DeveloperContent,
     HarmonyEncoding,
     HarmonyEncodingName,
@@ -63,7 +60,7 @@ EFFORTS = {
 }
 OFF_LOOP_BYTES = 64 * 1024  # a request this long renders in a thread, as long prompts are counted
 OFF_LOOP_ITEMS = 64  # as does a continuation of more stored items than this
-RENDERED_MESSAGES = 512  # messages a tenant's render cache remembers
+RENDERED_BYTES = 32 * 2**20  # what a tenant's render cache may hold: its messages' JSON and their tokens
 
 
 @cache
@@ -109,11 +106,13 @@ class Prompt:
 
 
 class RenderCache:
-    """One tenant's rendered messages, the most recently used RENDERED_MESSAGES of them. Rendering may
-    run in a thread (`rendered`) beside the event loop, hence the lock."""
+    """One tenant's rendered messages, the most recently used of them up to RENDERED_BYTES (counted as a
+    message's JSON and 8 bytes a token). Rendering may run in a thread (`rendered`) beside the event
+    loop, hence the lock."""
 
-    def __init__(self, size: int = RENDERED_MESSAGES) -> None:
+    def __init__(self, size: int = RENDERED_BYTES) -> None:
         self.size = size
+        self.held = 0
         self._tokens: OrderedDict[tuple[str, bool], tuple[int, ...]] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -127,10 +126,17 @@ class RenderCache:
         options = RenderOptions(conversation_has_function_tools=has_functions)
         tokens = tuple(encoding().render(message, options))
         with self._lock:
-            self._tokens[key] = tokens
-            if len(self._tokens) > self.size:
-                self._tokens.popitem(last=False)
+            if key not in self._tokens:
+                self._tokens[key] = tokens
+                self.held += _weight(key, tokens)
+            while self.held > self.size and self._tokens:
+                old = self._tokens.popitem(last=False)
+                self.held -= _weight(*old)
         return tokens
+
+
+def _weight(key: tuple[str, bool], tokens: tuple[int, ...]) -> int:
+    return len(key[0]) + 8 * len(tokens)
 
 
 def render(conversation: Conversation, cache: RenderCache) -> Prompt:
@@ -158,12 +164,6 @@ async def rendered(conversation: Callable[[], Conversation], cache: RenderCache,
     if heavy:
         return await asyncio.to_thread(lambda: render(conversation(), cache))
     return render(conversation(), cache)
-
-
-def render_whole(messages: list[Message]) -> list[int]:
-    """openai-harmony's rendering of a whole conversation for the assistant's turn: the reference
-    the piecewise rendering above is tested against."""
-    return encoding().render_conversation_for_completion(HarmonyConversation.from_messages(messages), Role.ASSISTANT)
 
 
 def toolset(tools: list[Tool], field: str = "tools[{}]") -> Toolset:

@@ -141,6 +141,7 @@ class ChatRequest(Lenient):
         template variable of that name, in that order."""
         variables = self.chat_template_args or self.chat_template_kwargs or {}
         templated = variables.get("reasoning_effort")
+        templated = templated if isinstance(templated, str) else None  # any other value is not an effort
         return self.reasoning_effort or (self.reasoning.effort if self.reasoning else None) or templated
 
     def stop_sequences(self) -> list[str]:

@@ -190,8 +190,10 @@ class NatsResponseStore:
         while True:
             try:
                 text = self.server_file.read_text().strip()
-            except OSError:
-                text = ""
+            except FileNotFoundError:
+                text = ""  # not written yet (the frontend's container writes it as it starts)
+            except OSError as error:  # there but unreadable (its mode): waiting would wait for ever
+                raise StoreUnavailable(f"cannot read the NATS address in {self.server_file}: {error}") from None
             if text:
                 return text
             await asyncio.sleep(ADDRESS_WAIT_S)

@@ -161,6 +161,8 @@ class StoredResponsesAnswer(ResponsesAnswer):
         self.store, self.parts = store, parts
 
     async def settle(self) -> bytes:
+        if self.failed:  # a worker failed mid-answer: the client has its error event, and nothing is stored
+            return b""
         builder = self.builder
         out = (b"" if self.started else self._start()) + builder.close_output(self.finish_reason, self.usage)
         assert builder.final is not None
