@@ -1,10 +1,11 @@
 """CPU per streamed token of the request gateway and of Dynamo's frontend, for Chat Completions and
 for the gateway's own Responses API, under the same streaming load.
 
-Why: the gateway now owns POST /v1/responses (it renders the request into harmony, streams a plain
-/v1/completions from Dynamo's frontend and turns each text chunk into Responses events) and
-rewrites chat's reasoning chunks. The requirement: the Responses path may cost the gateway at most
-1.5x the chat path's CPU per token.
+Why: the gateway owns POST /v1/responses and /v1/chat/completions (it renders each request into
+harmony, streams a plain /v1/completions from Dynamo's frontend and turns each chunk's token ids into
+the API's events). The requirements: the Responses path may cost the gateway at most 1.5x the chat
+path's CPU per token, and what chat costs is measured before and after it became the gateway's own
+(results-chat-passthrough.md, the run before).
 
 How: a one-worker aggregated gpt-oss-20b mocker graph on free ports, its steps TIME_SCALE of the
 modelled H200's (`--mocker-time-scale`, as the control plane's ceiling runs; a graph file cannot
