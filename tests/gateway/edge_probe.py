@@ -98,7 +98,7 @@ def main() -> None:
     stalled = socket.socket()
     stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     stalled.connect((host, port))
-    stream = json.dumps({**CHAT, "max_tokens": 30_000, "min_tokens": 30_000, "ignore_eos": True, "stream": True})
+    stream = json.dumps({**CHAT, "max_tokens": 6000, "min_tokens": 6000, "ignore_eos": True, "stream": True})
     stalled.sendall(
         (
             "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\nauthorization: Bearer " + key + "\r\n"

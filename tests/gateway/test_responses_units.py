@@ -125,7 +125,7 @@ MESSAGES = st.lists(
 )
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=60, deadline=None)
 @given(messages=MESSAGES, piece=st.integers(min_value=1, max_value=7))
 def test_the_answer_parser_agrees_with_openai_harmony(messages: list, piece: int) -> None:
     """Any answer of whole messages, whatever text they hold, parses as openai-harmony parses it."""

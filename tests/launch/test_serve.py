@@ -359,8 +359,10 @@ def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
         "prometheus-workers.json",
         "planner.json",
         "alert-rules.yml",
+        "nats-url",
     }
     assert all(path.is_file() for path in planned)
+    assert (disagg.run_dir / "nats-url").stat().st_mode & 0o777 == 0o600  # it may hold a password
 
 
 def test_status_reads_the_running_graph(disagg: ServedGraph) -> None:
