@@ -332,7 +332,7 @@ class ClientConnection(asyncio.Protocol):
             self._refuse(
                 ApiError(
                     414,
-                    f"The request's target is longer than {MAX_TARGET_BYTES // 1024} KiB.",
+                    f"The request's target is longer than {MAX_TARGET_BYTES // 1024} KiB; send what it carries in the body.",
                     code="request_target_too_long",
                 )
             )
@@ -362,7 +362,7 @@ class ClientConnection(asyncio.Protocol):
             if method == b"CONNECT" or self.parser.should_upgrade():
                 raise ApiError(
                     400,
-                    "This endpoint serves HTTP/1.1 requests: no Upgrade and no CONNECT.",
+                    "This endpoint serves plain HTTP/1.1 requests: send the request without Upgrade, and not as CONNECT.",
                     code="upgrade_not_supported",
                 )
             self._route = self.gateway.routes.route(method, target)
@@ -372,7 +372,7 @@ class ClientConnection(asyncio.Protocol):
             if method != b"POST" and declared:  # a chunked one is refused at its first byte (on_body)
                 raise ApiError(
                     400,
-                    f"{method.decode()} {target[:200].decode(errors='replace')} takes no body.",
+                    f"{method.decode()} {target[:200].decode(errors='replace')} takes no body; send it without one.",
                     code="unexpected_body",
                 )
         except ApiError as err:
@@ -394,7 +394,7 @@ class ClientConnection(asyncio.Protocol):
             if self._size > self.gateway.limits.max_body_bytes:  # a chunked body past the limit: refused at once
                 raise self.gateway.limits.too_large()
             if self.parser.get_method() != b"POST":
-                raise ApiError(400, "This route takes no body.", code="unexpected_body")
+                raise ApiError(400, "This route takes no body; send it without one.", code="unexpected_body")
             self._hold(len(body))
         except ApiError as err:
             self._refuse(err)
@@ -874,7 +874,7 @@ async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, 
 def head_too_large() -> ApiError:
     return ApiError(
         431,
-        f"The request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB.",
+        f"The request's line and headers are larger than {MAX_HEAD_BYTES // 1024} KiB; send fewer or smaller headers.",
         code="request_header_fields_too_large",
     )
 

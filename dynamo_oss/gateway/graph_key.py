@@ -72,10 +72,11 @@ def _check_private(path: Path) -> None:
     status = path.stat()
     mode = status.st_mode
     if not stat.S_ISREG(mode):
-        raise KeyFileUnusable(f"{path} is not a regular file")
+        raise KeyFileUnusable(f"{path} is not a regular file; point the gateway at the key file itself")
     if status.st_uid != os.geteuid():
         raise KeyFileUnusable(
-            f"{path} belongs to another user (uid {status.st_uid}); the gateway runs as uid {os.geteuid()}"
+            f"{path} belongs to another user (uid {status.st_uid}); the gateway runs as uid {os.geteuid()}: chown "
+            "the file to that user, or run the gateway as its owner"
         )
     if mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise KeyFileUnusable(

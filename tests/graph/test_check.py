@@ -63,8 +63,14 @@ def test_every_path_check_prints_exists_or_is_written_when_served(tmp_path: Path
     plan = json.loads(out)
     planned = {Path(file["path"]) for file in plan["files"]}
     profiles = {run_dir / "profiles" / "prefill.npz", run_dir / "profiles" / "decode.npz"}
-    written = ("conformance-responses.jsonl", "prometheus.yml", "prometheus-workers.json", "planner.json",
-               "alert-rules.yml", "nats-url")  # fmt: skip
+    written = (
+        "conformance-responses.jsonl",
+        "prometheus.yml",
+        "prometheus-workers.json",
+        "planner.json",
+        "alert-rules.yml",
+        "nats-url",
+    )
     assert planned == profiles | {run_dir / name for name in written}
     assert not run_dir.exists()  # check wrote nothing into the run folder
     paths = [

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import yaml
 
+from dynamo_oss.bench.served import measured_copy
 from tests.support.commands import REPO
 from tests.support.ports import free_port_run, free_ports
 
@@ -161,11 +162,10 @@ def write_autoscaled_graph(folder: Path, host: str) -> Path:
 
 def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
     """A copy of graphs/NAME in `folder` with every port it would listen on moved to a free one,
-    so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone; on loopback
-    and without its API keys (tests of keys serve keyed graphs of their own)."""
-    source = REPO / "graphs" / name
-    graph = yaml.safe_load(source.read_text())
-    graph.get("gateway", {}).pop("auth", None)
+    so a test serves the shipped graph without taking 8000, 2379 or 4222 from anyone; as a benchmark
+    serves it (measured_copy: on loopback, without its API keys; tests of keys serve keyed graphs of
+    their own), its ports from the test's own share."""
+    graph = measured_copy(REPO / "graphs" / name)
     etcd_client, etcd_peer, nats, monitoring, frontend, dynamo, prometheus, launcher, planner = free_ports(9)
     graph["infrastructure"] = {
         "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
@@ -178,7 +178,6 @@ def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
         graph["planner"]["metrics_port"] = planner
     for pool in graph["pools"].values():
         pool["system_port"] = free_port_run(pool.get("workers") or pool["autoscale"]["max"])  # worker i: port + i
-        pool["engine_args"] = str((source.parent / pool["engine_args"]).resolve())
     path = folder / name
     path.write_text(yaml.safe_dump(graph))
     return path
