@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 
 def positive_int(text: str) -> int:
@@ -36,12 +35,13 @@ def concurrencies(text: str) -> list[int]:
     return values
 
 
-def add_run_dir_argument(parser: argparse.ArgumentParser) -> None:
-    """The optional RUN_DIR of a command that talks to a served graph."""
+def add_run_argument(parser: argparse.ArgumentParser) -> None:
+    """The optional GRAPH|RUN_DIR of a command that talks to a served graph; `find_run` resolves it."""
     parser.add_argument(
-        "run_dir",
-        type=Path,
+        "run",
         nargs="?",
-        metavar="RUN_DIR",
-        help="the run folder `dynamo serve` printed (default: the newest under ~/.cache/dynamo-oss/runs)",
+        metavar="GRAPH|RUN_DIR",
+        help="a served graph's name (its `name:`, or its file's name without .yaml), or the run folder "
+        "`dynamo serve` printed. A name means that graph's live run, else its latest; left out: the one "
+        "live run, else the latest started (runs are under ~/.cache/dynamo-oss/runs)",
     )

@@ -7,12 +7,12 @@ import argparse
 from pathlib import Path
 
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.cli.arguments import add_run_dir_argument
+from dynamo_oss.cli.arguments import add_run_argument
 from dynamo_oss.cli.rendered_files import write_or_check
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.launch.prepare import graph_alert_rules
-from dynamo_oss.launch.run_dirs import newest_run_dir
+from dynamo_oss.launch.run_dirs import find_run
 from dynamo_oss.launch.state import RunState
 from dynamo_oss.observe.dashboards import DASHBOARDS, render
 from dynamo_oss.observe.snapshot import snapshot
@@ -43,7 +43,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run every panel's queries over the last MINUTES against the Prometheus of a served "
         "graph and draw each dashboard as one PNG in OUT, for a look where no Grafana runs.",
     )
-    add_run_dir_argument(draw)
+    add_run_argument(draw)
     draw.add_argument("--out", type=Path, default=Path("dashboard-snapshots"), help="folder for the PNGs")
     draw.add_argument("--minutes", type=float, default=15, help="time range drawn")
     draw.add_argument("--only", choices=sorted(DASHBOARDS), action="append", help="draw only these dashboards")
@@ -58,7 +58,7 @@ def write_dashboards(args: argparse.Namespace) -> int:
 
 
 def snapshot_dashboards(args: argparse.Namespace) -> int:
-    state = RunState.read(args.run_dir or newest_run_dir())
+    state = RunState.read(find_run(args.run))
     if not state.prometheus_url:
         raise UserError(f"graph {state.graph} runs no Prometheus: give it an observability section")
     for name, text in render().items():

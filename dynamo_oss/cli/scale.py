@@ -1,12 +1,12 @@
-"""`dynamo scale POOL N [RUN_DIR]`: resize a running graph's pool by hand, the way the planner does."""
+"""`dynamo scale POOL N [GRAPH|RUN_DIR]`: resize a running graph's pool by hand, the way the planner does."""
 
 from __future__ import annotations
 
 import argparse
 
-from dynamo_oss.cli.arguments import add_run_dir_argument, positive_int
+from dynamo_oss.cli.arguments import add_run_argument, positive_int
 from dynamo_oss.launch.control_client import ControlClient
-from dynamo_oss.launch.run_dirs import newest_run_dir
+from dynamo_oss.launch.run_dirs import find_run
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,13 +22,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("pool", metavar="POOL", help="prefill, decode or agg")
     parser.add_argument("workers", metavar="N", type=positive_int, help="the pool's new number of workers")
-    add_run_dir_argument(parser)
+    add_run_argument(parser)
     parser.set_defaults(handler=scale)
 
 
 def scale(args: argparse.Namespace) -> int:
-    client = ControlClient.for_run(args.run_dir or newest_run_dir())
-    print(f"scaling {args.pool} to {args.workers} worker(s)...", flush=True)
+    run_dir = find_run(args.run)
+    client = ControlClient.for_run(run_dir)
+    print(f"scaling {args.pool} to {args.workers} worker(s) in {run_dir}...", flush=True)
     outcome = client.scale(args.pool, args.workers)
     for change in outcome.changes:
         moved = "unchanged" if change.before == change.after else f"{change.before} -> {change.after}"

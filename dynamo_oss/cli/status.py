@@ -1,4 +1,4 @@
-"""`dynamo status [RUN_DIR]`: a served graph's pools, processes and the planner's last decision,
+"""`dynamo status [GRAPH|RUN_DIR]`: a served graph's pools, processes and the planner's last decision,
 from its launcher's control API while it runs, else from the state it left in the run folder; on
 a graph over several nodes, every node's workers as discovery holds them (launch.discovery)."""
 
@@ -8,11 +8,11 @@ import argparse
 import asyncio
 import json
 
-from dynamo_oss.cli.arguments import add_run_dir_argument
+from dynamo_oss.cli.arguments import add_run_argument
 from dynamo_oss.launch.control_client import ControlClient
 from dynamo_oss.launch.discovery import describe as describe_nodes
 from dynamo_oss.launch.discovery import nodes_seen
-from dynamo_oss.launch.run_dirs import newest_run_dir
+from dynamo_oss.launch.run_dirs import find_run
 from dynamo_oss.launch.state import RunState
 from dynamo_oss.planner.look import Look
 
@@ -26,13 +26,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "decision, and each process's pid, restarts and ports. On a graph over several nodes, run on any node: it "
         "also lists every node's workers as discovery (the graph's etcd) holds them, and which are missing.",
     )
-    add_run_dir_argument(parser)
+    add_run_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the state as one JSON object")
     parser.set_defaults(handler=status)
 
 
 def status(args: argparse.Namespace) -> int:
-    run_dir = args.run_dir or newest_run_dir()
+    run_dir = find_run(args.run)
     state = RunState.read(run_dir)
     if not state.stopped and state.supervisor_alive and state.control_url:
         state = ControlClient.for_run(run_dir).status()
@@ -47,7 +47,7 @@ def status(args: argparse.Namespace) -> int:
         condition = "stopped"
     else:
         condition = "ready" if state.ready else "starting"
-    lines = [f"graph {state.graph}: {condition}, {state.endpoint}", "  pools:"]
+    lines = [f"graph {state.graph}: {condition}, {state.endpoint}", f"  run folder: {run_dir}", "  pools:"]
     for p in state.pools:
         sizing = f"autoscaled {p.min}-{p.max}" if p.autoscaled else "fixed"
         lines.append(
@@ -58,8 +58,10 @@ def status(args: argparse.Namespace) -> int:
     if decision is not None:
         sizes = ", ".join(f"{role} {count}" for role, count in decision.workers.items())
         took = f" in {decision.seconds:.1f} s" if decision.seconds is not None else ""
-        lines.append(f"  last planner decision: #{decision.decision_id} at {decision.at:%H:%M:%S} UTC: {sizes}: "
-                     f"{decision.outcome}{took}")  # fmt: skip
+        lines.append(
+            f"  last planner decision: #{decision.decision_id} at {decision.at:%H:%M:%S} UTC: {sizes}: "
+            f"{decision.outcome}{took}"
+        )
         if decision.why:
             lines.append(f"    why: {decision.why}")
     look = Look.read(run_dir)

@@ -13,7 +13,7 @@ import pytest
 
 from dynamo_oss.deployment.processes import ProcessPlan
 from dynamo_oss.launch.process import ManagedProcess
-from dynamo_oss.launch.run_dirs import new_run_dir, newest_run_dir, runs_root
+from dynamo_oss.launch.run_dirs import new_run_dir, runs_root
 from dynamo_oss.launch.terminal import for_terminal
 
 
@@ -79,17 +79,6 @@ def test_etcds_auth_token_warning_is_routine() -> None:
     line = '{"level":"warn","ts":"2026-11-23T00:21:30.407Z","msg":"simple token is not cryptographically signed"}'
     assert not for_terminal(line)
     assert for_terminal('{"level":"warn","msg":"slow fdatasync"}')
-
-
-def test_status_finds_the_newest_run(tmp_path: Path) -> None:
-    from dynamo_oss.catalog.errors import UserError
-
-    with pytest.raises(UserError, match="no run folder"):
-        newest_run_dir(tmp_path)
-    older = new_run_dir("a", cache_root=tmp_path)
-    newer = new_run_dir("b", cache_root=tmp_path)
-    os.utime(older, (1, 1))
-    assert newest_run_dir(tmp_path) == newer
 
 
 def test_a_restart_waits_out_a_secret_file_that_cannot_be_read(tmp_path: Path) -> None:
