@@ -56,8 +56,16 @@ def test_the_terminal_gets_warnings_errors_and_the_unknown(line: str, shown: boo
 
 
 def _finish(run: Path, stopped: bool, pid: int) -> None:
-    state = {"graph": "g", "endpoint": "http://x/v1", "served_name": "m", "supervisor_pid": pid, "ready": True, "stopped": stopped,
-             "pools": [], "processes": []}  # fmt: skip
+    state = {
+        "graph": "g",
+        "endpoint": "http://x/v1",
+        "served_name": "m",
+        "supervisor_pid": pid,
+        "ready": True,
+        "stopped": stopped,
+        "pools": [],
+        "processes": [],
+    }
     (run / "state.json").write_text(json.dumps(state))
 
 
@@ -85,8 +93,13 @@ def test_a_restart_waits_out_a_secret_file_that_cannot_be_read(tmp_path: Path) -
     """A TLS file mid-rotation when a process restarts: the launcher says why and tries again,
     instead of leaving the process down for good."""
     secret = tmp_path / "client.key"
-    plan = ProcessPlan(name="worker-0", kind="worker", env={}, env_from_files={"SECRET": secret},
-                       argv=[sys.executable, "-c", "import os; print('has', len(os.environ['SECRET']))"])  # fmt: skip
+    plan = ProcessPlan(
+        name="worker-0",
+        kind="worker",
+        env={},
+        env_from_files={"SECRET": secret},
+        argv=[sys.executable, "-c", "import os; print('has', len(os.environ['SECRET']))"],
+    )
     process = ManagedProcess(plan, tmp_path, name_width=8)
 
     async def restart() -> bool:
