@@ -1,5 +1,5 @@
-"""Packages import only downward: catalog facts, assets, the graph schema, engines, the deployment
-model and its renderers, then perf, the gateway, conformance and the dashboards, launch, the planner, live benchmarks, and the commands."""
+"""Packages import only downward: catalog facts, assets, the graph schema, engines, the gateway (whose
+configuration the deployment builds), the deployment model and its renderers, then perf, conformance and the dashboards, launch, the planner, live benchmarks, and the commands."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ LAYERS = [
     "assets",
     "graph",
     "engines",
+    "gateway",
     "deployment",
     "perf",
-    "gateway",
     "conformance",
     "observe",
     "launch",

@@ -1,18 +1,24 @@
 """Each component's command line, written once for every renderer.
 
 A node's host plan (deployment.host) and a cluster's manifests (deployment.kubernetes) run the same
-programs with the same flags; what differs is given as arguments: where a process listens, where
+programs with the same settings; what differs is given as arguments: where a process listens, where
 files are (the run folder or a mounted ConfigMap), the Python that runs it (this environment's or
 the image's `python3`) and the Dynamo namespace (the graph's, or the operator's $(DYN_NAMESPACE)).
-Each function returns the arguments after the interpreter.
+The gateway reads one typed file (gateway.config.GatewayConfig), which each renderer writes once;
+Dynamo's frontend takes flags, which its FrontendConfig renders.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import Field
+
+from dynamo_oss.catalog.names import RouterMode
+from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.engines import SimulatedTiming, WorkerContext
+from dynamo_oss.gateway.config import GatewayConfig, NatsTlsFiles, ResponsesStoreConfig
 
 
 # Dynamo 1.6's gpt-oss parsers warn on healthy streams: the reasoning parser for every chunk of the
@@ -29,94 +35,93 @@ FRONTEND_LOG = (
 FRONTEND_ENV = {"DYN_LOG": FRONTEND_LOG, "DYN_DISABLE_FRONTEND_ADMIN_API": "1"}
 
 
-def frontend_args(deployment: Deployment, listen: tuple[str, int] | None, namespace: str | None) -> list[str]:
-    """Dynamo's OpenAI frontend with the graph's router and migration settings, on `listen` (else
-    Dynamo's default), counting the workers of `namespace` (else DYN_NAMESPACE's)."""
+class FrontendConfig(Frozen):
+    """One Dynamo frontend, as the deployment and a renderer place it: the graph's router and migration
+    settings, where it listens and the namespace whose workers it counts."""
+
+    router: RouterMode
+    migration_limit: int
+    listen: tuple[str, int] | None = Field(default=None, description="None: Dynamo's default")
+    namespace: str | None = Field(default=None, description="None: DYN_NAMESPACE's, which the operator sets")
+
+    def args(self) -> list[str]:
+        """Its arguments after the interpreter."""
+        where = ["--http-host", self.listen[0], "--http-port", str(self.listen[1])] if self.listen else []
+        args = ["-m", "dynamo.frontend", *where, "--router-mode", self.router]
+        args += ["--migration-limit", str(self.migration_limit)]
+        return args + (["--namespace", self.namespace] if self.namespace else [])
+
+
+def frontend_config(deployment: Deployment, listen: tuple[str, int] | None, namespace: str | None) -> FrontendConfig:
     frontend = deployment.frontend
-    where = ["--http-host", listen[0], "--http-port", str(listen[1])] if listen else []
-    args = [
-        "-m",
-        "dynamo.frontend",
-        *where,
-        "--router-mode",
-        frontend.router,
-        "--migration-limit",
-        str(frontend.migration_limit),
-    ]
-    return args + (["--namespace", namespace] if namespace else [])
+    return FrontendConfig(
+        router=frontend.router, migration_limit=frontend.migration_limit, listen=listen, namespace=namespace
+    )
 
 
-def gateway_args(
+def gateway_config(
     deployment: Deployment,
     listen: tuple[str, int],
-    upstream: str,
-    model: list[str],
+    upstreams: list[str],
+    *,
     key_file: Path,
     api_keys_file: Path | None,
+    model_folder: Path | None = None,
+    model: str | None = None,
     metrics: tuple[str, int] | None = None,
-    responses_store: list[str] | None = None,
-) -> list[str]:
-    """dynamo-oss's request gateway on `listen`, in front of Dynamo's frontend at `upstream`; `model`
-    says where its tokenizer comes from (`--model-folder DIR` or `--model NAME`); `key_file` holds the
-    reasoning key and `api_keys_file` (where the graph's API keys file is, here) the clients' keys;
-    `metrics` is where it serves /metrics; `responses_store` where the graph's NATS is and the bucket
-    its responses go in (`--responses-nats URL` or `--responses-nats-file F`, `--responses-bucket B`),
-    used when the graph stores responses."""
+    responses: ResponsesStoreConfig | None = None,
+) -> GatewayConfig:
+    """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
+    from `model_folder` (or made from the built-in `model`), the graph's key in `key_file`, the clients'
+    keys in `api_keys_file` (where the graph's keys file is, here), its /metrics on `metrics`, and where
+    stored responses go (`responses`, see stored_responses)."""
     gateway = deployment.gateway
     assert gateway is not None
-    limits, responses = gateway.limits, gateway.responses
-    keys = (["--keys-file", str(api_keys_file)] if api_keys_file else []) + (
-        ["--keys-env", gateway.keys_env] if gateway.keys_env else []
+    return GatewayConfig(
+        host=listen[0],
+        port=listen[1],
+        upstreams=upstreams,
+        model_folder=model_folder,
+        model=model,
+        reasoning_key_file=key_file,
+        keys_file=api_keys_file,
+        keys_env=gateway.keys_env,
+        cache_isolation=gateway.cache_isolation,
+        limits_per_key=gateway.limits_per_key,
+        limits=gateway.limits,
+        max_in_flight=gateway.max_in_flight,
+        metrics_host=metrics[0] if metrics else None,
+        metrics_port=metrics[1] if metrics else None,
+        responses=responses,
     )
-    store = (
-        [
-            *responses_store,
-            "--responses-retention-s",
-            str(responses.retention_s),
-            "--responses-max-mib",
-            str(responses.max_mib),
-        ]
-        if responses.store and responses_store
-        else []
+
+
+def stored_responses(
+    deployment: Deployment,
+    bucket: str,
+    *,
+    nats_url_file: Path,
+    bucket_prefix_env: str | None = None,
+    tls: NatsTlsFiles | None = None,
+) -> ResponsesStoreConfig | None:
+    """Where the gateway keeps responses (the graph's NATS, its URL in `nats_url_file`), or None when the
+    graph keeps none."""
+    gateway = deployment.gateway
+    assert gateway is not None
+    if not gateway.responses.store:
+        return None
+    return ResponsesStoreConfig(
+        nats_url_file=nats_url_file,
+        bucket=bucket,
+        bucket_prefix_env=bucket_prefix_env,
+        tls=tls,
+        settings=gateway.responses,
     )
-    return [
-        "-m",
-        "dynamo_oss.gateway",
-        "--host",
-        listen[0],
-        "--port",
-        str(listen[1]),
-        "--upstream",
-        upstream,
-        *model,
-        "--max-in-flight",
-        str(gateway.max_in_flight),
-        "--reasoning-key-file",
-        str(key_file),
-        *keys,
-        "--header-timeout-s",
-        f"{limits.header_timeout_s:g}",
-        "--body-timeout-s",
-        f"{limits.body_timeout_s:g}",
-        "--keep-alive-timeout-s",
-        f"{limits.keep_alive_timeout_s:g}",
-        "--write-timeout-s",
-        f"{limits.write_timeout_s:g}",
-        "--max-connections",
-        str(limits.max_connections),
-        "--max-body-mib",
-        str(limits.max_body_mib),
-        "--max-buffered-mib",
-        str(limits.max_buffered_mib),
-        *(["--cache-isolation", "shared"] if gateway.shared_cache else []),
-        *(
-            ["--limits-per-key", gateway.limits_per_key.model_dump_json(exclude_none=True)]
-            if gateway.limits_per_key
-            else []
-        ),
-        *(["--metrics", f"{metrics[0]}:{metrics[1]}"] if metrics else []),
-        *store,
-    ]
+
+
+def gateway_args(config_file: Path) -> list[str]:
+    """The gateway's arguments after the interpreter: everything else is in its configuration file."""
+    return ["-m", "dynamo_oss.gateway", "--config", str(config_file)]
 
 
 def responses_bucket(graph: str) -> str:

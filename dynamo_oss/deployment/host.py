@@ -21,7 +21,15 @@ from dynamo_oss.assets.encodings import ENCODINGS_ENV
 from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
-from dynamo_oss.deployment.commands import FRONTEND_ENV, frontend_args, gateway_args, responses_bucket, worker_context
+from dynamo_oss.deployment.commands import (
+    FRONTEND_ENV,
+    frontend_config,
+    gateway_args,
+    gateway_config,
+    responses_bucket,
+    stored_responses,
+    worker_context,
+)
 from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.placement import Node
@@ -29,6 +37,7 @@ from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
+from dynamo_oss.gateway.config import NatsTlsFiles, ResponsesStoreConfig
 from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
 
 DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
@@ -359,21 +368,22 @@ def _frontend_processes(
     files: list[PlannedFile],
 ) -> list[ProcessPlan]:
     """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`: what they do
-    comes from the deployment's frontend component, where they listen from the graph's frontend section;
-    the gateway stores responses in the graph's NATS at `nats_url`, which it reads from an owner-only
-    file that joins `files` (an external NATS's URL may hold a password, and a command line is anyone's
-    to read)."""
+    comes from the deployment's frontend component, where they listen from the graph's frontend section.
+    The gateway's configuration joins `files`; it stores responses in the graph's NATS at `nats_url`,
+    which it reads from an owner-only file that joins `files` too (an external NATS's URL may hold a
+    password, and a command line is anyone's to read)."""
     listen = deployment.spec.frontend
     dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
     if deployment.gateway:
         dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port or listen.port + 1
         dynamo_field = "frontend.dynamo_port"
+    frontend = frontend_config(deployment, (dynamo_host, dynamo_port), deployment.namespace)
     processes = [
         ProcessPlan(
             name="frontend",
             kind="frontend",
-            argv=[sys.executable, *frontend_args(deployment, (dynamo_host, dynamo_port), deployment.namespace)],
+            argv=[sys.executable, *frontend.args()],
             env={**shared_env, **FRONTEND_ENV},
             ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
         )
@@ -386,28 +396,33 @@ def _frontend_processes(
                     field="observability.gateway_port", host=LOOPBACK, port=deployment.spec.observability.gateway_port
                 )
             )
-        args = gateway_args(
+        config = gateway_config(
             deployment,
             (listen.host, listen.port),
-            f"http://{LOOPBACK}:{dynamo_port}",
-            ["--model-folder", str(model_folder)],
-            reasoning_key_file(deployment),
-            deployment.gateway.keys_file,
-            (ports[1].host, ports[1].port) if ports[1:] else None,
-            _responses_store(deployment, nats_url, tls, run_dir, files),
+            [f"http://{LOOPBACK}:{dynamo_port}"],
+            key_file=reasoning_key_file(deployment),
+            api_keys_file=deployment.gateway.keys_file,
+            model_folder=model_folder,
+            metrics=(ports[1].host, ports[1].port) if ports[1:] else None,
+            responses=_responses_store(deployment, nats_url, tls, run_dir, files),
         )
+        config_file = PlannedFile(
+            path=run_dir / "gateway.json",
+            purpose="the gateway's configuration",
+            content=config.model_dump_json(indent=1, exclude_none=True).encode(),
+        )
+        files.append(config_file)
         # The gateway renders harmony itself (the Responses API, prompt counts): the same o200k ranks,
         # or openai_harmony downloads them, and offline it fails the request.
         env = {ENCODINGS_ENV: shared_env[ENCODINGS_ENV]}
-        processes.append(
-            ProcessPlan(name="gateway", kind="gateway", argv=[sys.executable, *args], env=env, ports=ports)
-        )
+        argv = [sys.executable, *gateway_args(config_file.path)]
+        processes.append(ProcessPlan(name="gateway", kind="gateway", argv=argv, env=env, ports=ports))
     return processes
 
 
 def _responses_store(
     deployment: Deployment, nats_url: str, tls: InfrastructureTls | None, run_dir: Path, files: list[PlannedFile]
-) -> list[str]:
+) -> ResponsesStoreConfig | None:
     """Where the gateway stores responses: the graph's NATS (its URL in a file of the run folder), with the
     node's certificate when NATS asks for one."""
     url_file = PlannedFile(
@@ -417,14 +432,10 @@ def _responses_store(
         private=True,
     )
     files.append(url_file)
-    certificates = ["--responses-nats-tls", str(tls.ca), str(tls.cert), str(tls.key)] if tls else []
-    return [
-        "--responses-nats-file",
-        str(url_file.path),
-        "--responses-bucket",
-        responses_bucket(deployment.name),
-        *certificates,
-    ]
+    certificates = NatsTlsFiles(ca=tls.ca, cert=tls.cert, key=tls.key) if tls else None
+    return stored_responses(
+        deployment, responses_bucket(deployment.name), nats_url_file=url_file.path, tls=certificates
+    )
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:

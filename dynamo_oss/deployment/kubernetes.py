@@ -36,10 +36,19 @@ import yaml
 from pydantic import BaseModel, Field
 
 from dynamo_oss.assets.template import TEMPLATE_FILE, chat_template
-from dynamo_oss.deployment.commands import FRONTEND_ENV, frontend_args, gateway_args, responses_bucket, worker_context
+from dynamo_oss.deployment.commands import (
+    FRONTEND_ENV,
+    frontend_config,
+    gateway_args,
+    gateway_config,
+    responses_bucket,
+    stored_responses,
+    worker_context,
+)
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
 from dynamo_oss.graph.errors import GraphError, Problem
 
@@ -56,6 +65,7 @@ NATS_ADDRESS_MOUNT = Path("/run/dynamo-oss/nats")  # where the frontend's contai
 WORKER_SHARED_MEMORY = "80Gi"
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 MAX_DNS_LABEL = 63
+GATEWAY_CONFIG = "gateway.json"  # the gateway's configuration, a key of the ConfigMap
 COMPONENT_NAMES = ("frontend", "prefill", "decode", "agg", "planner")  # the components' names in the graph
 
 
@@ -180,6 +190,8 @@ def _metadata(name: str, target: ClusterTarget) -> dict[str, Any]:
 def _config_map(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
     data = {f"{pool.role}.yaml": pool.engine_args.read_text() for pool in deployment.pools if pool.engine_args}
     data[TEMPLATE_FILE] = chat_template()
+    if deployment.gateway:
+        data[GATEWAY_CONFIG] = _gateway_config(deployment).model_dump_json(indent=1, exclude_none=True)
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -192,11 +204,33 @@ def _config_name(deployment: Deployment) -> str:
     return f"{deployment.name}-config"
 
 
+def _gateway_config(deployment: Deployment) -> GatewayConfig:
+    """The gateway's configuration in the frontend's pod: the Service's port, Dynamo's frontend on the
+    pod's loopback, the Secrets' mounts, and the NATS the operator gives the frontend's container."""
+    gateway = deployment.gateway
+    assert gateway is not None and deployment.model.builtin is not None  # _cluster_problems refuses checkouts
+    return gateway_config(
+        deployment,
+        ("0.0.0.0", FRONTEND_PORT),
+        [f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}"],
+        key_file=REASONING_KEY_MOUNT / "key",
+        api_keys_file=API_KEYS_MOUNT / "keys" if gateway.keys_file else None,
+        model=deployment.model.builtin,
+        metrics=("0.0.0.0", GATEWAY_METRICS_PORT),
+        responses=stored_responses(
+            deployment,
+            responses_bucket(deployment.name),
+            nats_url_file=NATS_ADDRESS_MOUNT / "server",
+            bucket_prefix_env="POD_NAMESPACE",
+        ),
+    )
+
+
 def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
     """Dynamo's frontend with the graph's router and migration settings; with the request gateway in
     front, Dynamo's frontend listens on the pod's loopback and the gateway takes the Service's port."""
     listen = (LOOPBACK, DYNAMO_FRONTEND_PORT) if deployment.gateway else None
-    args = frontend_args(deployment, listen, namespace=None)  # the operator sets DYN_NAMESPACE
+    args = frontend_config(deployment, listen, namespace=None).args()  # the operator sets DYN_NAMESPACE
     main: dict[str, Any] = {
         "name": "main",
         "image": target.image,
@@ -206,35 +240,22 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     }
     containers = [main]
     if deployment.gateway:
-        assert deployment.model.builtin is not None  # _cluster_problems refuses local checkouts
         keys = deployment.gateway
         stores = keys.responses.store
-        store_at = [
-            "--responses-nats-file",
-            str(NATS_ADDRESS_MOUNT / "server"),
-            "--responses-bucket",
-            responses_bucket(f"$(POD_NAMESPACE)-{deployment.name}"),
+        mounts = [
+            {"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True},
+            {"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True},
         ]
-        gateway = gateway_args(
-            deployment,
-            ("0.0.0.0", FRONTEND_PORT),
-            f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}",
-            ["--model", deployment.model.builtin],
-            REASONING_KEY_MOUNT / "key",
-            API_KEYS_MOUNT / "keys" if keys.keys_file else None,
-            ("0.0.0.0", GATEWAY_METRICS_PORT),
-            store_at if stores else None,
-        )
-        mounts = [{"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True}]
         # Owner-only, as the gateway requires of the graph's key (graph_key.py).
         volumes = [
-            {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment), "defaultMode": 0o400}}
+            {"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}},
+            {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment), "defaultMode": 0o400}},
         ]
         container: dict[str, Any] = {
             "name": "gateway",
             "image": target.image,
             "command": ["python3"],
-            "args": gateway,
+            "args": gateway_args(CONFIG_MOUNT / GATEWAY_CONFIG),
             "volumeMounts": mounts,
             "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}],
         }

@@ -64,7 +64,7 @@ class FrontendComponent(Frozen):
     migration_limit: int
 
 
-class Gateway(Frozen):
+class GatewayComponent(Frozen):
     """dynamo-oss's request gateway in front of Dynamo's frontend, which then listens on loopback:
     bad requests get OpenAI errors there, and requests past capacity a 503 with Retry-After."""
 
@@ -74,7 +74,7 @@ class Gateway(Frozen):
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
     responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
-    shared_cache: bool = Field(default=False, description="keys' tenants share cached prefixes (no cache salt)")
+    cache_isolation: Literal["tenant", "shared"] = Field(description="whose cached prefixes a key may reuse")
     limits_per_key: KeyLimitsSection | None = Field(default=None, description="each key's share of the graph")
 
     @property
@@ -142,7 +142,7 @@ class Deployment(Frozen):
     gpus: int = Field(description="GPUs the graph has, on all its nodes")
     infrastructure: Infrastructure
     frontend: FrontendComponent
-    gateway: Gateway | None = Field(description="the request gateway, unless the graph turns it off")
+    gateway: GatewayComponent | None = Field(description="the request gateway, unless the graph turns it off")
     pools: list[Pool] = Field(description="in start and placement order: prefill, decode, agg")
     planner: Planner | None = None
     observability: Observability | None = None
@@ -245,17 +245,17 @@ def _default_admission(pools: list[Pool]) -> int:
     return 2 * batched
 
 
-def _gateway(graph: Graph, pools: list[Pool]) -> Gateway:
+def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
     section = graph.spec.gateway
     auth = section.auth if isinstance(section.auth, GatewayAuthSection) else None
-    return Gateway(
+    return GatewayComponent(
         max_in_flight=section.max_in_flight or _default_admission(pools),
         keys_file=graph.resolve(auth.keys_file) if auth and auth.keys_file else None,
         keys_env=auth.keys_env if auth else None,
         limits=section.limits,
         responses=section.responses,
         open_on_purpose=section.auth == "none",
-        shared_cache=section.cache_isolation == "shared",
+        cache_isolation=section.cache_isolation,
         limits_per_key=auth.limits_per_key if auth else None,
     )
 

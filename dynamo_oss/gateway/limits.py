@@ -30,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.graph.schema import GatewayLimitsSection
 
 log = logging.getLogger("dynamo_oss.gateway")
 
@@ -38,17 +39,33 @@ MAX_TARGET_BYTES = 8 * 1024  # a request line's target (its path and query)
 MAX_HEAD_BYTES = 64 * 1024  # a request's line and headers together, cookies included
 MAX_HEADERS = 256  # header lines in one head (each costs the gateway a tuple, whatever its size)
 MAX_QUEUED = 16  # requests a pipelining client may have waiting on one connection
+_GRAPH_DEFAULTS = GatewayLimitsSection()
 
 
 @dataclass(frozen=True)
 class Limits:
-    header_timeout_s: float = 60.0
-    body_timeout_s: float = 60.0
-    keep_alive_timeout_s: float = 75.0
-    write_timeout_s: float = 60.0
-    max_connections: int = 4096
-    max_body_bytes: int = 64 * 2**20
-    max_buffered_bytes: int = 1024 * 2**20
+    """The graph's gateway.limits in the units the shell counts in (bytes, not MiB); the defaults are the
+    graph schema's, the one place they are set."""
+
+    header_timeout_s: float = _GRAPH_DEFAULTS.header_timeout_s
+    body_timeout_s: float = _GRAPH_DEFAULTS.body_timeout_s
+    keep_alive_timeout_s: float = _GRAPH_DEFAULTS.keep_alive_timeout_s
+    write_timeout_s: float = _GRAPH_DEFAULTS.write_timeout_s
+    max_connections: int = _GRAPH_DEFAULTS.max_connections
+    max_body_bytes: int = _GRAPH_DEFAULTS.max_body_mib * 2**20
+    max_buffered_bytes: int = _GRAPH_DEFAULTS.max_buffered_mib * 2**20
+
+    @classmethod
+    def of(cls, section: GatewayLimitsSection) -> Limits:
+        return cls(
+            header_timeout_s=section.header_timeout_s,
+            body_timeout_s=section.body_timeout_s,
+            keep_alive_timeout_s=section.keep_alive_timeout_s,
+            write_timeout_s=section.write_timeout_s,
+            max_connections=section.max_connections,
+            max_body_bytes=section.max_body_mib * 2**20,
+            max_buffered_bytes=section.max_buffered_mib * 2**20,
+        )
 
     def too_large(self) -> ApiError:
         """The 413 for a body past the limit, which says what the limit is."""

@@ -16,6 +16,7 @@ import yaml
 from dynamo_oss.cli.check import plan_graph
 from dynamo_oss.deployment.kubernetes import CONFIG_MOUNT, ClusterTarget, render_manifests
 from dynamo_oss.deployment.model import build_deployment
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.planner.settings import planner_config
 from tests.support.commands import REPO, run_dynamo
@@ -138,9 +139,13 @@ def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files(
     assert args[:2] == ["-m", "dynamo.frontend"]
     assert args[args.index("--router-mode") + 1] == "kv" and args[args.index("--migration-limit") + 1] == "3"
     assert args[args.index("--http-host") + 1] == "127.0.0.1"  # only the gateway faces the Service
-    gateway = frontend[1]["args"]
-    assert gateway[gateway.index("--responses-nats-file") + 1] == "/run/dynamo-oss/nats/server"
-    assert gateway[gateway.index("--responses-bucket") + 1] == "responses-$(POD_NAMESPACE)-gpt-oss-120b-disagg-1p1d"
+    assert frontend[1]["args"] == ["-m", "dynamo_oss.gateway", "--config", "/opt/dynamo-oss/config/gateway.json"]
+    gateway = GatewayConfig.model_validate_json(config_map["data"]["gateway.json"])
+    assert gateway.responses is not None and gateway.responses.nats_url_file == Path("/run/dynamo-oss/nats/server")
+    assert (gateway.responses.bucket_prefix_env, gateway.responses.bucket) == (
+        "POD_NAMESPACE",
+        "responses-gpt-oss-120b-disagg-1p1d",
+    )
     assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in frontend[1][
         "env"
     ]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.deployment.host import plan_host
 from dynamo_oss.deployment.kubernetes import ClusterTarget, render_manifests
 from dynamo_oss.deployment.model import build_deployment
@@ -59,7 +60,11 @@ def test_an_external_nats_password_reaches_the_gateway_in_an_owner_only_file_not
     )
     (gateway,) = [p for p in plan.processes if p.kind == "gateway"]
     assert not any("s3cret" in arg for arg in gateway.argv), gateway.argv
-    (url_file,) = [f for f in plan.files if str(f.path) in gateway.argv]
+    (config_file,) = [f for f in plan.files if str(f.path) in gateway.argv]
+    assert b"s3cret" not in config_file.content
+    config = GatewayConfig.model_validate_json(config_file.content)
+    assert config.responses is not None
+    (url_file,) = [f for f in plan.files if f.path == config.responses.nats_url_file]
     assert url_file.write().read_text() == "nats://graph:s3cret@127.0.0.1:4222"
     assert url_file.path.stat().st_mode & 0o777 == 0o600
 

@@ -18,6 +18,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from dynamo_oss.gateway.chat.conversation import conversation
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.rendering import RenderCache, render
 from dynamo_oss.gateway.protocol.chat import ChatRequest
@@ -282,8 +283,9 @@ def test_whoever_reaches_dynamo_s_frontend_directly_cannot_aim_at_a_tenant_s_cac
     request = ChatRequest(model=MODEL, messages=[{"role": "user", "content": prompt}], max_tokens=4)
     ids = render(conversation(request), RenderCache()).token_ids
     frontend = next(p for p in keyed_graph.state()["processes"] if p["name"] == "frontend")["ports"][0]
-    argv = Path(f"/proc/{keyed_graph.pid_of('gateway')}/cmdline").read_bytes().split(b"\0")
-    graph_key = GraphKey.from_file(Path(argv[argv.index(b"--reasoning-key-file") + 1].decode()))
+    config = GatewayConfig.read(keyed_graph.run_dir / "gateway.json")
+    assert config.reasoning_key_file is not None
+    graph_key = GraphKey.from_file(config.reasoning_key_file)
 
     def cached(salt: bytes | None) -> int:
         headers = {"x-tenant-id": salt.decode()} if salt is not None else {}

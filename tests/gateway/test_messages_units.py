@@ -14,7 +14,7 @@ from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
-from dynamo_oss.deployment.commands import gateway_args
+from dynamo_oss.deployment.commands import gateway_config
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.app import Gateway
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
@@ -297,14 +297,12 @@ def test_the_cache_salt_is_the_tenant_s_under_the_graph_s_key_and_a_client_s_own
     )
 
 
-@pytest.mark.parametrize(
-    ("isolation", "flag"), [(None, []), ("tenant", []), ("shared", ["--cache-isolation", "shared"])]
-)
-def test_the_graph_turns_tenant_isolation_off_on_the_gateway_s_command_line(
-    tmp_path: Path, isolation: str | None, flag: list[str]
-) -> None:
+@pytest.mark.parametrize("isolation", [None, "tenant", "shared"])
+def test_the_graph_s_cache_isolation_reaches_the_gateway_s_configuration(tmp_path: Path, isolation: str | None) -> None:
     (tmp_path / "keys").write_text("alice sk-a\n")
     gateway = {"auth": {"keys_file": str(tmp_path / "keys")}} | ({"cache_isolation": isolation} if isolation else {})
     deployment = build_deployment(load_graph(write_graph(tmp_path, gateway=gateway)), engine_override="mocker")
-    args = gateway_args(deployment, ("127.0.0.1", 8000), "http://127.0.0.1:8001", [], tmp_path / "k", tmp_path / "keys")
-    assert [arg for arg in args if arg in ("--cache-isolation", "shared", "tenant")] == flag
+    config = gateway_config(
+        deployment, ("127.0.0.1", 8000), ["http://127.0.0.1:8001"], key_file=tmp_path / "k", api_keys_file=None
+    )
+    assert config.cache_isolation == (isolation or "tenant")

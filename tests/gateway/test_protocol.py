@@ -14,6 +14,7 @@ import httpx
 import pytest
 import yaml
 
+from dynamo_oss.gateway.config import GatewayConfig
 from tests.support.ports import free_ports
 from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
@@ -130,23 +131,17 @@ def test_a_client_leaving_mid_stream_cancels_its_request_and_harms_nothing(serve
 
 
 def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(served, tmp_path: Path) -> None:
-    """In a container there is no model folder: `--model gpt-oss-20b` makes one offline at start, and
+    """In a container there is no model folder: `model: gpt-oss-20b` makes one offline at start, and
     the gateway counts raw completion prompts against the context with its tokenizer (chat's are
     rendered by harmony) before Dynamo's frontend sees them."""
     _, _, dynamo_port = served
     (port,) = free_ports(1)
     log = tmp_path / "gateway.log"
-    command = [
-        sys.executable,
-        "-m",
-        "dynamo_oss.gateway",
-        "--port",
-        str(port),
-        "--upstream",
-        f"http://127.0.0.1:{dynamo_port}",
-        "--model",
-        "gpt-oss-20b",
-    ]
+    config = GatewayConfig(
+        host="127.0.0.1", port=port, upstreams=[f"http://127.0.0.1:{dynamo_port}"], model="gpt-oss-20b"
+    )
+    (tmp_path / "gateway.json").write_text(config.model_dump_json())
+    command = [sys.executable, "-m", "dynamo_oss.gateway", "--config", str(tmp_path / "gateway.json")]
     with log.open("wb") as output:
         gateway = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     try:

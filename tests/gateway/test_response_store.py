@@ -22,6 +22,7 @@ import yaml
 from openai.types.responses import Response, ResponseItem
 from pydantic import TypeAdapter
 
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
@@ -234,9 +235,11 @@ def test_a_continuation_is_served_by_a_second_gateway_and_by_the_first_after_its
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
     env = dict(line.split("=", 1) for line in Path(f"/proc/{pid}/environ").read_bytes().decode().split("\0") if line)
     port = free_ports(1)[0]
-    argv[argv.index("--port") + 1] = str(port)
-    if "--metrics" in argv:  # the graph's gateway keeps its metrics port
-        del argv[argv.index("--metrics") : argv.index("--metrics") + 2]
+    # The graph's gateway's configuration on another port, its metrics port left to the graph's gateway.
+    config = GatewayConfig.read(Path(argv[argv.index("--config") + 1]))
+    second_config = tmp_path / "second-gateway.json"
+    second_config.write_text(config.model_copy(update={"port": port, "metrics_port": None}).model_dump_json())
+    argv[argv.index("--config") + 1] = str(second_config)
     with (tmp_path / "second-gateway.log").open("w") as log:
         second = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:

@@ -1,0 +1,79 @@
+"""What one gateway process is told, in one typed file: where it listens, which Dynamo frontends it
+forwards to, where its keys and the graph's key are, its limits, and where stored responses live.
+
+The deployment builds it from the graph (deployment.commands.gateway_config) and each renderer
+writes it once: a file of the run folder on a host, a ConfigMap's key on Kubernetes. The gateway
+reads nothing else (`python -m dynamo_oss.gateway --config FILE`), so a setting has the one name
+the graph gives it, and the one default the graph's schema gives it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from dynamo_oss.catalog.models import BUILTIN_MODELS
+from dynamo_oss.graph.schema import GatewayLimitsSection, GatewayResponsesSection, KeyLimitsSection
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class NatsTlsFiles(_Strict):
+    """The node's PEM files, for a NATS that asks clients for a certificate."""
+
+    ca: Path
+    cert: Path
+    key: Path
+
+
+class ResponsesStoreConfig(_Strict):
+    """Where the graph's stored responses live: a JetStream key-value bucket of the graph's NATS."""
+
+    nats_url: str | None = Field(default=None, description="the graph's NATS")
+    nats_url_file: Path | None = Field(
+        default=None, description="a file holding that URL, read once another process has written it"
+    )
+    bucket: str = Field(description="the key-value bucket, one per graph")
+    bucket_prefix_env: str | None = Field(
+        default=None,
+        description="an environment variable whose value, and a dash, goes before the bucket's name "
+        "(on Kubernetes the pod's namespace, which one NATS may serve beside others)",
+    )
+    tls: NatsTlsFiles | None = None
+    settings: GatewayResponsesSection = Field(description="how long and how much it keeps")
+
+
+class GatewayConfig(_Strict):
+    """Everything a gateway process needs; every process of a graph's endpoint reads the same one."""
+
+    host: str = Field(description="the address the endpoint binds")
+    port: int = Field(ge=1, le=65535, description="the endpoint's port, shared by every process (SO_REUSEPORT)")
+    upstreams: list[str] = Field(
+        min_length=1, description="the Dynamo frontends' base URLs, e.g. http://127.0.0.1:8001"
+    )
+    model_folder: Path | None = Field(default=None, description="tokenizer and chat template, for context checks")
+    model: Literal[tuple(BUILTIN_MODELS)] | None = Field(  # type: ignore[valid-type]
+        default=None, description="a built-in model whose tokenizer and template are made offline at start"
+    )
+    reasoning_key_file: Path | None = Field(
+        default=None,
+        description="the graph's key, which seals reasoning and salts each tenant's cache; without it, a key "
+        "of this process only",
+    )
+    keys_file: Path | None = Field(default=None, description="API keys it requires, a `NAME KEY [TENANT]` line each")
+    keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
+    cache_isolation: Literal["tenant", "shared"] = "tenant"
+    limits_per_key: KeyLimitsSection | None = None
+    limits: GatewayLimitsSection = Field(default_factory=GatewayLimitsSection)
+    max_in_flight: int | None = Field(default=None, ge=1, description="generation requests admitted at once")
+    metrics_host: str | None = Field(default=None, description="where /metrics and /metrics/frontend are served")
+    metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    responses: ResponsesStoreConfig | None = Field(default=None, description="None: the graph keeps no responses")
+
+    @classmethod
+    def read(cls, path: Path) -> GatewayConfig:
+        return cls.model_validate_json(path.read_bytes())
