@@ -360,6 +360,7 @@ def test_serve_writes_the_files_its_plan_lists(disagg: ServedGraph) -> None:
         "planner.json",
         "alert-rules.yml",
         "nats-url",
+        "gateway.json",
     }
     assert all(path.is_file() for path in planned)
     assert (disagg.run_dir / "nats-url").stat().st_mode & 0o777 == 0o600  # it may hold a password
