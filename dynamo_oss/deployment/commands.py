@@ -43,11 +43,15 @@ class FrontendConfig(Frozen):
     migration_limit: int
     listen: tuple[str, int] | None = Field(default=None, description="None: Dynamo's default")
     namespace: str | None = Field(default=None, description="None: DYN_NAMESPACE's, which the operator sets")
+    replica_sync: bool = Field(
+        default=False, description="one of several frontends: share active sequences and KV events with the others"
+    )
 
     def args(self) -> list[str]:
         """Its arguments after the interpreter."""
         where = ["--http-host", self.listen[0], "--http-port", str(self.listen[1])] if self.listen else []
         args = ["-m", "dynamo.frontend", *where, "--router-mode", self.router]
+        args += ["--router-replica-sync"] if self.replica_sync and self.router == "kv" else []
         args += ["--migration-limit", str(self.migration_limit)]
         return args + (["--namespace", self.namespace] if self.namespace else [])
 
@@ -55,7 +59,11 @@ class FrontendConfig(Frozen):
 def frontend_config(deployment: Deployment, listen: tuple[str, int] | None, namespace: str | None) -> FrontendConfig:
     frontend = deployment.frontend
     return FrontendConfig(
-        router=frontend.router, migration_limit=frontend.migration_limit, listen=listen, namespace=namespace
+        router=frontend.router,
+        migration_limit=frontend.migration_limit,
+        listen=listen,
+        namespace=namespace,
+        replica_sync=frontend.replica_sync,
     )
 
 
@@ -64,6 +72,7 @@ def gateway_config(
     listen: tuple[str, int],
     upstreams: list[str],
     *,
+    state_dir: Path,
     key_file: Path,
     api_keys_file: Path | None,
     model_folder: Path | None = None,
@@ -72,12 +81,15 @@ def gateway_config(
     responses: ResponsesStoreConfig | None = None,
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
-    from `model_folder` (or made from the built-in `model`), the graph's key in `key_file`, the clients'
+    from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
+    graph's key in `key_file`, the clients'
     keys in `api_keys_file` (where the graph's keys file is, here), its /metrics on `metrics`, and where
     stored responses go (`responses`, see stored_responses)."""
     gateway = deployment.gateway
     assert gateway is not None
     return GatewayConfig(
+        processes=gateway.processes,
+        state_dir=state_dir,
         host=listen[0],
         port=listen[1],
         upstreams=upstreams,

@@ -367,7 +367,8 @@ def _frontend_processes(
     run_dir: Path,
     files: list[PlannedFile],
 ) -> list[ProcessPlan]:
-    """Dynamo's frontend, on `port`, or on loopback behind the request gateway on `port`: what they do
+    """Dynamo's frontends, on `port`, or on loopback behind the request gateway on `port` (the first on
+    dynamo_port, the others on the ports after it): what they do
     comes from the deployment's frontend component, where they listen from the graph's frontend section.
     The gateway's configuration joins `files`; it stores responses in the graph's NATS at `nats_url`,
     which it reads from an owner-only file that joins `files` too (an external NATS's URL may hold a
@@ -378,16 +379,22 @@ def _frontend_processes(
     if deployment.gateway:
         dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port or listen.port + 1
         dynamo_field = "frontend.dynamo_port"
-    frontend = frontend_config(deployment, (dynamo_host, dynamo_port), deployment.namespace)
-    processes = [
-        ProcessPlan(
-            name="frontend",
-            kind="frontend",
-            argv=[sys.executable, *frontend.args()],
-            env={**shared_env, **FRONTEND_ENV},
-            ports=[PortUse(field=dynamo_field, host=dynamo_host, port=dynamo_port)],
+    replicas = deployment.frontend.replicas
+    processes = []
+    for index in range(replicas):
+        port = dynamo_port + index
+        frontend = frontend_config(deployment, (dynamo_host, port), deployment.namespace)
+        processes.append(
+            ProcessPlan(
+                name="frontend" if replicas == 1 else f"frontend-{index}",
+                kind="frontend",
+                argv=[sys.executable, *frontend.args()],
+                env={**shared_env, **FRONTEND_ENV},
+                ports=[
+                    PortUse(field=dynamo_field + (f" + {index}" if index else ""), host=dynamo_host, port=port)
+                ],
+            )
         )
-    ]
     if deployment.gateway:
         ports = [PortUse(field="frontend.port", host=listen.host, port=listen.port)]
         if deployment.spec.observability:  # its /metrics, for the graph's Prometheus beside it
@@ -399,7 +406,8 @@ def _frontend_processes(
         config = gateway_config(
             deployment,
             (listen.host, listen.port),
-            [f"http://{LOOPBACK}:{dynamo_port}"],
+            [f"http://{LOOPBACK}:{dynamo_port + index}" for index in range(replicas)],
+            state_dir=run_dir / "gateway",
             key_file=reasoning_key_file(deployment),
             api_keys_file=deployment.gateway.keys_file,
             model_folder=model_folder,

@@ -60,6 +60,7 @@ DYNAMO_FRONTEND_PORT = 8001  # Dynamo's frontend behind the gateway, on the pod'
 GATEWAY_METRICS_PORT = 9093  # the gateway's /metrics (usage per API key), container port "gateway-metrics"
 REASONING_KEY_MOUNT = Path("/etc/dynamo-oss/reasoning")  # the Secret holding the reasoning key, as file `key`
 API_KEYS_MOUNT = Path("/etc/dynamo-oss/api-keys")  # the Secret holding the clients' API keys, as file `keys`
+GATEWAY_STATE_MOUNT = Path("/run/dynamo-oss/gateway")  # what the gateway's processes share (in memory)
 NATS_ADDRESS_MOUNT = Path("/run/dynamo-oss/nats")  # where the frontend's container writes NATS_SERVER, as `server`
 # /dev/shm for NCCL and NIXL buffers: the published gpt-oss-120b TensorRT-LLM recipe's size.
 WORKER_SHARED_MEMORY = "80Gi"
@@ -213,6 +214,7 @@ def _gateway_config(deployment: Deployment) -> GatewayConfig:
         deployment,
         ("0.0.0.0", FRONTEND_PORT),
         [f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}"],
+        state_dir=GATEWAY_STATE_MOUNT,
         key_file=REASONING_KEY_MOUNT / "key",
         api_keys_file=API_KEYS_MOUNT / "keys" if gateway.keys_file else None,
         model=deployment.model.builtin,
@@ -245,11 +247,13 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         mounts = [
             {"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True},
             {"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True},
+            {"name": "gateway-state", "mountPath": str(GATEWAY_STATE_MOUNT)},
         ]
         # Owner-only, as the gateway requires of the graph's key (graph_key.py).
         volumes = [
             {"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}},
             {"name": "reasoning-key", "secret": {"secretName": reasoning_key_secret(deployment), "defaultMode": 0o400}},
+            {"name": "gateway-state", "emptyDir": {"medium": "Memory", "sizeLimit": "64Mi"}},
         ]
         container: dict[str, Any] = {
             "name": "gateway",

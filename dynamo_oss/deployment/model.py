@@ -27,6 +27,7 @@ from dynamo_oss.graph.schema import (
     EmbeddedEtcd,
     EmbeddedNats,
     EmbeddedPrometheus,
+    FrontendAutoscaleSection,
     GatewayAuthSection,
     GatewayLimitsSection,
     GatewayResponsesSection,
@@ -58,10 +59,20 @@ class Infrastructure(Frozen):
 
 
 class FrontendComponent(Frozen):
-    """Dynamo's OpenAI frontend and the router inside it."""
+    """Dynamo's OpenAI frontends and the router inside them."""
 
     router: RouterMode
     migration_limit: int
+    replicas: int = Field(
+        description="frontends on each node that runs them (on a cluster: frontend pods, each with its gateway)"
+    )
+    replicas_sized: bool = Field(description="the graph left replicas to the endpoint's sizing")
+    autoscale: FrontendAutoscaleSection | None = Field(description="on a cluster, an HPA resizes the pods")
+
+    @property
+    def replica_sync(self) -> bool:
+        """Several frontends share what the KV router knows, so where a prefix is cached is known to all."""
+        return self.replicas > 1 or (self.autoscale is not None and self.autoscale.max > 1)
 
 
 class GatewayComponent(Frozen):
@@ -76,6 +87,8 @@ class GatewayComponent(Frozen):
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
     cache_isolation: Literal["tenant", "shared"] = Field(description="whose cached prefixes a key may reuse")
     limits_per_key: KeyLimitsSection | None = Field(default=None, description="each key's share of the graph")
+    processes: int = Field(description="gateway processes on each node (or pod) that runs frontends")
+    processes_sized: bool = Field(description="the graph left processes to the endpoint's sizing")
 
     @property
     def requires_keys(self) -> bool:
@@ -225,7 +238,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         hardware=spec.hardware.gpu,
         gpus=spec.hardware.total_gpus,
         infrastructure=_infrastructure(graph),
-        frontend=FrontendComponent(router=spec.frontend.router, migration_limit=spec.frontend.migration_limit),
+        frontend=_frontend(spec),
         gateway=_gateway(graph, pools) if spec.gateway.enabled else None,
         pools=pools,
         planner=planner,
@@ -257,6 +270,20 @@ def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
         open_on_purpose=section.auth == "none",
         cache_isolation=section.cache_isolation,
         limits_per_key=auth.limits_per_key if auth else None,
+        processes=section.processes or 1,
+        processes_sized=section.processes is None,
+    )
+
+
+def _frontend(spec: GraphSpec) -> FrontendComponent:
+    section = spec.frontend
+    given = section.replicas or (section.autoscale.min if section.autoscale else None)
+    return FrontendComponent(
+        router=section.router,
+        migration_limit=section.migration_limit,
+        replicas=given or 1,
+        replicas_sized=given is None,
+        autoscale=section.autoscale,
     )
 
 

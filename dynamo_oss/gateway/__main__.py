@@ -1,4 +1,5 @@
-"""`python -m dynamo_oss.gateway --config FILE`: one gateway process, as its GatewayConfig (config.py) says."""
+"""`python -m dynamo_oss.gateway --config FILE`: the endpoint, as its GatewayConfig (config.py) says: the
+first process (processes.py), which starts the serving ones (`--process I`)."""
 
 from __future__ import annotations
 
@@ -19,15 +20,17 @@ from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.config import GatewayConfig, ResponsesStoreConfig
 from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
+from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.limits import Limits
-from dynamo_oss.gateway.metrics_port import serve_metrics
+from dynamo_oss.gateway.processes import run_endpoint
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
 
 DRAIN_TIMEOUT_S = 30.0  # how long streams in flight may take to finish after SIGTERM
 
 
-async def run(config: GatewayConfig, folder: Path | None) -> None:
+async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
+    """Serving process `process` of the endpoint, until SIGTERM or SIGINT; then it drains."""
     counter = PromptCounter(folder) if folder else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -36,25 +39,24 @@ async def run(config: GatewayConfig, folder: Path | None) -> None:
     store = response_store(config.responses)
     if store is not None:
         store.start()
+    keys = api_keys(config)
+    ledger = Ledger(keys.names if keys else [], config.processes, process, config.ledger_file)
     gateway = Gateway(
-        config.upstreams[0],
+        config.upstreams,
         counter,
         graph_key(config.reasoning_key_file),
         config.max_in_flight,
-        api_keys(config),
+        keys,
         Limits.of(config.limits),
         store,
         cache_isolation=config.cache_isolation == "tenant",
         limits_per_key=config.limits_per_key,
+        ledger=ledger,
     )
-    metrics = None
-    if config.metrics_host is not None and config.metrics_port is not None:
-        metrics = await serve_metrics(config.metrics_host, config.metrics_port, gateway.upstream)
     try:
         await serve(gateway, config.host, config.port, DRAIN_TIMEOUT_S, stop)
     finally:
-        if metrics is not None:
-            await metrics.cleanup()
+        ledger.close()
 
 
 def response_store(config: ResponsesStoreConfig | None) -> NatsResponseStore | None:
@@ -118,15 +120,24 @@ def main() -> None:
         "`dynamo deploy` write its configuration from the graph (gateway.json in the run folder)."
     )
     parser.add_argument("--config", type=Path, required=True, help="the GatewayConfig JSON file (gateway/config.py)")
+    parser.add_argument(
+        "--process", type=int, metavar="I", help="serve as process I of the endpoint (the first process says which)"
+    )
     args = parser.parse_args()
     config = read_config(args.config)
     # harmony's o200k ranks, which every rendering and parse reads: `dynamo serve` names the folder it
-    # made them in; in a container nothing does, and they are made offline here.
+    # made them in; in a container nothing does, and they are made offline here, by the first process
+    # (the serving ones find them made, and it passes the variable on).
     os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
     folder = model_folder(BUILTIN_MODELS[config.model]) if config.model else config.model_folder
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.process is None:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        uvloop.run(run_endpoint(config, args.config, DRAIN_TIMEOUT_S))
+        return
+    log_format = f"%(asctime)s %(levelname)s %(name)s[{args.process}]: %(message)s"
+    logging.basicConfig(level=logging.INFO, format=log_format)
     # libuv's event loop: less CPU per streamed chunk than asyncio's own.
-    uvloop.run(run(config, folder))
+    uvloop.run(run(config, folder, args.process))
 
 
 if __name__ == "__main__":

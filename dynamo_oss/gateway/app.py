@@ -43,7 +43,8 @@ from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.fair_share import FairShare
-from dynamo_oss.gateway.fair_share import headers as rate_limit_headers
+from dynamo_oss.gateway.frontends import Frontend, Frontends
+from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
 from dynamo_oss.gateway.responses.store import ResponseStore
@@ -99,7 +100,7 @@ class Gateway:
 
     def __init__(
         self,
-        upstream: str,
+        upstreams: list[str],
         counter: PromptCounter | None,
         graph_key: GraphKey,
         max_in_flight: int | None = None,
@@ -108,15 +109,14 @@ class Gateway:
         store: ResponseStore | None = None,
         cache_isolation: bool = True,
         limits_per_key: KeyLimitsSection | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
-        self.upstream = upstream.rstrip("/")
-        host_port = self.upstream.split("://", 1)[1]
-        self.host, _, port = host_port.partition(":")
-        self.port = int(port or 80)
+        self.frontends = Frontends(upstreams)
         self.counter = counter
         self.keys = keys  # None: no key is asked for
         self.tenants = Tenants(graph_key, isolated=cache_isolation and keys is not None)
-        self.fair_share = FairShare(limits_per_key, keys.limits if keys is not None else {})
+        ledger = ledger or Ledger(keys.names if keys is not None else [], processes=1, process=0, path=None)
+        self.fair_share = FairShare(limits_per_key, keys.limits if keys is not None else {}, max_in_flight, ledger)
         seal = ReasoningSeal(graph_key)
         self.limits = limits
         self.connections = ConnectionCount(limits)
@@ -136,8 +136,6 @@ class Gateway:
         self.store = store  # None: the graph keeps no responses
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte
-        self.max_in_flight = max_in_flight
-        self.generating = 0  # admitted generation requests not yet answered in full
         self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, int] = {}
         self._models_at = 0.0
@@ -161,7 +159,16 @@ class Gateway:
     async def _fetch_models(self) -> None:
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-        async with self._session.get(f"{self.upstream}/v1/models") as response:
+        *others, last = self.frontends.in_turn()
+        for frontend in others:  # the first frontend that answers; the last one's failure is the request's
+            try:
+                return await self._fetch_models_from(frontend, self._session)
+            except (OSError, aiohttp.ClientError) as error:
+                self.frontends.failed(frontend, error)
+        await self._fetch_models_from(last, self._session)
+
+    async def _fetch_models_from(self, frontend: Frontend, session: aiohttp.ClientSession) -> None:
+        async with session.get(f"{frontend.base}/v1/models") as response:
             listing = parse_json(await response.read())
         if response.status != 200 or not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
             raise ConnectionError(f"its model list answered HTTP {response.status} without a list")
@@ -190,25 +197,14 @@ class Gateway:
     def forget_models(self) -> None:
         self._models = {}
 
-    def admit(self) -> None:
-        """Count in one generation request, or refuse it, retryably, when the graph is at capacity."""
-        if self.max_in_flight is not None and self.generating >= self.max_in_flight:
-            raise ApiError(
-                503,
-                f"The server is at capacity ({self.generating} requests in flight); retry shortly.",
-                code="overloaded",
-                retry_after=RETRY_AFTER_S,
-            )
-        self.generating += 1
-
     async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
         """An idle keep-alive connection (and True), or a new one (and False)."""
         while self.idle and not fresh:
             connection = self.idle.pop()
             if not connection.transport.is_closing():
                 return connection, True
-        loop = asyncio.get_running_loop()
-        _, connection = await loop.create_connection(lambda: UpstreamConnection(self), self.host, self.port)
+        connection = await self.frontends.connect(lambda frontend: UpstreamConnection(self, frontend))
+        assert isinstance(connection, UpstreamConnection)
         return connection, False
 
     async def close(self) -> None:
@@ -491,8 +487,8 @@ class ClientConnection(asyncio.Protocol):
 
     async def _exchange(self, request: Request) -> None:
         self.gateway.exchanges += 1
-        self.started = admitted = False
-        share, transform = None, None  # the key's fair share, and the transform its answer took
+        self.started = False
+        ticket, transform = None, None  # the request's admission (fair_share.py), and the transform its answer took
         method, url, headers, keep_alive, route = (
             request.method,
             request.target,
@@ -506,13 +502,9 @@ class ClientConnection(asyncio.Protocol):
                 status, answer = await route.answer(method, url, self.key)
                 self.respond(status, answer, keep_alive)
             else:
-                if self.api is not None:
-                    wanted = self.gateway.fair_share.share(self.key)
-                    if wanted is not None:
-                        self.gateway.fair_share.admit(wanted)  # a 429 before the graph's own capacity is asked
-                        share, self.rate_headers = wanted, rate_limit_headers(wanted)
-                    self.gateway.admit()
-                    admitted = True
+                if self.api is not None:  # a generation: the key's share, then the graph's capacity
+                    ticket = self.gateway.fair_share.admit(self.key)
+                    self.rate_headers = ticket.headers
                 caller = self.gateway.caller(self.key)
                 upstream = await route.prepare(url, request.body, self.gateway, caller)
                 headers = self.gateway.tenants.salted(headers, caller)
@@ -534,13 +526,11 @@ class ClientConnection(asyncio.Protocol):
             self.respond(500, openai_error(500, "The gateway failed on this request."), keep_alive)
         finally:
             self.gateway.exchanges -= 1
-            if share is not None:
+            if ticket is not None:
                 billed = transform.billed if transform is not None else None
                 spent = billed.input + billed.output if billed else transform.spent if transform is not None else 0
-                self.gateway.fair_share.done(share, spent)
+                self.gateway.fair_share.done(ticket, spent)
             self.rate_headers = []
-            if admitted:
-                self.gateway.generating -= 1
             self.upstream = None
         if not keep_alive:
             self.transport.close()
@@ -585,14 +575,21 @@ class ClientConnection(asyncio.Protocol):
         request = b"\r\n".join(head) + b"\r\n\r\n" + upstream.body
         head_only = method == b"HEAD"
         self.upstream, reused = await self.gateway.connection()
-        try:
-            await self.upstream.exchange(self, request, head_only, upstream.transform)
-        except ConnectionError:
-            if not reused or self.upstream.status or self.transport.is_closing():
-                raise
-            # An idle keep-alive connection the frontend had closed: once more on a new one.
-            self.upstream, _ = await self.gateway.connection(fresh=True)
-            await self.upstream.exchange(self, request, head_only, upstream.transform)
+        others = len(self.gateway.frontends.all) - 1  # frontends to try after this one drops the request
+        while True:
+            try:
+                await self.upstream.exchange(self, request, head_only, upstream.transform)
+                return
+            except ConnectionError as error:
+                if self.upstream.status or self.transport.is_closing() or not (reused or others):
+                    raise
+                # Closed before any answer: an idle keep-alive connection the frontend had closed (once
+                # more on a new one), or a frontend that went away with the request (on another one).
+                if not reused:
+                    self.gateway.frontends.failed(self.upstream.frontend, error)
+                    others -= 1
+                self.upstream, _ = await self.gateway.connection(fresh=True)
+                reused = False
 
     def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None:
         """An error (in OpenAI's shape, rewritten in the exchange's own) or another whole JSON answer."""
@@ -658,10 +655,11 @@ class ClientConnection(asyncio.Protocol):
 
 
 class UpstreamConnection(asyncio.Protocol):
-    """One keep-alive connection to Dynamo's frontend, carrying one exchange at a time."""
+    """One keep-alive connection to a Dynamo frontend, carrying one exchange at a time."""
 
-    def __init__(self, gateway: Gateway) -> None:
+    def __init__(self, gateway: Gateway, frontend: Frontend) -> None:
         self.gateway = gateway
+        self.frontend = frontend
         self.transport: asyncio.Transport
         self.client: ClientConnection | None = None
         self.done: asyncio.Future[None] | None = None
@@ -861,8 +859,13 @@ class UpstreamConnection(asyncio.Protocol):
 async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, stop: asyncio.Event) -> None:
     """Listen until `stop`, then stop accepting and let exchanges in flight (streams) finish."""
     loop = asyncio.get_running_loop()
-    server = await loop.create_server(lambda: ClientConnection(gateway), host, port, reuse_address=True)
-    log.info("listening on %s:%d, upstream %s", host, port, gateway.upstream)
+    # SO_REUSEPORT: every process of the endpoint listens on the one port, and the kernel spreads
+    # new connections over them.
+    server = await loop.create_server(
+        lambda: ClientConnection(gateway), host, port, reuse_address=True, reuse_port=True
+    )
+    upstreams = ", ".join(frontend.base for frontend in gateway.frontends.all)
+    log.info("listening on %s:%d, upstream %s", host, port, upstreams)
     await stop.wait()
     server.close()
     deadline = loop.time() + drain_timeout_s

@@ -120,6 +120,11 @@ class ApiKeys:
             raise ApiError(401, "Incorrect API key provided.", code="invalid_api_key")
         return found
 
+    @property
+    def names(self) -> list[str]:
+        """Every key's name, in one order for every process that reads the same keys."""
+        return sorted(self._tenants)
+
     def tenant_of(self, name: str) -> str:
         """The tenant of the key named `name`: its own name unless the keys file names one."""
         return self._tenants[name]

@@ -50,6 +50,11 @@ class ResponsesStoreConfig(_Strict):
 class GatewayConfig(_Strict):
     """Everything a gateway process needs; every process of a graph's endpoint reads the same one."""
 
+    processes: int = Field(default=1, ge=1, le=256, description="gateway processes serving the one port")
+    state_dir: Path = Field(
+        description="what the processes share: the ledger of requests in flight and each key's minute, and "
+        "their metrics (prometheus-client's multiprocess files); emptied when the endpoint starts"
+    )
     host: str = Field(description="the address the endpoint binds")
     port: int = Field(ge=1, le=65535, description="the endpoint's port, shared by every process (SO_REUSEPORT)")
     upstreams: list[str] = Field(
@@ -70,10 +75,20 @@ class GatewayConfig(_Strict):
     limits_per_key: KeyLimitsSection | None = None
     limits: GatewayLimitsSection = Field(default_factory=GatewayLimitsSection)
     max_in_flight: int | None = Field(default=None, ge=1, description="generation requests admitted at once")
-    metrics_host: str | None = Field(default=None, description="where /metrics and /metrics/frontend are served")
+    metrics_host: str | None = Field(
+        default=None, description="where /metrics (every process's series, summed) and /metrics/frontend are served"
+    )
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     responses: ResponsesStoreConfig | None = Field(default=None, description="None: the graph keeps no responses")
 
     @classmethod
     def read(cls, path: Path) -> GatewayConfig:
         return cls.model_validate_json(path.read_bytes())
+
+    @property
+    def ledger_file(self) -> Path:
+        return self.state_dir / "ledger"
+
+    @property
+    def metrics_dir(self) -> Path:
+        return self.state_dir / "metrics"

@@ -10,6 +10,9 @@ request as it is admitted, and its tokens (prompt and output, as the answer's us
 as they were read when the client left) once the answer ends: a key whose tokens are spent waits
 until its bucket is above nothing again, so a key overruns its minute by at most the answers it had
 in flight when the bucket ran out.
+
+Every process of the endpoint counts in one ledger (ledger.py), so a key's limits, and the graph's
+capacity (`gateway.max_in_flight`), hold over them all, whichever process a connection lands on.
 """
 
 from __future__ import annotations
@@ -18,21 +21,25 @@ import math
 import time
 from dataclasses import dataclass, field
 
-from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.graph.schema import KeyLimitsSection
 
 
+@dataclass
 class Bucket:
-    """`per_minute` units, refilled evenly; may run below empty by one charge."""
+    """One of a key's minute buckets as the ledger holds it: `per_minute` units, refilled evenly; may run
+    below empty by one charge."""
 
-    def __init__(self, per_minute: int) -> None:
-        self.capacity = per_minute
-        self.rate = per_minute / 60.0  # units a second
-        self.level = float(per_minute)
-        self.at = time.monotonic()
+    capacity: int
+    level: float
+    at: float
 
-    def refill(self) -> None:
-        now = time.monotonic()
+    @property
+    def rate(self) -> float:
+        return self.capacity / 60.0  # units a second
+
+    def refill(self, now: float) -> None:
         self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
         self.at = now
 
@@ -41,71 +48,97 @@ class Bucket:
 
 
 @dataclass
-class Share:
-    """One key's limits and what it has used of them."""
+class Ticket:
+    """An admitted request: whose key it counts against, and the x-ratelimit-* headers it answers with."""
 
-    limits: KeyLimitsSection
-    in_flight: int = 0
-    requests: Bucket | None = field(default=None)
-    tokens: Bucket | None = field(default=None)
-
-    def __post_init__(self) -> None:
-        if self.limits.requests_per_minute:
-            self.requests = Bucket(self.limits.requests_per_minute)
-        if self.limits.tokens_per_minute:
-            self.tokens = Bucket(self.limits.tokens_per_minute)
+    slot: int | None
+    limits: KeyLimitsSection | None
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
 
 
 class FairShare:
-    """Every key's share: `default` for keys the keys file gives no limits of their own (`own`)."""
+    """Admission to the graph: each key's share (`default` for keys the keys file gives no limits of their
+    own, `own`), then the graph's capacity (`max_in_flight`), counted in the ledger every process shares."""
 
-    def __init__(self, default: KeyLimitsSection | None, own: dict[str, KeyLimitsSection]) -> None:
+    def __init__(
+        self,
+        default: KeyLimitsSection | None,
+        own: dict[str, KeyLimitsSection],
+        max_in_flight: int | None,
+        ledger: Ledger,
+    ) -> None:
         self.default = default
         self.own = own
-        self._shares: dict[str, Share] = {}
+        self.max_in_flight = max_in_flight
+        self.ledger = ledger
 
-    def share(self, key: str | None) -> Share | None:
-        """The key's share, or None for a key without limits (and without keys)."""
-        if key is None:
+    def admit(self, key: str | None) -> Ticket:
+        """Count one generation request in, or refuse it: a 429 naming the key's limit it is past, or a
+        503 with Retry-After when the graph is at capacity."""
+        limits = self.own.get(key, self.default) if key is not None else None
+        slot = self.ledger.slot(key)
+        ticket = Ticket(slot, limits)
+        with self.ledger.locked():
+            if limits is not None and slot is not None:
+                self._charge(ticket, slot, limits)
+            in_flight = self.ledger.in_flight()
+            if self.max_in_flight is not None and in_flight >= self.max_in_flight:
+                if limits is not None and slot is not None and limits.requests_per_minute:
+                    self._give_back_request(slot)
+                raise ApiError(
+                    503,
+                    f"The server is at capacity ({in_flight} requests in flight); retry shortly.",
+                    code="overloaded",
+                    retry_after=RETRY_AFTER_S,
+                )
+            self.ledger.count_in(slot)
+        return ticket
+
+    def _charge(self, ticket: Ticket, slot: int, limits: KeyLimitsSection) -> None:
+        """The key's limits, checked and its request charged: a 429 past any of them."""
+        now = time.monotonic()
+        requests = self._bucket(slot, 0, limits.requests_per_minute, now)
+        tokens = self._bucket(slot, 1, limits.tokens_per_minute, now)
+        if limits.concurrent_requests is not None and self.ledger.in_flight(slot) >= limits.concurrent_requests:
+            raise _refusal(requests, tokens, f"{limits.concurrent_requests} requests in flight", 1.0)
+        if requests is not None and requests.level < 1:
+            limit = f"{limits.requests_per_minute} requests per minute"
+            raise _refusal(requests, tokens, limit, requests.seconds_until(1))
+        if tokens is not None and tokens.level <= 0:
+            raise _refusal(requests, tokens, f"{limits.tokens_per_minute} tokens per minute", tokens.seconds_until(1))
+        if requests is not None:
+            requests.level -= 1
+            self.ledger.set_bucket(slot, 0, requests.level, requests.at)
+        ticket.headers = headers(requests, tokens)
+
+    def _bucket(self, slot: int, which: int, per_minute: int | None, now: float) -> Bucket | None:
+        if per_minute is None:
             return None
-        found = self._shares.get(key)
-        if found is None:
-            limits = self.own.get(key, self.default)
-            if limits is None:
-                return None
-            found = self._shares[key] = Share(limits)
-        return found
+        bucket = Bucket(per_minute, *self.ledger.bucket(slot, which))
+        bucket.refill(now)
+        self.ledger.set_bucket(slot, which, bucket.level, bucket.at)
+        return bucket
 
-    def admit(self, share: Share) -> None:
-        """Count one generation request in, or refuse it with a 429 naming the limit it is past."""
-        for bucket in (share.requests, share.tokens):
-            if bucket is not None:
-                bucket.refill()
-        limits = share.limits
-        if limits.concurrent_requests is not None and share.in_flight >= limits.concurrent_requests:
-            raise _refusal(share, f"{limits.concurrent_requests} requests in flight", 1.0)
-        if share.requests is not None and share.requests.level < 1:
-            raise _refusal(share, f"{limits.requests_per_minute} requests per minute", share.requests.seconds_until(1))
-        if share.tokens is not None and share.tokens.level <= 0:
-            wait = share.tokens.seconds_until(1)
-            raise _refusal(share, f"{limits.tokens_per_minute} tokens per minute", wait)
-        share.in_flight += 1
-        if share.requests is not None:
-            share.requests.level -= 1
+    def _give_back_request(self, slot: int) -> None:
+        level, at = self.ledger.bucket(slot, 0)
+        self.ledger.set_bucket(slot, 0, level + 1, at)
 
-    def done(self, share: Share, tokens: int) -> None:
+    def done(self, ticket: Ticket, tokens: int) -> None:
         """The request's answer has ended: its place is free, and its `tokens` (prompt and output, from its
         usage, or as far as they were read when the answer was cut) are charged."""
-        share.in_flight -= 1
-        if share.tokens is not None:
-            share.tokens.refill()
-            share.tokens.level -= tokens
+        with self.ledger.locked():
+            self.ledger.count_out(ticket.slot)
+            limits = ticket.limits
+            if limits is not None and ticket.slot is not None and limits.tokens_per_minute:
+                bucket = self._bucket(ticket.slot, 1, limits.tokens_per_minute, time.monotonic())
+                assert bucket is not None
+                self.ledger.set_bucket(ticket.slot, 1, bucket.level - tokens, bucket.at)
 
 
-def headers(share: Share) -> list[tuple[bytes, bytes]]:
+def headers(requests: Bucket | None, tokens: Bucket | None) -> list[tuple[bytes, bytes]]:
     """OpenAI's `x-ratelimit-*` headers for what the key has left of its minute."""
     out = []
-    for kind, bucket in (("requests", share.requests), ("tokens", share.tokens)):
+    for kind, bucket in (("requests", requests), ("tokens", tokens)):
         if bucket is not None:
             out += [
                 (b"x-ratelimit-limit-" + kind.encode(), str(bucket.capacity).encode()),
@@ -115,7 +148,7 @@ def headers(share: Share) -> list[tuple[bytes, bytes]]:
     return out
 
 
-def _refusal(share: Share, limit: str, wait_s: float) -> ApiError:
+def _refusal(requests: Bucket | None, tokens: Bucket | None, limit: str, wait_s: float) -> ApiError:
     retry_after = max(1, math.ceil(wait_s))
     error = ApiError(
         429,
@@ -123,7 +156,7 @@ def _refusal(share: Share, limit: str, wait_s: float) -> ApiError:
         code="rate_limit_exceeded",
         retry_after=retry_after,
     )
-    error.headers = headers(share)
+    error.headers = headers(requests, tokens)
     return error
 
 

@@ -1,5 +1,5 @@
 """The gateway's metrics port, apart from the endpoint: its own series at /metrics (requests and tokens per
-API key, usage.py), and Dynamo's frontend's at /metrics/frontend.
+API key, usage.py, summed over its processes), and Dynamo's frontend's at /metrics/frontend.
 
 Why a port of its own: the series name every key, which no client should read, and the endpoint
 serves only its own routes (routes.py), never a /metrics. Why the frontend's too: on Kubernetes
@@ -11,17 +11,18 @@ from __future__ import annotations
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
 
 
-async def serve_metrics(host: str, port: int, upstream: str) -> web.AppRunner:
-    """Listen on host:port until the returned runner is cleaned up; `upstream` is Dynamo's frontend."""
+async def serve_metrics(host: str, port: int, upstream: str, registry: CollectorRegistry) -> web.AppRunner:
+    """Listen on host:port until the returned runner is cleaned up, serving `registry` (every gateway
+    process's series, processes.py); `upstream` is a Dynamo frontend."""
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
 
     async def own(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(), headers={"content-type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(registry), headers={"content-type": CONTENT_TYPE_LATEST})
 
     async def frontend(_: web.Request) -> web.Response:
         try:

@@ -210,6 +210,23 @@ class InfrastructureSection(Strict):
     _shorthand = field_validator("etcd", "nats", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
 
 
+class FrontendAutoscaleSection(Strict):
+    """Kubernetes only: a HorizontalPodAutoscaler resizes the frontend pods (each a gateway and a Dynamo
+    frontend) on their CPU, through the operator's scaling adapter. `dynamo serve` starts `min` of them."""
+
+    min: int = Field(ge=1, le=1024, description="Fewest frontend pods.")
+    max: int = Field(ge=1, le=1024, description="Most frontend pods.")
+    target_cpu_percent: int = Field(
+        default=70, ge=10, le=100, description="The pods' average CPU use, % of their request, the HPA holds."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> FrontendAutoscaleSection:
+        if self.min > self.max:
+            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+        return self
+
+
 class FrontendSection(Strict):
     host: str = Field(default="127.0.0.1", description="Address the OpenAI endpoint binds to.")
     port: Port = Field(default=8000, description="Port of the OpenAI endpoint.")
@@ -219,8 +236,31 @@ class FrontendSection(Strict):
     )
     dynamo_port: Port | None = Field(
         default=None,
-        description="Loopback port of Dynamo's own frontend behind the gateway (default: port + 1).",
+        description="Loopback port of Dynamo's own frontend behind the gateway (default: port + 1); "
+        "with several frontends, the first's, the others' following it.",
     )
+    replicas: int | None = Field(
+        default=None,
+        ge=1,
+        le=1024,
+        description="Dynamo frontends, of one namespace with --router-replica-sync so they share what the "
+        "router knows; on Kubernetes, frontend pods, each with its gateway (default: what the pools' peak "
+        "output needs, from the measured CPU per token; `dynamo check` prints it and why).",
+    )
+    autoscale: FrontendAutoscaleSection | None = Field(
+        default=None, description="Kubernetes: resize the frontend pods on CPU instead of a fixed `replicas`."
+    )
+    nodes: list[NodeName] | None = Field(
+        default=None,
+        description="On a graph of several nodes, the nodes that run frontends (and gateways) on "
+        "host:port, each its own way in (default: infrastructure.node).",
+    )
+
+    @model_validator(mode="after")
+    def _replicas_or_autoscale(self) -> FrontendSection:
+        if self.replicas is not None and self.autoscale is not None:
+            raise ValueError("Give replicas or autoscale, not both: autoscale's min is where it starts.")
+        return self
 
 
 class KeyLimitsSection(Strict):
@@ -388,11 +428,23 @@ class GatewaySection(Strict):
         "`shared` lets every key reuse every cached prefix. Without keys, all requests share the cache.",
     )
     responses: GatewayResponsesSection = Field(default_factory=GatewayResponsesSection)
+    processes: int | None = Field(
+        default=None,
+        ge=1,
+        le=256,
+        description="Gateway processes on each node that runs frontends, each its own event loop (one core) "
+        "on the one port (SO_REUSEPORT spreads connections); limits stay graph-wide. Default: what the "
+        "pools' peak output needs from the measured CPU per token, at most the host's cores.",
+    )
 
     @model_validator(mode="after")
     def _limits_need_the_gateway(self) -> GatewaySection:
-        if not self.enabled and (self.max_in_flight is not None or isinstance(self.auth, GatewayAuthSection)):
-            raise ValueError("Got max_in_flight or auth with enabled false. The gateway does those: turn it on.")
+        if not self.enabled and (
+            self.max_in_flight is not None or isinstance(self.auth, GatewayAuthSection) or self.processes is not None
+        ):
+            raise ValueError(
+                "Got max_in_flight, auth or processes with enabled false. The gateway does those: turn it on."
+            )
         return self
 
 
@@ -630,6 +682,7 @@ class GraphSpec(Strict):
         nodes = list(self.hardware.node_gpus)
         named = [("infrastructure.node", [self.infrastructure.node] if self.infrastructure.node else [])]
         named += [(f"pools.{role}.nodes", pool.nodes or []) for role, pool in self.pools.items()]
+        named.append(("frontend.nodes", self.frontend.nodes or []))
         for field, names in named:
             if names and not self.hardware.multinode:
                 raise ValueError(f"{field} names nodes, but the graph runs on one host: list them in hardware.nodes")

@@ -74,7 +74,7 @@ def test_an_endpoint_past_loopback_needs_keys_unless_the_graph_says_none(tmp_pat
     assert "warning: gateway.auth.keys_file:" in err and "frontend.port listens" not in err  # keys, so not open
     graph = graph_with(tmp_path, "127.0.0.1", gateway={"enabled": False, "auth": {"keys_env": "KEY"}})
     code, _, err = dynamo("check", str(graph))
-    assert code == 2 and "Got max_in_flight or auth with enabled false" in err
+    assert code == 2 and "Got max_in_flight, auth or processes with enabled false" in err
 
 
 @pytest.mark.graph

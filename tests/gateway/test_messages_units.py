@@ -252,7 +252,7 @@ def test_a_typed_complaint_names_the_field_as_anthropic_does(body: dict, message
 
 
 def test_errors_on_anthropic_s_paths_are_written_in_its_shape() -> None:
-    gateway = Gateway("http://127.0.0.1:1", None, GraphKey(b"m" * 32))
+    gateway = Gateway(["http://127.0.0.1:1"], None, GraphKey(b"m" * 32))
     for path in (b"/v1/messages", b"/v1/messages?beta=true", b"/v1/messages/count_tokens"):
         assert gateway.error_shape(path) is from_openai
     assert gateway.error_shape(b"/v1/chat/completions") is None and gateway.error_shape(b"/v1/messagesx") is None
@@ -303,6 +303,11 @@ def test_the_graph_s_cache_isolation_reaches_the_gateway_s_configuration(tmp_pat
     gateway = {"auth": {"keys_file": str(tmp_path / "keys")}} | ({"cache_isolation": isolation} if isolation else {})
     deployment = build_deployment(load_graph(write_graph(tmp_path, gateway=gateway)), engine_override="mocker")
     config = gateway_config(
-        deployment, ("127.0.0.1", 8000), ["http://127.0.0.1:8001"], key_file=tmp_path / "k", api_keys_file=None
+        deployment,
+        ("127.0.0.1", 8000),
+        ["http://127.0.0.1:8001"],
+        state_dir=tmp_path,
+        key_file=tmp_path / "k",
+        api_keys_file=None,
     )
     assert config.cache_isolation == (isolation or "tenant")

@@ -138,7 +138,11 @@ def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(ser
     (port,) = free_ports(1)
     log = tmp_path / "gateway.log"
     config = GatewayConfig(
-        host="127.0.0.1", port=port, upstreams=[f"http://127.0.0.1:{dynamo_port}"], model="gpt-oss-20b"
+        state_dir=tmp_path / "state",
+        host="127.0.0.1",
+        port=port,
+        upstreams=[f"http://127.0.0.1:{dynamo_port}"],
+        model="gpt-oss-20b",
     )
     (tmp_path / "gateway.json").write_text(config.model_dump_json())
     command = [sys.executable, "-m", "dynamo_oss.gateway", "--config", str(tmp_path / "gateway.json")]
