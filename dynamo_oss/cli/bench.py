@@ -18,6 +18,7 @@ from dynamo_oss.bench.sweep import run_sweep
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.cli.arguments import concurrencies, positive_float, positive_int
+from dynamo_oss.cli.endpoint import describe_chosen, sized_deployment
 from dynamo_oss.deployment.model import Deployment, build_deployment
 from dynamo_oss.graph.loader import load_graph
 
@@ -48,10 +49,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--warmup", type=int, help="unmeasured requests before each run (default: one per stream)")
     parser.add_argument(
-        "--seed", type=int, default=0,
+        "--seed",
+        type=int,
+        default=0,
         help="prompt seed (default 0); each concurrency sends its own prompts, and another sweep against the "
         "same deployment needs another seed, or prefix caching answers its prompts from cache",
-    )  # fmt: skip
+    )
     parser.add_argument(
         "--out", type=Path, help="results folder (default: bench-results/NAME-TIME); with compare, the PNG"
     )
@@ -60,9 +63,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--tokenizer", help="aiperf's tokenizer for a URL: a folder or hub name (default: gpt-oss's)")
     parser.add_argument("--engine", choices=["mocker"], help="serve GRAPH on Dynamo's mocker (simulated engine)")
     parser.add_argument(
-        "--mocker-time-scale", type=positive_float, default=1.0, metavar="F",
+        "--mocker-time-scale",
+        type=positive_float,
+        default=1.0,
+        metavar="F",
         help="serve GRAPH's mocker workers F times slower than modelled, so this machine keeps up (default 1)",
-    )  # fmt: skip
+    )
     parser.set_defaults(handler=bench)
 
 
@@ -113,11 +119,13 @@ def _sweep_url(args: argparse.Namespace) -> int:
 def _sweep_graph(args: argparse.Namespace, graph: Path) -> int:
     if not graph.is_file():
         raise UserError(f"{graph}: no such graph file (or give an http:// URL)")
-    deployment = build_deployment(load_graph(graph), engine_override=args.engine)
+    built = build_deployment(load_graph(graph), engine_override=args.engine)
+    deployment, sizing = sized_deployment(built, args.mocker_time_scale)
     out = _results_folder(args.out, deployment.name)
     _copy_graph(graph, deployment, out / "graph")
     parameters = _parameters(args, {**sweep_fields(deployment), **({"gpus": args.gpus} if args.gpus else {})})
     print(f"[dynamo-oss] bench serving {graph} for the sweep (logs in {out / 'serve'})", flush=True)
+    print(f"[dynamo-oss] endpoint: {describe_chosen(sizing)}", flush=True)
     with served_graph(graph, out / "serve", engine=args.engine, time_scale=args.mocker_time_scale) as state:
         endpoint = state.endpoint.rstrip("/").removesuffix("/v1")
         _run(Sweep(label=deployment.name, target=str(graph), endpoint=endpoint, parameters=parameters), out)
@@ -138,8 +146,11 @@ def compare(args: argparse.Namespace) -> int:
         raise UserError(f"compare takes two results folders, got {len(args.folders)}\nusage: {USAGE}")
     base, other = (Sweep.load(Path(folder)) for folder in args.folders)
     if (base.parameters.isl, base.parameters.osl) != (other.parameters.isl, other.parameters.osl):
-        print(f"[dynamo-oss] warning: the sweeps ran different workloads (ISL/OSL {base.parameters.isl}/"
-              f"{base.parameters.osl} and {other.parameters.isl}/{other.parameters.osl})", flush=True)  # fmt: skip
+        print(
+            f"[dynamo-oss] warning: the sweeps ran different workloads (ISL/OSL {base.parameters.isl}/"
+            f"{base.parameters.osl} and {other.parameters.isl}/{other.parameters.osl})",
+            flush=True,
+        )
     print(comparison(base, other))
     path = plot([base, other], args.out or Path(f"compare-{base.label}-{other.label}.png".replace("/", "-")))
     print(f"[dynamo-oss] plot: {path}")
@@ -149,9 +160,15 @@ def compare(args: argparse.Namespace) -> int:
 def _parameters(args: argparse.Namespace, target: dict[str, str | int]) -> SweepParameters:
     """The flags' workload, with what the target fixes: model, tokenizer and GPUs."""
     return SweepParameters(
-        isl=args.isl, osl=args.osl, concurrencies=args.concurrency, requests=args.requests, warmup=args.warmup,
-        seed=args.seed, time_scale=args.mocker_time_scale, **target,
-    )  # fmt: skip
+        isl=args.isl,
+        osl=args.osl,
+        concurrencies=args.concurrency,
+        requests=args.requests,
+        warmup=args.warmup,
+        seed=args.seed,
+        time_scale=args.mocker_time_scale,
+        **target,
+    )
 
 
 def _results_folder(out: Path | None, name: str) -> Path:

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from dynamo_oss.cli.arguments import positive_float
+from dynamo_oss.cli.endpoint import describe_endpoint, sized_deployment
 from dynamo_oss.catalog.addresses import is_loopback
 from dynamo_oss.catalog.names import EngineName
 from dynamo_oss.deployment.host import HostPlan
@@ -77,8 +79,11 @@ def plan_graph(
     mocker_time_scale: float = 1.0,
     node: str | None = None,
 ) -> tuple[Deployment, HostPlan]:
-    """Load, validate, build and place a graph, and plan `node`'s share of it (`plan_deployment`)."""
-    deployment = build_deployment(load_graph(graph), engine_override=engine_override)
+    """Load, validate, build and place a graph, size its endpoint, and plan `node`'s share of it
+    (`plan_deployment`)."""
+    deployment, _ = sized_deployment(
+        build_deployment(load_graph(graph), engine_override=engine_override), mocker_time_scale
+    )
     return deployment, plan_deployment(deployment, run_dir, mocker_responses, mocker_time_scale, node)
 
 
@@ -102,26 +107,39 @@ def plan_deployment(
 
 
 def check(args: argparse.Namespace) -> int:
-    deployment = build_deployment(load_graph(args.graph), engine_override=args.engine)
+    built = build_deployment(load_graph(args.graph), engine_override=args.engine)
+    deployment, sizing = sized_deployment(built, args.mocker_time_scale)
+    endpoint = sizing.model_dump(mode="json")
     if deployment.placement.on_cluster:
         placement = deployment.placement
-        print(placement.model_dump_json(indent=2) if args.json else describe_cluster(deployment))
+        if args.json:
+            print(json.dumps({**placement.model_dump(mode="json"), "endpoint_sizing": endpoint}, indent=2))
+        else:
+            print("\n".join([describe_cluster(deployment), *describe_endpoint(sizing)]))
         return 0
     run_dir = args.run_dir.resolve() if args.run_dir else RUN_DIR_PLACEHOLDER
     plan = plan_deployment(deployment, run_dir, args.mocker_responses, args.mocker_time_scale, args.node)
-    print(plan.model_dump_json(indent=2) if args.json else describe(deployment, plan))
+    if args.json:
+        print(json.dumps({**plan.model_dump(mode="json"), "endpoint_sizing": endpoint}, indent=2))
+    else:
+        print("\n".join([describe(deployment, plan), *describe_endpoint(sizing)]))
     for warning in exposure_warnings(plan):
         print(warning, file=sys.stderr)
     for problem in (plan.tls.problems() if plan.tls else []) + (api_key_problems(deployment) if plan.api_keys else []):
-        print(f"warning: {problem}; `dynamo serve` on node {plan.node} refuses to start until it can read it",
-              file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: {problem}; `dynamo serve` on node {plan.node} refuses to start until it can read it",
+            file=sys.stderr,
+        )
     return 0
 
 
 def describe_cluster(deployment: Deployment) -> str:
     """A graph of `nodes: N`: where each worker lands; Kubernetes picks the hosts."""
-    lines = [f"graph {deployment.name}: valid, on a cluster of {len(deployment.placement.nodes)} nodes "
-             "(`dynamo deploy` renders it; Kubernetes picks the hosts)", "  placement:"]  # fmt: skip
+    lines = [
+        f"graph {deployment.name}: valid, on a cluster of {len(deployment.placement.nodes)} nodes "
+        "(`dynamo deploy` renders it; Kubernetes picks the hosts)",
+        "  placement:",
+    ]
     return "\n".join(lines + [f"    {line}" for line in deployment.placement.describe()])
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import yaml
 
 from dynamo_oss.catalog.errors import UserError
+from dynamo_oss.cli.endpoint import sized_deployment
 from dynamo_oss.cli.rendered_files import write_or_check
 from dynamo_oss.deployment.kubernetes import ClusterTarget, manifests_yaml, render_manifests
 from dynamo_oss.deployment.model import build_deployment
@@ -57,7 +58,9 @@ def deploy(args: argparse.Namespace) -> int:
     )
     rendered = {}
     for graph in args.graphs:
-        deployment = build_deployment(load_graph(graph))
+        deployment, sizing = sized_deployment(build_deployment(load_graph(graph)), on_cluster=True)
+        for problem in sizing.warnings:
+            print(f"warning: {graph}: {problem}", file=sys.stderr)
         rules = yaml.safe_load(graph_alert_rules(deployment, selector=f'graph="{deployment.name}"', launcher=False))
         manifests = render_manifests(deployment, target, planner_config(deployment), rules)
         rendered[graph.with_suffix(".yaml").name] = manifests_yaml(manifests, graph.name)

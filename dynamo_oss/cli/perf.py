@@ -14,6 +14,7 @@ from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.perf.calibration import FITTED, compare, misses, refit, table_markdown
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, HOPPER_MEASURED_PATH, fitted_factors
+from dynamo_oss.perf.endpoint import peak_output
 from dynamo_oss.perf.graphs import graph_files, layout_from_file
 from dynamo_oss.perf.layout import (
     PREFILL_MAX_NUM_TOKENS,
@@ -23,6 +24,7 @@ from dynamo_oss.perf.layout import (
     Workload,
 )
 from dynamo_oss.cli.arguments import concurrencies, positive_int
+from dynamo_oss.cli.endpoint import describe_needs, describe_peak
 from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.replay import check_step_times, simulate
 from dynamo_oss.perf.search import LayoutPoint, search
@@ -220,7 +222,9 @@ def run_plan(args: argparse.Namespace) -> int:
     layouts = list({p.layout.describe(): p.layout for p in best}.values())
     for rank, layout in enumerate(layouts, 1):
         files = graph_files(layout, f"{layout.model}-{layout.hardware}-{layout.mode}-{rank}")
+        peak = peak_output(layout, context=workload)
         print(f"\n# {layout.describe()}")
+        print(f"# endpoint: {describe_needs(peak.tok_s)}, for its peak of {describe_peak(peak)[0]}")
         for relative, text in files.items():
             print(f"# --- {relative}\n{text}", end="")
             if args.out:

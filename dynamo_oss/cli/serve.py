@@ -9,11 +9,13 @@ from pathlib import Path
 
 from dynamo_oss.catalog.addresses import interface_of
 from dynamo_oss.catalog.errors import UserError
-from dynamo_oss.cli.check import add_graph_arguments, api_key_problems, exposure_warnings, plan_graph
+from dynamo_oss.cli.check import add_graph_arguments, api_key_problems, exposure_warnings, plan_deployment
+from dynamo_oss.cli.endpoint import describe_chosen, sized_deployment
 from dynamo_oss.deployment.host import HostPlan
-from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.deployment.model import Deployment, build_deployment
 from dynamo_oss.engines import engine_for
 from dynamo_oss.graph.errors import GraphError
+from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.launch.prepare import write_plan_files
 from dynamo_oss.launch.probes import port_in_use
 from dynamo_oss.launch.run_dirs import KEEP_RUNS, new_run_dir
@@ -60,9 +62,9 @@ def serve(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, run_dir: Path) -> int:
     print(f"[dynamo-oss] preparing {args.graph} (model folder, host plan)", flush=True)
-    deployment, plan = plan_graph(
-        args.graph, run_dir, args.engine, args.mocker_responses, args.mocker_time_scale, args.node
-    )
+    built = build_deployment(load_graph(args.graph), engine_override=args.engine)
+    deployment, sizing = sized_deployment(built, args.mocker_time_scale)
+    plan = plan_deployment(deployment, run_dir, args.mocker_responses, args.mocker_time_scale, args.node)
     _refuse_unavailable_engines(deployment, plan, args.graph)
     _refuse_another_machines_node(plan)
     _refuse_ports_taken(plan)
@@ -71,6 +73,9 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
         raise GraphError(str(args.graph), problems)
     for warning in exposure_warnings(plan):
         print(f"[dynamo-oss] {warning}", flush=True)
+    print(f"[dynamo-oss] endpoint: {describe_chosen(sizing)}", flush=True)
+    for problem in sizing.warnings:
+        print(f"[dynamo-oss] warning: {problem}", flush=True)
     run_dir.mkdir(parents=True, exist_ok=True)
     write_plan_files(plan)
     print(f"[dynamo-oss] serving {plan.graph}; logs and state in {run_dir}", flush=True)
@@ -97,8 +102,10 @@ def _refuse_another_machines_node(plan: HostPlan) -> None:
     """A node's share runs on the machine that has its address: anywhere else it could bind nothing."""
     share = next((share for share in plan.nodes if share.name == plan.node), None)
     if share is not None and interface_of(share.address) is None:
-        raise UserError(f"--node {plan.node}: its address {share.address} (hardware.nodes) is on no interface of "
-                        "this machine. Start this machine's own node, or correct its address in the graph.")  # fmt: skip
+        raise UserError(
+            f"--node {plan.node}: its address {share.address} (hardware.nodes) is on no interface of "
+            "this machine. Start this machine's own node, or correct its address in the graph."
+        )
 
 
 def _refuse_ports_taken(plan: HostPlan) -> None:
