@@ -9,6 +9,7 @@ writes nothing: the files its command lines name are listed in `HostPlan.files`,
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -165,15 +166,15 @@ def plan_host(
     workers, spare, files = _worker_processes(
         deployment, here, model_folder, shared_env, timings or {}, mocker_responses, problems
     )
-    if not on_center:  # its workers only; the infrastructure node scrapes them
-        processes, elsewhere = [*workers], []
+    frontends = []
+    if here.name in deployment.placement.frontend_nodes:
+        frontends = _frontend_processes(deployment, shared_env, model_folder, nats_url, tls, run_dir, files)
+        problems += _cores_problems(deployment)
+    if not on_center:  # its frontends and workers only; the infrastructure node scrapes its workers
+        processes, elsewhere = [*frontends, *workers], []
         launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
     else:
-        processes = [
-            *infra,
-            *_frontend_processes(deployment, shared_env, model_folder, nats_url, tls, run_dir, files),
-            *workers,
-        ]
+        processes = [*infra, *frontends, *workers]
         processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
         elsewhere = [
             process
@@ -390,9 +391,7 @@ def _frontend_processes(
                 kind="frontend",
                 argv=[sys.executable, *frontend.args()],
                 env={**shared_env, **FRONTEND_ENV},
-                ports=[
-                    PortUse(field=dynamo_field + (f" + {index}" if index else ""), host=dynamo_host, port=port)
-                ],
+                ports=[PortUse(field=dynamo_field + (f" + {index}" if index else ""), host=dynamo_host, port=port)],
             )
         )
     if deployment.gateway:
@@ -426,6 +425,20 @@ def _frontend_processes(
         argv = [sys.executable, *gateway_args(config_file.path)]
         processes.append(ProcessPlan(name="gateway", kind="gateway", argv=argv, env=env, ports=ports))
     return processes
+
+
+def _cores_problems(deployment: Deployment) -> list[Problem]:
+    """More gateway processes or frontends than this host's cores only take turns on them: refused when
+    the graph asks for them (the endpoint's sizing caps what it picks at the cores)."""
+    cores = os.cpu_count() or 1
+    asked = [("frontend.replicas", deployment.frontend.replicas, deployment.frontend.replicas_sized)]
+    if deployment.gateway:
+        asked.append(("gateway.processes", deployment.gateway.processes, deployment.gateway.processes_sized))
+    return [
+        Problem(path=field, message=f"is {count}, more than this host's {cores} cores: give it at most {cores}")
+        for field, count, sized in asked
+        if count > cores and not sized
+    ]
 
 
 def _responses_store(

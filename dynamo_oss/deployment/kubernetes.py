@@ -1,13 +1,17 @@
 """A deployment rendered for a Kubernetes cluster that runs Dynamo's operator (`dynamo deploy`).
 
 The same graph that `dynamo serve` runs on one host becomes, the way `helm template` renders a chart:
-- a ConfigMap with each pool's TensorRT-LLM engine arguments (the graph's files, verbatim) and
-  the harmony chat template the workers give the frontend;
-- a DynamoGraphDeployment (nvidia.com/v1beta1, Dynamo 1.6's current API): the frontend (behind
-  dynamo-oss's request gateway, a second container in its pod, unless the graph turns it off),
+- a ConfigMap with each pool's TensorRT-LLM engine arguments (the graph's files, verbatim), the
+  harmony chat template the workers give the frontend, and the gateway's configuration;
+- a DynamoGraphDeployment (nvidia.com/v1beta1, Dynamo 1.6's current API): the frontend pods
+  (`frontend.replicas` of them, each Dynamo's frontend behind dynamo-oss's request gateway, a second
+  container of `gateway.processes` processes, unless the graph turns it off; the operator's Service
+  spreads connections over the pods, and their frontends share the router's state),
   one component per pool with its replicas and GPUs (a worker wider than a node, as the placement
   spans it, is a multinode component: `multinode.nodeCount` pods of GPUs per node each), and
   Dynamo's planner with its Kubernetes connector when a pool autoscales;
+- with `frontend.autoscale`, a HorizontalPodAutoscaler on the frontend pods' CPU, through the scaling
+  adapter the operator makes for the frontend component;
 - a PodMonitor, so a prometheus-operator Prometheus scrapes the frontend, workers and planner;
 - the gateway stores responses in the NATS the operator gives Dynamo's frontend: the operator sets
   NATS_SERVER in the frontend's own container only, so that container writes it to a volume the
@@ -16,7 +20,10 @@ The same graph that `dynamo serve` runs on one host becomes, the way `helm templ
 - nothing secret: the gateway reads the graph's key for the Responses API's encrypted reasoning
   from a Secret the operator of the cluster creates (`reasoning_key_secret`; README says how), so
   every frontend replica opens what another sealed and no key is ever written into a manifest;
-  the clients' API keys likewise come from a Secret (`api_keys_secret`), as a file or a variable;
+  the clients' API keys likewise come from a Secret (`api_keys_secret`), as a file or a variable.
+  Every pod's gateway reads the one configuration, so all share the store, the keys and the
+  reasoning key. Its limits (max_in_flight, each key's share) hold within a pod, over the pod's
+  processes: with several pods a key may use up to its limits on each;
 - the Grafana dashboards as a ConfigMap that Grafana's dashboard sidecar loads.
 
 The operator supplies what belongs to the cluster: DYN_NAMESPACE and discovery, the frontend's
@@ -104,6 +111,8 @@ def render_manifests(
         "spec": {"backendFramework": "trtllm", "components": components},
     }
     manifests = [_config_map(deployment, target), graph, _pod_monitor(deployment, target)]
+    if deployment.frontend.autoscale is not None:
+        manifests.append(_frontend_autoscaler(deployment, target))
     if target.dashboards:
         dashboards = _metadata(f"{name}-dashboards", target)
         dashboards["labels"]["grafana_dashboard"] = "1"  # what Grafana's dashboard sidecar looks for
@@ -262,6 +271,8 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
             "args": gateway_args(CONFIG_MOUNT / GATEWAY_CONFIG),
             "volumeMounts": mounts,
             "ports": [{"name": "gateway-metrics", "containerPort": GATEWAY_METRICS_PORT}],
+            # A core for each of its processes (one event loop each): what the HPA's CPU target is a share of.
+            "resources": {"requests": {"cpu": str(keys.processes)}},
         }
         env: list[dict[str, Any]] = []
         if keys.keys_file:  # the API keys: the Secret's `keys`, a `NAME KEY` line each, as a file
@@ -286,7 +297,40 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         spec: dict[str, Any] = {"containers": containers, "volumes": volumes}
     else:
         spec = {"containers": containers}
-    return {"name": "frontend", "type": "frontend", "replicas": 1, "podTemplate": {"spec": spec}}
+    # Dynamo's frontend spends about what the gateway does per token (benchmarks/gateway_cpu).
+    main["resources"] = {"requests": {"cpu": str(deployment.gateway.processes if deployment.gateway else 1)}}
+    component: dict[str, Any] = {"name": "frontend", "type": "frontend", "replicas": deployment.frontend.replicas}
+    if deployment.frontend.autoscale is not None:  # the operator's adapter, whose /scale the HPA drives
+        component["scalingAdapter"] = {"enabled": True}
+    return {**component, "podTemplate": {"spec": spec}}
+
+
+def _frontend_autoscaler(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
+    """A HorizontalPodAutoscaler on the frontend pods' CPU, through the scaling adapter the operator makes
+    for the frontend component (NAME-frontend, a /scale subresource), as Dynamo's autoscaling guide does.
+    Scaling down waits five minutes, as a stream may last that long; scaling up does not wait."""
+    autoscale = deployment.frontend.autoscale
+    assert autoscale is not None
+    cpu = {"type": "Utilization", "averageUtilization": autoscale.target_cpu_percent}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": _metadata(f"{deployment.name}-frontend", target),
+        "spec": {
+            "scaleTargetRef": {
+                "apiVersion": OPERATOR_API_VERSION,
+                "kind": "DynamoGraphDeploymentScalingAdapter",
+                "name": f"{deployment.name}-frontend",
+            },
+            "minReplicas": autoscale.min,
+            "maxReplicas": autoscale.max,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": cpu}}],
+            "behavior": {
+                "scaleDown": {"stabilizationWindowSeconds": 300},
+                "scaleUp": {"stabilizationWindowSeconds": 0},
+            },
+        },
+    }
 
 
 def api_keys_secret(deployment: Deployment) -> str:

@@ -6,8 +6,8 @@ node as multinode components, and `dynamo check` prints it.
 
 - One host (`hardware.gpus`) is one node, `local`, on loopback. Several nodes are the graph's
   `hardware.nodes`: a count (node-0, node-1, ...; a cluster picks the hosts) or named hosts with
-  addresses. One of them (`infrastructure.node`, default the first) runs etcd, NATS, Prometheus,
-  the frontend and the planner.
+  addresses. One of them (`infrastructure.node`, default the first) runs etcd, NATS, Prometheus
+  and the planner; the frontends and the gateway run there too, or on the nodes `frontend.nodes` names.
 - The pools' starting workers take GPUs in pool order, each on the first node it may use
   (`pools.ROLE.nodes`) with room. A worker wider than a node takes whole free nodes of one NVLink
   domain (GB200 NVL72: 18 trays of 4 GPUs), never more than the domain holds.
@@ -60,7 +60,8 @@ class WorkerSlot(Frozen):
 
 class Placement(Frozen):
     nodes: list[Node]
-    infrastructure_node: str = Field(description="runs etcd, NATS, Prometheus, the frontend and the planner")
+    infrastructure_node: str = Field(description="runs etcd, NATS, Prometheus and the planner")
+    frontend_nodes: list[str] = Field(description="run the frontends and the gateway: each a way in")
     slots: list[WorkerSlot] = Field(description="in pool order, then index order")
 
     @property
@@ -88,7 +89,9 @@ class Placement(Frozen):
                     spare.append(slot.name + across)
                 else:
                     held.append(f"{slot.name} GPU {','.join(map(str, slot.gpus))}{across}")
-            role = " (infrastructure, frontend)" if node.name == self.infrastructure_node else ""
+            roles = ["infrastructure"] if node.name == self.infrastructure_node else []
+            roles += ["frontend"] if node.name in self.frontend_nodes else []
+            role = f" ({', '.join(roles)})" if roles else ""
             text = f"{node.name}{f' {node.address}' if node.address else ''}, {node.gpus} GPUs{role}: "
             text += "; ".join(held) or "no workers"
             lines.append(text + (f"; spare slots {', '.join(spare)}" if spare else ""))
@@ -130,7 +133,10 @@ def place(spec: GraphSpec) -> tuple[Placement | None, list[Problem]]:
         return None, problems
     order = [role for role, _ in spec.pools.items()]
     slots.sort(key=lambda slot: (order.index(slot.role), slot.index))
-    return Placement(nodes=nodes, infrastructure_node=spec.infrastructure_node, slots=slots), []
+    frontends = spec.frontend.nodes or [spec.infrastructure_node]
+    return Placement(
+        nodes=nodes, infrastructure_node=spec.infrastructure_node, frontend_nodes=frontends, slots=slots
+    ), []
 
 
 def _nodes(spec: GraphSpec) -> list[Node]:

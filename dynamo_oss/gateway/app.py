@@ -43,7 +43,7 @@ from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.fair_share import FairShare
-from dynamo_oss.gateway.frontends import Frontend, Frontends
+from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
@@ -157,23 +157,29 @@ class Gateway:
         return self._models
 
     async def _fetch_models(self) -> None:
+        """The model list of the first frontend that lists a model: one that has just restarted lists none
+        until its workers register with it again, and one that is down answers nothing."""
         if self._session is None:
             self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         *others, last = self.frontends.in_turn()
-        for frontend in others:  # the first frontend that answers; the last one's failure is the request's
+        for frontend in others:
             try:
-                return await self._fetch_models_from(frontend, self._session)
+                listed = await self._models_of(frontend, self._session)
             except (OSError, aiohttp.ClientError) as error:
                 self.frontends.failed(frontend, error)
-        await self._fetch_models_from(last, self._session)
+                continue
+            if listed:
+                self._models, self._models_at = listed, time.monotonic()
+                return
+        self._models, self._models_at = await self._models_of(last, self._session), time.monotonic()
 
-    async def _fetch_models_from(self, frontend: Frontend, session: aiohttp.ClientSession) -> None:
+    @staticmethod
+    async def _models_of(frontend: Frontend, session: aiohttp.ClientSession) -> dict[str, int]:
         async with session.get(f"{frontend.base}/v1/models") as response:
             listing = parse_json(await response.read())
         if response.status != 200 or not isinstance(listing, dict) or not isinstance(listing.get("data"), list):
             raise ConnectionError(f"its model list answered HTTP {response.status} without a list")
-        self._models = {m["id"]: int(m.get("context_window") or 0) for m in listing["data"] if isinstance(m, dict)}
-        self._models_at = time.monotonic()
+        return {m["id"]: int(m.get("context_window") or 0) for m in listing["data"] if isinstance(m, dict)}
 
     async def check(self, api: str, request: object, size: int) -> int:
         """routes.Checks: the shared checks, off the event loop for a long body."""
@@ -580,6 +586,14 @@ class ClientConnection(asyncio.Protocol):
             try:
                 await self.upstream.exchange(self, request, head_only, upstream.transform)
                 return
+            except FrontendStarting as starting:
+                if not others:
+                    message = "No worker serves the model right now (the frontend is starting); retry shortly."
+                    self.respond(503, openai_error(503, message, code="no_workers"), True, RETRY_AFTER_S)
+                    return
+                self.gateway.frontends.failed(self.upstream.frontend, starting)
+                others -= 1
+                self.upstream, reused = await self.gateway.connection(fresh=True)
             except ConnectionError as error:
                 if self.upstream.status or self.transport.is_closing() or not (reused or others):
                     raise
@@ -791,10 +805,10 @@ class UpstreamConnection(asyncio.Protocol):
             return
         if self.error_body is not None and self.status == 404 and self.client.api is not None:
             # The model was in the list a moment ago: the frontend has restarted and its workers have
-            # not registered again yet. Retryable, and the list is read afresh next time.
+            # not registered with it again yet. Another frontend may serve it; the list is read afresh.
             self.gateway.forget_models()
-            message = "No worker serves the model right now (the frontend is starting); retry shortly."
-            self.client.respond(503, openai_error(503, message, code="no_workers"), True, RETRY_AFTER_S)
+            self.transport.abort()
+            self.done.set_exception(FrontendStarting())
         elif self.error_body is not None and self.status >= 500 and self.client.api is not None:
             # A request the gateway checked, failed by the graph: a worker that just died (Dynamo says
             # "Failed to generate completions" until its lease lapses) or none registered. Retryable.

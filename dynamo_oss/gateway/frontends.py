@@ -1,6 +1,7 @@
 """The Dynamo frontends a gateway process forwards to: new connections go to each in turn, and a
-frontend that refuses a connection, or drops one before answering, is passed over for DOWN_S while
-the others carry its share. Only when none is left does a request get the retryable 503.
+frontend that refuses a connection, drops one before answering, or has no workers yet (it has just
+restarted) is passed over for DOWN_S while the others carry its share; the request goes to another.
+Only when none is left does a request get the retryable 503.
 
 Several frontends of one namespace share what the KV router knows (`--router-replica-sync`), so
 which one a request reaches changes nothing about where its prefix is cached.
@@ -18,6 +19,14 @@ from urllib.parse import urlsplit
 log = logging.getLogger("dynamo_oss.gateway")
 
 DOWN_S = 2.0  # how long a frontend that failed is passed over before it is tried again
+
+
+class FrontendStarting(ConnectionError):
+    """A frontend answered that it serves no such model: it has restarted and its workers have not
+    registered with it again yet."""
+
+    def __str__(self) -> str:
+        return "its workers have not registered with it yet"
 
 
 @dataclass

@@ -278,3 +278,37 @@ def test_the_kept_crd_schema_accepts_the_dynamo_1_6_wheels_own_templates() -> No
     assert len(templates) >= 5
     for template in templates:
         assert manifest_errors(yaml.safe_load(template.read_text())) == [], template
+
+
+def test_the_rack_s_frontend_pods_autoscale_on_cpu_and_share_one_gateway_configuration() -> None:
+    """gb200-nvl72: frontend pods of 8 gateway processes, 6 at start, that an HPA on the operator's
+    scaling adapter grows to 24; every pod's gateway reads the ConfigMap's one configuration, so all
+    share the response store, the API keys and the reasoning key."""
+    manifests = render(REPO / "graphs" / "gb200-nvl72.yaml")
+    validated = [manifest for manifest in manifests if manifest["kind"] not in ("PodMonitor", "PrometheusRule")]
+    assert [error for manifest in validated for error in manifest_errors(manifest)] == []
+    (graph,) = by_kind(manifests, "DynamoGraphDeployment")
+    name = graph["metadata"]["name"]
+    frontend = next(c for c in graph["spec"]["components"] if c["name"] == "frontend")
+    assert frontend["replicas"] == 6 and frontend["scalingAdapter"] == {"enabled": True}
+    (autoscaler,) = by_kind(manifests, "HorizontalPodAutoscaler")
+    assert autoscaler["spec"]["scaleTargetRef"] == {
+        "apiVersion": "nvidia.com/v1beta1",
+        "kind": "DynamoGraphDeploymentScalingAdapter",
+        "name": f"{name}-frontend",  # the adapter the operator makes for the frontend component
+    }
+    assert (autoscaler["spec"]["minReplicas"], autoscaler["spec"]["maxReplicas"]) == (6, 24)
+    assert autoscaler["spec"]["metrics"][0]["resource"]["target"] == {"type": "Utilization", "averageUtilization": 70}
+    pod = frontend["podTemplate"]["spec"]
+    gateway = next(c for c in pod["containers"] if c["name"] == "gateway")
+    assert gateway["resources"]["requests"]["cpu"] == "8"  # a core a process: what the CPU target is a share of
+    config_map = next(m for m in by_kind(manifests, "ConfigMap") if "gateway.json" in m["data"])
+    config = GatewayConfig.model_validate_json(config_map["data"]["gateway.json"])
+    assert config.processes == 8 and config.reasoning_key_file == Path("/etc/dynamo-oss/reasoning/key")
+    assert config.responses is not None and config.responses.bucket == f"responses-{name}"
+    volumes = {volume["name"]: volume for volume in pod["volumes"]}
+    assert volumes["dynamo-oss-config"]["configMap"]["name"] == config_map["metadata"]["name"]
+    assert volumes["reasoning-key"]["secret"]["secretName"] == f"{name}-reasoning-key"
+    secret_env = next(env for env in gateway["env"] if env["name"] == "DYNAMO_API_KEY")
+    assert secret_env["valueFrom"]["secretKeyRef"]["name"] == f"{name}-api-keys"
+    assert volumes["gateway-state"]["emptyDir"]["medium"] == "Memory"  # the pod's processes' ledger and metrics

@@ -7,6 +7,7 @@ trtllm without GPUs goes through a subprocess, as a user would meet it.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,7 @@ def test_every_path_check_prints_exists_or_is_written_when_served(tmp_path: Path
         "planner.json",
         "alert-rules.yml",
         "nats-url",
+        "gateway.json",
     )
     assert planned == profiles | {run_dir / name for name in written}
     assert not run_dir.exists()  # check wrote nothing into the run folder
@@ -153,6 +155,30 @@ def test_worker_system_ports_clash_across_pools(broken) -> None:
     out = broken(clash)
     assert "pools.decode.system_port (worker 0): port" in out
     assert "also used by pools.prefill.system_port (worker 1)" in out
+
+
+def test_a_second_frontend_s_port_clashing_with_a_worker_s_is_named(broken) -> None:
+    def clash(graph: dict) -> None:
+        graph["frontend"]["replicas"] = 2
+        graph["pools"]["decode"]["system_port"] = graph["frontend"]["dynamo_port"] + 1
+
+    out = broken(clash)
+    assert "pools.decode.system_port (worker 0): port" in out and "is also used by frontend.dynamo_port + 1" in out
+
+
+def test_more_gateway_processes_or_frontends_than_this_host_s_cores_are_refused(broken) -> None:
+    cores = os.cpu_count() or 1
+    out = broken(lambda g: (g["gateway"].update(processes=cores + 1), g["frontend"].update(replicas=cores + 1)))
+    assert f"gateway.processes: is {cores + 1}, more than this host's {cores} cores: give it at most {cores}" in out
+    assert f"frontend.replicas: is {cores + 1}, more than this host's {cores} cores" in out
+
+
+def test_frontends_on_a_node_the_graph_does_not_have_are_refused(broken) -> None:
+    def elsewhere(graph: dict) -> None:
+        graph["hardware"] = {"gpu": "h200", "nodes": [{"name": "a", "address": "127.0.0.1", "gpus": 2}]}
+        graph["frontend"]["nodes"] = ["b"]
+
+    assert "frontend.nodes names b, which hardware.nodes does not have (it has a)" in broken(elsewhere)
 
 
 def test_tensor_parallel_must_match_gpus_per_worker(broken, tmp_path: Path) -> None:

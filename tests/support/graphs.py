@@ -36,7 +36,10 @@ def observed(prometheus_port: int, launcher_port: int) -> dict:
 
 
 def write_graph(folder: Path, **sections: object) -> Path:
-    """A small disaggregated mocker graph on free ports, with `sections` replacing top-level keys."""
+    """A small disaggregated mocker graph on free ports, with `sections` replacing top-level keys. Its
+    endpoint is one gateway process and one frontend unless `sections` say otherwise: the sizing of
+    the endpoint (perf/endpoint.py) would give this host's cores, which a test of something else
+    only pays for."""
     etcd_client, etcd_peer, nats, nats_monitoring, frontend, dynamo, prefill, decode = free_ports(8)
     graph = {
         "name": "test-graph",
@@ -46,13 +49,16 @@ def write_graph(folder: Path, **sections: object) -> Path:
             "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
             "nats": {"mode": "embedded", "port": nats, "monitoring_port": nats_monitoring},
         },
-        "frontend": {"port": frontend, "dynamo_port": dynamo},
+        "frontend": {"port": frontend, "dynamo_port": dynamo, "replicas": 1},
         "pools": {
             "prefill": {"workers": 1, "engine": "mocker", "system_port": prefill},
             "decode": {"workers": 1, "engine": "mocker", "system_port": decode},
         },
     }
     graph.update(sections)
+    gateway = graph.setdefault("gateway", {})
+    if isinstance(gateway, dict) and gateway.get("enabled", True):
+        gateway.setdefault("processes", 1)
     path = folder / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     return path
