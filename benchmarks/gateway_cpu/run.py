@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import itertools
 import json
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -45,6 +43,7 @@ import aiohttp
 import psutil
 import yaml
 
+from dynamo_oss.bench.ports import on_free_ports
 from dynamo_oss.bench.served import served_graph
 from dynamo_oss.launch.state import RunState
 
@@ -73,19 +72,38 @@ class Api:
 
 
 def chat_body(model: str, prompt: str) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": prompt}], "stream": True,
-            "stream_options": {"include_usage": True}, "max_tokens": TOKENS, "ignore_eos": True,
-            "min_tokens": TOKENS}  # fmt: skip
+    return {
+        "model": model,
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": TOKENS,
+        "ignore_eos": True,
+        "min_tokens": TOKENS,
+    }
 
 
 def responses_body(model: str, prompt: str) -> dict:
-    return {"model": model, "input": prompt, "stream": True, "max_output_tokens": TOKENS, "ignore_eos": True,
-            "min_tokens": TOKENS}  # fmt: skip
+    return {
+        "model": model,
+        "input": prompt,
+        "stream": True,
+        "max_output_tokens": TOKENS,
+        "ignore_eos": True,
+        "min_tokens": TOKENS,
+    }
 
 
 def completions_body(model: str, prompt: str) -> dict:
-    return {"model": model, "prompt": prompt, "stream": True, "stream_options": {"include_usage": True},
-            "max_tokens": TOKENS, "ignore_eos": True, "min_tokens": TOKENS}  # fmt: skip
+    return {
+        "model": model,
+        "prompt": prompt,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "max_tokens": TOKENS,
+        "ignore_eos": True,
+        "min_tokens": TOKENS,
+    }
 
 
 def usage_tokens(events: list[dict]) -> int | None:
@@ -111,43 +129,26 @@ FINAL_MARKERS = (b'"usage":{', b'"type":"response.completed"', b'"type":"respons
 # ---- the graph ----------------------------------------------------------------------------------
 
 
-def free_ports(count: int) -> list[int]:
-    """Distinct ports free now, below 32768 (Dynamo's limit for system ports, and under the ephemeral range)."""
-    ports: list[int] = []
-    candidates = itertools.count(random.randrange(10_000, 30_000))
-    while len(ports) < count:
-        candidate = next(candidates)
-        with socket.socket() as probe:
-            try:
-                probe.bind(("127.0.0.1", candidate))
-            except OSError:
-                continue
-        ports.append(candidate)
-    return ports
-
-
-def write_graph(folder: Path) -> Path:
-    """One aggregated gpt-oss-20b mocker worker behind Dynamo's frontend and the gateway, on free ports."""
-    etcd_client, etcd_peer, nats, monitoring, frontend, dynamo, worker = free_ports(7)
+def write_graph(folder: Path, processes: int) -> Path:
+    """One aggregated gpt-oss-20b mocker worker behind one Dynamo frontend and `processes` gateway
+    processes, on free ports."""
     graph = {
         "name": "gateway-cpu",
         "model": "gpt-oss-20b",
         "hardware": {"gpu": "h200", "gpus": 1},
-        "infrastructure": {
-            "etcd": {"mode": "embedded", "client_port": etcd_client, "peer_port": etcd_peer},
-            "nats": {"mode": "embedded", "port": nats, "monitoring_port": monitoring},
-        },
-        "frontend": {"port": frontend, "dynamo_port": dynamo},
-        "pools": {"agg": {"workers": 1, "engine": "mocker", "system_port": worker}},
+        "frontend": {"replicas": 1},
+        "gateway": {"processes": processes},
+        "pools": {"agg": {"workers": 1, "engine": "mocker"}},
     }
     path = folder / "graph.yaml"
-    path.write_text(yaml.safe_dump(graph))
+    path.write_text(yaml.safe_dump(on_free_ports(graph)))
     return path
 
 
 @dataclass
 class Counters:
-    """CPU seconds so far: of each watched process, of the graph's processes and this client together,
+    """CPU seconds so far: of the frontend and of each gateway serving process (the endpoint's first
+    process, which serves no client, is left out), of the graph's processes and this client together,
     and of the whole machine; and the gateway's read syscalls (socket reads, mostly)."""
 
     cpu: dict[str, float]
@@ -160,9 +161,19 @@ class Counters:
         graph = psutil.Process(supervisor_pid)
         ours = sum(cpu_seconds(p, gone=0.0) for p in [psutil.Process(), graph, *graph.children(recursive=True)])
         machine = psutil.cpu_times()
-        return cls(cpu={name: cpu_seconds(psutil.Process(pid)) for name, pid in pids.items()}, ours=ours,
-                   machine=machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
-                   gateway_reads=psutil.Process(pids["gateway"]).io_counters().read_count)  # fmt: skip
+        serving = psutil.Process(pids["gateway"]).children()
+        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"]))}
+        cpu |= {f"gateway-{index}": cpu_seconds(process) for index, process in enumerate(sorted(serving, key=pid))}
+        return cls(
+            cpu=cpu,
+            ours=ours,
+            machine=machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
+            gateway_reads=sum(process.io_counters().read_count for process in serving),
+        )
+
+
+def pid(process: psutil.Process) -> int:
+    return process.pid
 
 
 def cpu_seconds(process: psutil.Process, gone: float | None = None) -> float:
@@ -199,8 +210,11 @@ async def one_stream(session: aiohttp.ClientSession, url: str, api: Api, model: 
         async with session.post(url + api.path, json=api.body(model, f"Tell me a story {random.random()}")) as reply:
             if reply.status != 200:
                 return None
-            finals = [json.loads(line[6:]) async for line in reply.content
-                      if line.startswith(b"data: {") and any(m in line for m in FINAL_MARKERS)]  # fmt: skip
+            finals = [
+                json.loads(line[6:])
+                async for line in reply.content
+                if line.startswith(b"data: {") and any(m in line for m in FINAL_MARKERS)
+            ]
             return api.tokens(finals)
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError):
         return None
@@ -231,21 +245,32 @@ def measure(name: str, state: RunState, pids: dict[str, int], requests: int) -> 
     before = Counters.read(state.supervisor_pid, pids)
     results, wall = asyncio.run(load(state.endpoint.removesuffix("/v1"), API[name], state.served_name, requests))
     after = Counters.read(state.supervisor_pid, pids)
-    cpu = {process: after.cpu[process] - before.cpu[process] for process in pids}
+    cpu = {process: after.cpu[process] - before.cpu[process] for process in after.cpu}
+    cpu["gateway"] = sum(seconds for process, seconds in cpu.items() if process.startswith("gateway-"))
     tokens = sum(t for t in results if t)
     failed = sum(1 for t in results if t != TOKENS)
     machine = after.machine - before.machine
-    row = {"api": name, "requests": len(results), "failed": failed, "tokens": tokens, "wall_s": round(wall, 2),
-           "tok_s": round(tokens / wall), **{f"{p}_cpu_s": round(s, 3) for p, s in cpu.items()},
-           **{f"{p}_us_per_token": round(1e6 * s / max(tokens, 1), 2) for p, s in cpu.items()},
-           "gateway_share": round(cpu["gateway"] / (cpu["gateway"] + cpu["frontend"]), 3),
-           "gateway_reads_per_token": round((after.gateway_reads - before.gateway_reads) / max(tokens, 1), 3),
-           "cores_busy": round(machine / wall / CORES, 3),
-           "other_processes_cores": round(max(0.0, machine - (after.ours - before.ours)) / wall, 2)}  # fmt: skip
-    print(f"  {name:<11} {row['requests']} requests ({failed} failed) {tokens} tokens in {wall:5.1f} s "
-          f"{row['tok_s']:6d} tok/s  gateway {row['gateway_us_per_token']:5.1f} us/tok  "
-          f"frontend {row['frontend_us_per_token']:5.1f} us/tok  cores busy {row['cores_busy']:.0%} "
-          f"(others {row['other_processes_cores']:.2f} cores)", flush=True)  # fmt: skip
+    row = {
+        "api": name,
+        "requests": len(results),
+        "failed": failed,
+        "tokens": tokens,
+        "wall_s": round(wall, 2),
+        "tok_s": round(tokens / wall),
+        **{f"{p}_cpu_s": round(s, 3) for p, s in cpu.items()},
+        **{f"{p}_us_per_token": round(1e6 * s / max(tokens, 1), 2) for p, s in cpu.items()},
+        "gateway_share": round(cpu["gateway"] / (cpu["gateway"] + cpu["frontend"]), 3),
+        "gateway_reads_per_token": round((after.gateway_reads - before.gateway_reads) / max(tokens, 1), 3),
+        "cores_busy": round(machine / wall / CORES, 3),
+        "other_processes_cores": round(max(0.0, machine - (after.ours - before.ours)) / wall, 2),
+    }
+    print(
+        f"  {name:<11} {row['requests']} requests ({failed} failed) {tokens} tokens in {wall:5.1f} s "
+        f"{row['tok_s']:6d} tok/s  gateway {row['gateway_us_per_token']:5.1f} us/tok  "
+        f"frontend {row['frontend_us_per_token']:5.1f} us/tok  cores busy {row['cores_busy']:.0%} "
+        f"(others {row['other_processes_cores']:.2f} cores)",
+        flush=True,
+    )
     return row
 
 
@@ -256,20 +281,30 @@ def spread(values: list[float]) -> dict:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
-SUMMARIZED = ("gateway_us_per_token", "frontend_us_per_token", "gateway_share", "tok_s", "gateway_reads_per_token",
-              "cores_busy", "other_processes_cores")  # fmt: skip
+SUMMARIZED = (
+    "gateway_us_per_token",
+    "frontend_us_per_token",
+    "gateway_share",
+    "tok_s",
+    "gateway_reads_per_token",
+    "cores_busy",
+    "other_processes_cores",
+)
 
 
 def ratio(rows: list[dict], summary: dict, base: str) -> dict:
     """Responses' gateway CPU per token over `base`'s: of the medians, and of each round's two runs."""
-    per_round = [r["gateway_us_per_token"] / b["gateway_us_per_token"] for r, b in
-                 zip([r for r in rows if r["api"] == "responses"], [r for r in rows if r["api"] == base])]  # fmt: skip
+    per_round = [
+        r["gateway_us_per_token"] / b["gateway_us_per_token"]
+        for r, b in zip([r for r in rows if r["api"] == "responses"], [r for r in rows if r["api"] == base])
+    ]
     medians = summary["responses"]["gateway_us_per_token"]["median"] / summary[base]["gateway_us_per_token"]["median"]
     return {"of_medians": round(medians, 3), "per_round": [round(r, 3) for r in per_round]}
 
 
 def summarize(rows: list[dict]) -> dict:
-    summary = {api: {f: spread([r[f] for r in rows if r["api"] == api]) for f in SUMMARIZED} for api in APIS}
+    fields = [*SUMMARIZED, *(field for field in rows[0] if field.startswith("gateway-") and field.endswith("_token"))]
+    summary = {api: {f: spread([r[f] for r in rows if r["api"] == api]) for f in fields} for api in APIS}
     for base in ("chat", "completions"):
         summary[f"gateway_ratio_responses_over_{base}"] = ratio(rows, summary, base)
     summary["gateway_ratio_responses_over_chat"]["met"] = (
@@ -288,8 +323,10 @@ def cell(s: dict, digits: int = 1, percent: bool = False) -> str:
 
 def table_row(api: str, s: dict) -> str:
     label = f"{api} (control)" if api == "completions" else api
-    return (f"| {label} | {cell(s['gateway_us_per_token'])} | {cell(s['frontend_us_per_token'])} | "
-            f"{cell(s['gateway_share'], percent=True)} | {cell(s['tok_s'], 0)} |")  # fmt: skip
+    return (
+        f"| {label} | {cell(s['gateway_us_per_token'])} | {cell(s['frontend_us_per_token'])} | "
+        f"{cell(s['gateway_share'], percent=True)} | {cell(s['tok_s'], 0)} |"
+    )
 
 
 def per_api(summary: dict, field: str, digits: int = 1, percent: bool = False) -> str:
@@ -329,12 +366,23 @@ def markdown(summary: dict, settings: dict) -> str:
         f"(a client of the frontend alone sees the same). The gateway's read syscalls per streamed token: "
         f"{per_api(summary, 'gateway_reads_per_token', 2)}.",
         "",
+        *(processes_line(summary, settings["gateway_processes"]) if settings["gateway_processes"] > 1 else []),
         f"Cores busy: {per_api(summary, 'cores_busy', percent=True)}; processes outside the graph and this client "
         f"used {per_api(summary, 'other_processes_cores', 2)} cores (above about 0.1, the figures are noisier). The "
         f"host is shared and its speed drifts: a fixed Python loop took {settings['loop_seconds_before']} s of CPU "
         f"before and {settings['loop_seconds_after']} s after, so compare runs by their ratios, not microseconds.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def processes_line(summary: dict, processes: int) -> list[str]:
+    """What each gateway process spent per token of the whole run (the kernel spreads connections, not
+    tokens, evenly), per API: how evenly SO_REUSEPORT shared the load."""
+    shares = "; ".join(
+        f"{api} " + ", ".join(cell(summary[api][f"gateway-{index}_us_per_token"]) for index in range(processes))
+        for api in APIS
+    )
+    return [f"Each gateway process's CPU per token of the run (us, process 0 first): {shares}.", ""]
 
 
 def rounds(ratio: dict) -> str:
@@ -353,8 +401,11 @@ def code_version() -> str:
 
 
 def host_cpu() -> str:
-    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-             if line.startswith("model name")]  # fmt: skip
+    names = [
+        line.split(":", 1)[1].strip()
+        for line in Path("/proc/cpuinfo").read_text().splitlines()
+        if line.startswith("model name")
+    ]
     return names[0] if names else platform.processor()
 
 
@@ -366,25 +417,48 @@ LOADS = {"saturated": (TIME_SCALE, REQUESTS, REPEATS), "unsaturated": (10.0, 48,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--load", choices=sorted(LOADS), default="saturated",
-                        help="saturated (results.md) or unsaturated (results-unsaturated.md)")  # fmt: skip
-    load = parser.parse_args().load
+    parser.add_argument(
+        "--load",
+        choices=sorted(LOADS),
+        default="saturated",
+        help="saturated (results.md) or unsaturated (results-unsaturated.md)",
+    )
+    parser.add_argument(
+        "--processes", type=int, default=1, help="gateway processes on the endpoint's one port (results-N-processes.md)"
+    )
+    args = parser.parse_args()
+    load, processes = args.load, args.processes
     time_scale, requests, repeats = LOADS[load]
-    suffix = "" if load == "saturated" else f"-{load}"
+    suffix = ("" if load == "saturated" else f"-{load}") + (f"-{processes}-processes" if processes > 1 else "")
+    options = (f" --load {load}" if load != "saturated" else "") + (
+        f" --processes {processes}" if processes > 1 else ""
+    )
     started = time.monotonic()
     settings = {
-        "command": COMMAND + (f" --load {load}" if suffix else ""), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"), "host_cpu": host_cpu(),
-        "cores": CORES, "python": platform.python_version(), "code": code_version(),
+        "command": COMMAND + options,
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "host_cpu": host_cpu(),
+        "cores": CORES,
+        "python": platform.python_version(),
+        "code": code_version(),
         "graph": f"gpt-oss-20b, one aggregated mocker worker (H200 model) at {time_scale:g}x its modelled step "
-                 "time, Dynamo's frontend behind the gateway",
-        "concurrency": CONCURRENCY, "tokens": TOKENS, "requests_per_run": requests,
-        "warmup_requests_per_api": min(WARMUP_REQUESTS, requests // 3), "repeats": repeats, "mocker_time_scale": time_scale,
+        f"time, one Dynamo frontend behind {processes} gateway process{'es' if processes > 1 else ''} (the gateway "
+        "columns: all its serving processes together)",
+        "gateway_processes": processes,
+        "concurrency": CONCURRENCY,
+        "tokens": TOKENS,
+        "requests_per_run": requests,
+        "warmup_requests_per_api": min(WARMUP_REQUESTS, requests // 3),
+        "repeats": repeats,
+        "mocker_time_scale": time_scale,
         "loop_seconds_before": loop_seconds(),
-    }  # fmt: skip
+    }
     with tempfile.TemporaryDirectory(prefix="gateway-cpu-") as scratch:
         folder = Path(scratch)
         print(f"serving a mocker graph (logs in {folder})", flush=True)
-        with served_graph(write_graph(folder), folder / "run", engine="mocker", time_scale=time_scale) as state:
+        with served_graph(
+            write_graph(folder, processes), folder / "run", engine="mocker", time_scale=time_scale
+        ) as state:
             pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
             print(f"served in {time.monotonic() - started:.0f} s; warm-up", flush=True)
             for api in APIS:

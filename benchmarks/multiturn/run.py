@@ -1,12 +1,14 @@
 """Multi-turn prefix reuse through stored responses: the share of later turns' prompt tokens served
-from cache, with the KV router against round-robin.
+from cache, with the KV router against round-robin, and with the KV router in one Dynamo frontend
+against two (sharing the sequences each routes, `--router-replica-sync`, and not).
 
 Why: a continuation (`previous_response_id`) is rendered so that the previous turn's prompt is its
 prefix (and, from the third turn, the previous turn's output too); that pays only if the router
 sends the turn to the worker whose KV cache holds the conversation. This measures it.
 
-How: an aggregated gpt-oss-20b mocker graph of two workers on free ports, served once with
-`frontend.router: kv` and once with `round-robin`, its steps TIME_SCALE of the modelled H200's
+How: an aggregated gpt-oss-20b mocker graph of two workers on free ports behind one gateway
+process, served once per configuration (CONFIGURATIONS: the router, the Dynamo frontends, whether
+they sync), its steps TIME_SCALE of the modelled H200's
 (only which tokens are cached matters here, not speed). CONVERSATIONS conversations, CONCURRENCY
 at a time, each TURNS turns through the gateway's Responses API, as an agent's loop grows its
 context: a short first message under the same instructions, then longer ones (as tool outputs are)
@@ -49,7 +51,13 @@ from dynamo_oss.bench.served import served_graph
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "uv run python benchmarks/multiturn/run.py"
-ROUTERS = ("kv", "round-robin")
+# name -> (router, Dynamo frontends, replica sync)
+CONFIGURATIONS = {
+    "kv, one frontend": ("kv", 1, True),
+    "kv, two synced frontends": ("kv", 2, True),
+    "kv, two unsynced frontends": ("kv", 2, False),
+    "round-robin": ("round-robin", 1, True),
+}
 WORKERS = 2
 CONVERSATIONS = 16
 TURNS = 6
@@ -58,10 +66,14 @@ FIRST_WORDS = 100  # the first turn's user message
 LATER_WORDS = 150  # each later turn's: a tool's output, a file, a question with context
 TIME_SCALE = 0.05  # mocker steps 20x faster than the modelled H200's
 REQUEST_TIMEOUT_S = 120.0
-INSTRUCTIONS = ("You are a careful assistant for a team that runs inference services. Answer in plain English, "
-                "cite the numbers the user gives, and say when something is unknown.")  # fmt: skip
-WORDS = ("cache prefill decode worker router token block latency batch queue prompt answer graph metric "
-         "replica memory bandwidth kernel tensor pipeline expert shard request stream budget target").split()  # fmt: skip
+INSTRUCTIONS = (
+    "You are a careful assistant for a team that runs inference services. Answer in plain English, "
+    "cite the numbers the user gives, and say when something is unknown."
+)
+WORDS = (
+    "cache prefill decode worker router token block latency batch queue prompt answer graph metric "
+    "replica memory bandwidth kernel tensor pipeline expert shard request stream budget target"
+).split()
 
 
 @dataclass
@@ -75,7 +87,7 @@ class Turn:
 
 @dataclass
 class RouterResult:
-    router: str
+    router: str  # the configuration's name
     turns: list[Turn] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -97,17 +109,24 @@ def _cached(turns: list[Turn]) -> float:
     return sum(t.cached_tokens for t in turns) / max(1, sum(t.input_tokens for t in turns))
 
 
-def graph_file(folder: Path, router: str) -> Path:
-    graph = on_free_ports({
-        "name": "multiturn",
-        "model": "gpt-oss-20b",
-        "hardware": {"gpu": "h200", "gpus": WORKERS},
-        "frontend": {"router": router},
-        "pools": {"agg": {"workers": WORKERS, "engine": "mocker"}},
-    })  # fmt: skip
-    path = folder / f"graph-{router}.yaml"
+def graph_file(folder: Path, name: str) -> Path:
+    router, frontends, sync = CONFIGURATIONS[name]
+    graph = on_free_ports(
+        {
+            "name": "multiturn",
+            "model": "gpt-oss-20b",
+            "hardware": {"gpu": "h200", "gpus": WORKERS},
+            "frontend": {"router": router, "replicas": frontends, "replica_sync": sync},
+            "gateway": {"processes": 1},
+            "pools": {"agg": {"workers": WORKERS, "engine": "mocker"}},
+        }
+    )
+    path = folder / f"graph-{CONFIGURATIONS_FILE_NAMES[name]}.yaml"
     path.write_text(yaml.safe_dump(graph))
     return path
+
+
+CONFIGURATIONS_FILE_NAMES = {name: "-".join(name.replace(",", "").split()) for name in CONFIGURATIONS}
 
 
 def words(rng: random.Random, count: int) -> str:
@@ -119,16 +138,27 @@ async def conversation(client: httpx.AsyncClient, model: str, index: int, seed: 
     previous: str | None = None
     turns = []
     for turn in range(1, TURNS + 1):
-        body = {"model": model, "instructions": INSTRUCTIONS, "reasoning": {"effort": "low"},
-                "input": f"Conversation {index}, turn {turn}: " + words(rng, FIRST_WORDS if turn == 1 else LATER_WORDS)}  # fmt: skip
+        body = {
+            "model": model,
+            "instructions": INSTRUCTIONS,
+            "reasoning": {"effort": "low"},
+            "input": f"Conversation {index}, turn {turn}: " + words(rng, FIRST_WORDS if turn == 1 else LATER_WORDS),
+        }
         if previous is not None:
             body["previous_response_id"] = previous
         reply = await client.post("/responses", json=body)
         reply.raise_for_status()
         response = reply.json()
         usage = response["usage"]
-        turns.append(Turn(index, turn, usage["input_tokens"], usage["input_tokens_details"]["cached_tokens"],
-                          usage["output_tokens"]))  # fmt: skip
+        turns.append(
+            Turn(
+                index,
+                turn,
+                usage["input_tokens"],
+                usage["input_tokens_details"]["cached_tokens"],
+                usage["output_tokens"],
+            )
+        )
         previous = response["id"]
     return turns
 
@@ -145,36 +175,44 @@ async def run_conversations(endpoint: str, model: str, seed: int) -> list[Turn]:
     return [turn for turns in done for turn in turns]
 
 
-def measure(router: str, folder: Path, seed: int) -> RouterResult:
-    graph = graph_file(folder, router)
-    with served_graph(graph, folder / f"run-{router}", engine="mocker", time_scale=TIME_SCALE) as state:
+def measure(name: str, folder: Path, seed: int) -> RouterResult:
+    graph = graph_file(folder, name)
+    run_dir = folder / f"run-{CONFIGURATIONS_FILE_NAMES[name]}"
+    with served_graph(graph, run_dir, engine="mocker", time_scale=TIME_SCALE) as state:
         started = time.monotonic()
         turns = asyncio.run(run_conversations(state.endpoint, state.served_name, seed))
-        return RouterResult(router, turns, time.monotonic() - started)
+        return RouterResult(name, turns, time.monotonic() - started)
 
 
 def report(results: list[RouterResult]) -> str:
     lines = [
-        "# Multi-turn prefix reuse: KV router against round-robin",
+        "# Multi-turn prefix reuse: KV router against round-robin, one Dynamo frontend against two",
         "",
         f"Command: `{COMMAND}` ({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node() or 'this machine'}).",
         "",
         f"{CONVERSATIONS} conversations of {TURNS} turns ({CONCURRENCY} at a time) through the Responses API, each "
         f"later turn continuing the previous by `previous_response_id`; an aggregated mocker graph of {WORKERS} "
-        "gpt-oss-20b workers. Cached share: cached_tokens / input_tokens from each response's usage, summed over "
+        "gpt-oss-20b workers behind one gateway process, which opens its connections to the Dynamo frontends in "
+        "turn. Cached share: cached_tokens / input_tokens from each response's usage, summed over "
         "the turns. Previous prompt: the share of the later turns' prompt tokens that is the previous turn's prompt "
         "(the mocker's KV blocks for generated tokens never match, so that is the most found cached here).",
         "",
-        "| router | later turns: cached share | later turns: previous prompt | first turns: cached share | turns "
+        "| configuration | later turns: cached share | later turns: previous prompt | first turns: cached share | turns "
         "| seconds |",
         "|---|---:|---:|---:|---:|---:|",
     ]
     for result in results:
-        lines.append(f"| {result.router} | {result.share(later=True):.1%} | {result.previous_prompt_share():.1%} | "
-                     f"{result.share(later=False):.1%} | {len(result.turns)} | {result.seconds:.0f} |")  # fmt: skip
-    lines += ["", "Cached share by turn (the first turns find only the shared instructions):", "",
-              "| router | " + " | ".join(f"turn {turn}" for turn in range(1, TURNS + 1)) + " |",
-              "|---|" + "---:|" * TURNS]  # fmt: skip
+        lines.append(
+            f"| {result.router} | {result.share(later=True):.1%} | {result.previous_prompt_share():.1%} | "
+            f"{result.share(later=False):.1%} | {len(result.turns)} | {result.seconds:.0f} |"
+        )
+    lines += [
+        "",
+        "Cached share by turn (the first turns find only the shared instructions):",
+        "",
+        "| configuration | " + " | ".join(f"turn {turn}" for turn in range(1, TURNS + 1)) + " |",
+        "|---|" + "---:|" * TURNS,
+    ]
     for result in results:
         shares = " | ".join(f"{result.share_of_turn(turn):.0%}" for turn in range(1, TURNS + 1))
         lines.append(f"| {result.router} | {shares} |")
@@ -184,8 +222,10 @@ def report(results: list[RouterResult]) -> str:
 
 def from_json(path: Path) -> list[RouterResult]:
     """The results a run wrote, read back (to write results.md again without serving)."""
-    return [RouterResult(r["router"], [Turn(**t) for t in r["turns"]], r["seconds"])
-            for r in json.loads(path.read_text())["routers"]]  # fmt: skip
+    return [
+        RouterResult(r["router"], [Turn(**t) for t in r["turns"]], r["seconds"])
+        for r in json.loads(path.read_text())["routers"]
+    ]
 
 
 def main() -> None:
@@ -197,14 +237,37 @@ def main() -> None:
         (HERE / "results.md").write_text(report(from_json(HERE / "results.json")))
         return
     with tempfile.TemporaryDirectory(prefix="multiturn-") as folder:
-        results = [measure(router, Path(folder), args.seed) for router in ROUTERS]
-    (HERE / "results.json").write_text(json.dumps({
-        "command": COMMAND, "seed": args.seed, "workers": WORKERS, "conversations": CONVERSATIONS, "turns": TURNS,
-        "concurrency": CONCURRENCY, "time_scale": TIME_SCALE,
-        "routers": [{"router": r.router, "later_cached_share": r.share(later=True), "later_previous_prompt_share":
-                     r.previous_prompt_share(), "first_cached_share": r.share(later=False), "seconds": r.seconds,
-                     "turns": [asdict(t) for t in r.turns]} for r in results],
-    }, indent=1) + "\n")  # fmt: skip
+        results = [measure(name, Path(folder), args.seed) for name in CONFIGURATIONS]
+    (HERE / "results.json").write_text(
+        json.dumps(
+            {
+                "command": COMMAND,
+                "seed": args.seed,
+                "workers": WORKERS,
+                "conversations": CONVERSATIONS,
+                "turns": TURNS,
+                "concurrency": CONCURRENCY,
+                "time_scale": TIME_SCALE,
+                "configurations": {
+                    name: {"router": router, "frontends": frontends, "replica_sync": sync}
+                    for name, (router, frontends, sync) in CONFIGURATIONS.items()
+                },
+                "routers": [
+                    {
+                        "router": r.router,
+                        "later_cached_share": r.share(later=True),
+                        "later_previous_prompt_share": r.previous_prompt_share(),
+                        "first_cached_share": r.share(later=False),
+                        "seconds": r.seconds,
+                        "turns": [asdict(t) for t in r.turns],
+                    }
+                    for r in results
+                ],
+            },
+            indent=1,
+        )
+        + "\n"
+    )
     (HERE / "results.md").write_text(report(results))
     print(report(results))
 

@@ -22,7 +22,6 @@ import multiprocessing
 import os
 import random
 import signal
-import socket
 import sys
 import tempfile
 import time
@@ -33,6 +32,7 @@ import httpx
 import psutil
 import yaml
 
+from dynamo_oss.bench.ports import on_free_ports
 from dynamo_oss.bench.served import served_graph
 from dynamo_oss.launch.state import RunState
 
@@ -46,40 +46,22 @@ LOAD_S = 30.0
 FUZZ_REQUESTS = 400
 
 
-def free_port() -> int:
-    """A port free now, below 32768 (Dynamo's limit for system ports, and under the ephemeral range),
-    with the next one free too (a pool's second worker takes port + 1)."""
-    while True:
-        candidate = random.randrange(10_000, 32_000)
-        try:
-            for port in (candidate, candidate + 1):
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", port))
-            return candidate
-        except OSError:
-            continue
-
-
 def write_graph(folder: Path, prefill: int = 1, decode: int = 1, max_in_flight: int | None = None) -> Path:
-    """graphs/disagg.yaml's shape for gpt-oss-20b on mocker workers, on free ports."""
-    frontend = {"port": free_port(), "dynamo_port": free_port(), "migration_limit": 3}
+    """graphs/disagg.yaml's shape for gpt-oss-20b on mocker workers (one gateway process, one frontend),
+    on free ports."""
     graph = {
         "name": "reliability",
         "model": "gpt-oss-20b",
         "hardware": {"gpu": "h200", "gpus": prefill + decode},
-        "infrastructure": {
-            "etcd": {"mode": "embedded", "client_port": free_port(), "peer_port": free_port()},
-            "nats": {"mode": "embedded", "port": free_port(), "monitoring_port": free_port()},
-        },
-        "frontend": frontend,
-        **({"gateway": {"max_in_flight": max_in_flight}} if max_in_flight else {}),
+        "frontend": {"migration_limit": 3, "replicas": 1},
+        "gateway": {"processes": 1, **({"max_in_flight": max_in_flight} if max_in_flight else {})},
         "pools": {
-            "prefill": {"workers": prefill, "engine": "mocker", "system_port": free_port()},
-            "decode": {"workers": decode, "engine": "mocker", "system_port": free_port()},
+            "prefill": {"workers": prefill, "engine": "mocker"},
+            "decode": {"workers": decode, "engine": "mocker"},
         },
     }
     path = folder / "graph.yaml"
-    path.write_text(yaml.safe_dump(graph))
+    path.write_text(yaml.safe_dump(on_free_ports(graph)))
     return path
 
 
@@ -102,9 +84,15 @@ def classify(status: int, retry_after: str | None, events: list[dict], tokens: i
 async def one_stream(client: httpx.AsyncClient, tokens: int) -> tuple[str, str, float | None, float]:
     """What the client saw, and how long it waits before its next request: Retry-After when the answer
     carries one, a second after an in-stream error, as the OpenAI SDKs back off."""
-    request = {"model": MODEL, "messages": [{"role": "user", "content": f"Tell me a story {random.random()}"}],
-               "max_tokens": tokens, "min_tokens": tokens, "ignore_eos": True, "stream": True,
-               "stream_options": {"include_usage": True}}  # fmt: skip
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"Tell me a story {random.random()}"}],
+        "max_tokens": tokens,
+        "min_tokens": tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     started = time.monotonic()
     first_token: float | None = None
     try:
@@ -132,8 +120,13 @@ async def steady_load(endpoint: str, concurrency: int, seconds: float, tokens: i
                 while time.monotonic() - t0 < seconds:
                     start = time.monotonic() - t0
                     outcome, detail, ttft, backoff = await one_stream(client, tokens)
-                    row = {"start": start, "end": time.monotonic() - t0, "outcome": outcome, "detail": detail,
-                           "ttft_s": ttft}  # fmt: skip
+                    row = {
+                        "start": start,
+                        "end": time.monotonic() - t0,
+                        "outcome": outcome,
+                        "detail": detail,
+                        "ttft_s": ttft,
+                    }
                     out.write(json.dumps(row) + "\n")
                     out.flush()
                     await asyncio.sleep(backoff)
@@ -178,12 +171,18 @@ def fault_row(name: str, folder: Path, graph: Path, fault: Callable[[Path], None
             loader.kill()
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     tally = {outcome: sum(1 for r in rows if r["outcome"] == outcome) for outcome in ("succeeded", "retryable", "lost")}
-    return {"row": name, "requests": len(rows), **tally, "hung": hung,
-            "recovery_s": recovery(rows, fault_at), "examples": sorted({r["detail"] for r in rows
-                                                                        if r["outcome"] == "lost"})[:3],
-            "memory_mb_at_start": memory[0], "memory_mb_peak": max(memory),
-            "admitted_ttft_p50_s": percentile([r["ttft_s"] for r in rows if r["outcome"] == "succeeded"], 50),
-            "admitted_ttft_p99_s": percentile([r["ttft_s"] for r in rows if r["outcome"] == "succeeded"], 99)}  # fmt: skip
+    return {
+        "row": name,
+        "requests": len(rows),
+        **tally,
+        "hung": hung,
+        "recovery_s": recovery(rows, fault_at),
+        "examples": sorted({r["detail"] for r in rows if r["outcome"] == "lost"})[:3],
+        "memory_mb_at_start": memory[0],
+        "memory_mb_peak": max(memory),
+        "admitted_ttft_p50_s": percentile([r["ttft_s"] for r in rows if r["outcome"] == "succeeded"], 50),
+        "admitted_ttft_p99_s": percentile([r["ttft_s"] for r in rows if r["outcome"] == "succeeded"], 99),
+    }
 
 
 def graph_memory_mb(supervisor_pid: int) -> int:
@@ -223,8 +222,22 @@ def hostile_body(rng: random.Random) -> bytes:
     body: dict = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
     wild = [None, True, -1, 0, 2**63, 1e308, "", "x" * 10_000, [], {}, [[[]]], {"a": {"b": {}}}, "8"]
     for _ in range(rng.randint(1, 3)):
-        field = rng.choice(["messages", "max_tokens", "n", "tools", "temperature", "stream", "stop", "model",
-                            "response_format", "logprobs", "prompt", "tool_choice"])  # fmt: skip
+        field = rng.choice(
+            [
+                "messages",
+                "max_tokens",
+                "n",
+                "tools",
+                "temperature",
+                "stream",
+                "stop",
+                "model",
+                "response_format",
+                "logprobs",
+                "prompt",
+                "tool_choice",
+            ]
+        )
         body[field] = rng.choice(wild)
     raw = json.dumps(body).encode()
     mangle = rng.random()
@@ -270,9 +283,16 @@ def fuzz_row(folder: Path, graph: Path) -> dict:
         restarts = sum(p.restarts for p in RunState.read(folder / "run").processes)
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     tally = {outcome: sum(1 for r in rows if r["outcome"] == outcome) for outcome in ("succeeded", "retryable", "lost")}
-    return {"row": "fuzz: hostile requests beside steady load", "requests": len(rows), **tally, "hung": False,
-            "recovery_s": None, "fuzz": {"sent": FUZZ_REQUESTS, **counts}, "restarts": restarts,
-            "examples": []}  # fmt: skip
+    return {
+        "row": "fuzz: hostile requests beside steady load",
+        "requests": len(rows),
+        **tally,
+        "hung": False,
+        "recovery_s": None,
+        "fuzz": {"sent": FUZZ_REQUESTS, **counts},
+        "restarts": restarts,
+        "examples": [],
+    }
 
 
 # ---- the table --------------------------------------------------------------------------------------
@@ -287,22 +307,32 @@ SCENARIOS: list[tuple[str, dict, str | None, dict]] = [
     ("nats-server SIGKILL", {}, "nats", {}),
     ("overload: 64 streams, max_in_flight 8", {"max_in_flight": 8}, None, {"concurrency": 64}),
 ]
-MUST_LOSE_NOTHING = {"decode worker SIGKILL, 2 decode workers", "prefill worker SIGKILL, 2 prefill workers",
-                     "etcd SIGKILL", "nats-server SIGKILL", "overload: 64 streams, max_in_flight 8",
-                     "fuzz: hostile requests beside steady load"}  # fmt: skip
+MUST_LOSE_NOTHING = {
+    "decode worker SIGKILL, 2 decode workers",
+    "prefill worker SIGKILL, 2 prefill workers",
+    "etcd SIGKILL",
+    "nats-server SIGKILL",
+    "overload: 64 streams, max_in_flight 8",
+    "fuzz: hostile requests beside steady load",
+}
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| row | requests | succeeded | retryable | lost | must lose none | recovery (s) | admitted TTFT p50 / p99 (s) "
-             "| memory at start / peak (MB) |", "|---|---:|---:|---:|---:|:---:|---:|---:|---:|"]  # fmt: skip
+    lines = [
+        "| row | requests | succeeded | retryable | lost | must lose none | recovery (s) | admitted TTFT p50 / p99 (s) "
+        "| memory at start / peak (MB) |",
+        "|---|---:|---:|---:|---:|:---:|---:|---:|---:|",
+    ]
     for r in rows:
         must = "yes" if r["row"] in MUST_LOSE_NOTHING else ""
         ttft = (
             f"{r.get('admitted_ttft_p50_s')} / {r.get('admitted_ttft_p99_s')}" if r.get("admitted_ttft_p50_s") else ""
         )
-        lines.append(f"| {r['row']} | {r['requests']} | {r['succeeded']} | {r['retryable']} | {r['lost']} | {must} "
-                     f"| {'' if r['recovery_s'] is None else r['recovery_s']} | {ttft} "
-                     f"| {r.get('memory_mb_at_start', '')} / {r.get('memory_mb_peak', '')} |")  # fmt: skip
+        lines.append(
+            f"| {r['row']} | {r['requests']} | {r['succeeded']} | {r['retryable']} | {r['lost']} | {must} "
+            f"| {'' if r['recovery_s'] is None else r['recovery_s']} | {ttft} "
+            f"| {r.get('memory_mb_at_start', '')} / {r.get('memory_mb_peak', '')} |"
+        )
     return "\n".join(lines)
 
 

@@ -95,7 +95,7 @@ def sample(run_dir: Path, launcher: psutil.Process) -> list[dict]:
     names = {p.pid: p.name for p in RunState.read(run_dir).processes if p.pid}
     rows, now = [], time.time()
     for process in [launcher, *launcher.children(recursive=True)]:
-        name = "launcher" if process.pid == launcher.pid else names.get(process.pid)
+        name = "launcher" if process.pid == launcher.pid else names.get(process.pid) or serving_process(process, names)
         if name is None:
             continue  # a helper of a process (its children are counted with nothing)
         try:
@@ -113,6 +113,17 @@ def sample(run_dir: Path, launcher: psutil.Process) -> list[dict]:
         except psutil.NoSuchProcess:
             continue
     return rows
+
+
+def serving_process(process: psutil.Process, names: dict[int, str]) -> str | None:
+    """`gateway[I]` for the gateway's serving process I (its first process started it), else None."""
+    try:
+        if names.get(process.ppid()) != "gateway":
+            return None
+        command = process.cmdline()
+    except psutil.NoSuchProcess:
+        return None
+    return f"gateway[{command[-1]}]" if "--process" in command else None
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float:
@@ -223,9 +234,18 @@ def report(summary: dict, samples: list[dict], start: float) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--minutes", type=float, default=35.0, help="length of the run (default 35)")
+    parser.add_argument(
+        "--endpoint",
+        metavar="PROCESSES,FRONTENDS",
+        help="gateway processes and Dynamo frontends (default: the graph's sizing on this host)",
+    )
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="soak-"))
-    graph = shipped_on_free_ports(REPO / "graphs" / "disagg.yaml")
+    graph = yaml.safe_load((REPO / "graphs" / "disagg.yaml").read_text())
+    if args.endpoint:
+        processes, frontends = (int(count) for count in args.endpoint.split(","))
+        graph["gateway"]["processes"], graph["frontend"]["replicas"] = processes, frontends
+    graph = shipped_on_free_ports(REPO / "graphs" / "disagg.yaml", graph)
     (folder / "graph.yaml").write_text(yaml.safe_dump(graph, sort_keys=False))
     print(f"logs in {folder}", flush=True)
     samples: list[dict] = []

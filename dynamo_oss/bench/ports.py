@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import socket
 from pathlib import Path
@@ -37,13 +38,18 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
         role: (pool.get("autoscale") or {}).get("max") or pool.get("workers", 1)
         for role, pool in graph["pools"].items()
     }
-    port = iter(range(free_block(9 + len(PLANNER_PORTS) + sum(slots.values())), 10**6))
+    frontend = graph.setdefault("frontend", {})
+    # Dynamo's frontends take dynamo_port + i; left to the sizing, at most this host's cores of them.
+    frontends = frontend.get("replicas") or (frontend.get("autoscale") or {}).get("min") or os.cpu_count() or 1
+    port = iter(range(free_block(8 + frontends + len(PLANNER_PORTS) + sum(slots.values())), 10**6))
     graph["infrastructure"] = {
         **graph.get("infrastructure", {}),
         "etcd": {"mode": "embedded", "client_port": next(port), "peer_port": next(port)},
         "nats": {"mode": "embedded", "port": next(port), "monitoring_port": next(port)},
     }
-    graph.setdefault("frontend", {}).update(port=next(port), dynamo_port=next(port))
+    frontend.update(port=next(port), dynamo_port=next(port))
+    for _ in range(frontends - 1):
+        next(port)
     if "observability" in graph:
         observability = graph["observability"]
         prometheus = observability.get("prometheus")
@@ -62,6 +68,7 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
     return graph
 
 
-def shipped_on_free_ports(graph_file: Path) -> dict[str, Any]:
-    """A shipped graph file's contents as a benchmark serves them (served.measured_copy), on free ports."""
-    return on_free_ports(measured_copy(graph_file))
+def shipped_on_free_ports(graph_file: Path, contents: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A shipped graph file's contents (or `contents`, changed from them) as a benchmark serves them
+    (served.measured_copy), on free ports."""
+    return on_free_ports(measured_copy(graph_file, contents=contents))

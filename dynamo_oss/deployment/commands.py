@@ -63,7 +63,7 @@ def frontend_config(deployment: Deployment, listen: tuple[str, int] | None, name
         migration_limit=frontend.migration_limit,
         listen=listen,
         namespace=namespace,
-        replica_sync=frontend.replica_sync,
+        replica_sync=frontend.replica_sync and (frontend.replicas > 1 or frontend.autoscale is not None),
     )
 
 

@@ -68,11 +68,7 @@ class FrontendComponent(Frozen):
     )
     replicas_sized: bool = Field(description="the graph left replicas to the endpoint's sizing")
     autoscale: FrontendAutoscaleSection | None = Field(description="on a cluster, an HPA resizes the pods")
-
-    @property
-    def replica_sync(self) -> bool:
-        """Several frontends share what the KV router knows, so where a prefix is cached is known to all."""
-        return self.replicas > 1 or (self.autoscale is not None and self.autoscale.max > 1)
+    replica_sync: bool = Field(description="several frontends share the sequences each routes")
 
 
 class GatewayComponent(Frozen):
@@ -284,6 +280,7 @@ def _frontend(spec: GraphSpec) -> FrontendComponent:
         replicas=given or 1,
         replicas_sized=given is None,
         autoscale=section.autoscale,
+        replica_sync=section.replica_sync,
     )
 
 

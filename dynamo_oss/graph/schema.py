@@ -250,6 +250,12 @@ class FrontendSection(Strict):
     autoscale: FrontendAutoscaleSection | None = Field(
         default=None, description="Kubernetes: resize the frontend pods on CPU instead of a fixed `replicas`."
     )
+    replica_sync: bool = Field(
+        default=True,
+        description="With several frontends and router kv: each shares the sequences it routes with the others "
+        "(Dynamo's --router-replica-sync), so each weighs the workers' load as all of them see it. Off only to "
+        "measure what it gives (benchmarks/multiturn).",
+    )
     nodes: list[NodeName] | None = Field(
         default=None,
         description="On a graph of several nodes, the nodes that run frontends (and gateways) on "

@@ -30,6 +30,8 @@ def as_bare_metal(graph: Path, folder: Path) -> Path:
         {"name": f"node-{i}", "address": f"10.0.0.{i + 1}", "gpus": gpus} for i in range(hardware["nodes"])
     ]
     spec.setdefault("infrastructure", {})["tls"] = "none"  # command lines are what this checks
+    spec["frontend"].pop("autoscale", None)  # the rack's frontend pods: on bare metal, sized for this host
+    spec["gateway"].pop("processes", None)
     for pool in spec["pools"].values():
         pool["engine_args"] = str((graph.parent / pool["engine_args"]).resolve())
     path = folder / graph.name
@@ -41,8 +43,11 @@ def as_bare_metal(graph: Path, folder: Path) -> Path:
 def test_dynamo_trtllm_parses_every_worker_command_line(graph: Path, trtllm_parse_args, tmp_path: Path) -> None:  # noqa: ANN001
     graph = as_bare_metal(graph, tmp_path)
     deployment, _ = plan_graph(graph, tmp_path)
-    workers = [worker for node in deployment.placement.nodes
-               for worker in plan_graph(graph, tmp_path, node=node.name)[1].workers()]  # fmt: skip
+    workers = [
+        worker
+        for node in deployment.placement.nodes
+        for worker in plan_graph(graph, tmp_path, node=node.name)[1].workers()
+    ]
     assert workers and all(worker.engine == "trtllm" for worker in workers)
     for worker in workers:
         assert worker.argv[1:3] == ["-m", "dynamo.trtllm"]

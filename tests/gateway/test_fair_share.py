@@ -12,7 +12,8 @@ import pytest
 
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.errors import ApiError
-from dynamo_oss.gateway.fair_share import FairShare, headers
+from dynamo_oss.gateway.fair_share import FairShare
+from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.graph.schema import KeyLimitsSection
 from tests.support.graphs import KEYS
 from tests.support.served import ServedGraph
@@ -22,52 +23,58 @@ MODEL = "openai/gpt-oss-20b"
 CHAT = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
 
 
+def one_process(default: KeyLimitsSection | None, own: dict[str, KeyLimitsSection], *keys: str) -> FairShare:
+    """The admission of an endpoint of one process (its ledger in memory)."""
+    return FairShare(default, own, None, Ledger(list(keys), processes=1, process=0, path=None))
+
+
+def refusal(shares: FairShare, key: str | None) -> ApiError:
+    with pytest.raises(ApiError) as refused:
+        shares.admit(key)
+    return refused.value
+
+
 def test_a_key_s_limits_come_from_its_line_else_the_graph_s(tmp_path: Path) -> None:
     path = tmp_path / "keys"
     path.write_text("alice sk-a== team requests_per_minute=2 tokens_per_minute=500\nbob sk-b\n")
     keys = ApiKeys.from_file(path)
     assert keys.name_of(b"/v1/models", b"Bearer sk-a==") == "alice" and keys.tenant_of("alice") == "team"
-    shares = FairShare(KeyLimitsSection(concurrent_requests=4), keys.limits)
-    alice, bob = shares.share("alice"), shares.share("bob")
-    assert alice is not None and alice.limits == KeyLimitsSection(requests_per_minute=2, tokens_per_minute=500)
-    assert bob is not None and bob.limits.concurrent_requests == 4
-    assert FairShare(None, {}).share("carol") is None and shares.share(None) is None
+    shares = one_process(KeyLimitsSection(concurrent_requests=4), keys.limits, *keys.names)
+    for _ in range(2):
+        assert dict(shares.admit("alice").headers)[b"x-ratelimit-limit-tokens"] == b"500"
+    assert "2 requests per minute" in refusal(shares, "alice").message  # its line's, not the graph's 4
+    for _ in range(4):
+        assert shares.admit("bob").headers == []  # the graph's concurrency only: no minute to report
+    assert "4 requests in flight" in refusal(shares, "bob").message
+    unlimited = one_process(None, {}, "carol")
+    assert [unlimited.admit(key).headers for key in ("carol", None)] == [[], []]
     path.write_text("alice sk-a requests_per_minute=many\n")
     with pytest.raises(KeysUnusable, match="line 1: limits are NAME=N"):
         ApiKeys.from_file(path)
 
 
 def test_past_a_limit_is_a_429_saying_when_to_come_back() -> None:
-    shares = FairShare(KeyLimitsSection(concurrent_requests=2, requests_per_minute=3, tokens_per_minute=100), {})
-    share = shares.share("k")
-    assert share is not None
-    shares.admit(share)
-    shares.admit(share)
-    with pytest.raises(ApiError) as busy:  # two in flight
-        shares.admit(share)
-    assert (busy.value.status, busy.value.code, busy.value.retry_after) == (429, "rate_limit_exceeded", 1)
-    shares.done(share, 160)  # prompt and output: past its minute's tokens
-    with pytest.raises(ApiError) as spent:
-        shares.admit(share)
-    assert "100 tokens per minute" in spent.value.message and spent.value.retry_after >= 36  # 60+1 at 100/min
-    sent = dict(spent.value.headers)
+    shares = one_process(KeyLimitsSection(concurrent_requests=2, requests_per_minute=3, tokens_per_minute=100), {}, "k")
+    first = shares.admit("k")
+    shares.admit("k")
+    busy = refusal(shares, "k")  # two in flight
+    assert (busy.status, busy.code, busy.retry_after) == (429, "rate_limit_exceeded", 1)
+    shares.done(first, 160)  # prompt and output: past its minute's tokens
+    spent = refusal(shares, "k")
+    assert "100 tokens per minute" in spent.message and spent.retry_after >= 36  # 60+1 at 100/min
+    sent = dict(spent.headers)
     assert sent[b"x-ratelimit-limit-tokens"] == b"100" and sent[b"x-ratelimit-remaining-tokens"] == b"0"
     assert sent[b"x-ratelimit-remaining-requests"] == b"1" and sent[b"x-ratelimit-reset-requests"].endswith(b"s")
 
 
 def test_a_minute_s_requests_refill_evenly() -> None:
-    shares = FairShare(KeyLimitsSection(requests_per_minute=60), {})
-    share = shares.share("k")
-    assert share is not None and share.requests is not None
+    shares = one_process(KeyLimitsSection(requests_per_minute=60), {}, "k")
     for _ in range(60):
-        shares.admit(share)
-        shares.done(share, 0)
-    with pytest.raises(ApiError) as refused:
-        shares.admit(share)
-    assert refused.value.retry_after == 1  # one a second
-    share.requests.at -= 1.5  # a second and a half later
-    shares.admit(share)
-    assert dict(headers(share))[b"x-ratelimit-remaining-requests"] == b"0"
+        shares.done(shares.admit("k"), 0)
+    assert refusal(shares, "k").retry_after == 1  # one a second
+    level, at = shares.ledger.bucket(0, 0)
+    shares.ledger.set_bucket(0, 0, level, at - 1.5)  # a second and a half later
+    assert dict(shares.admit("k").headers)[b"x-ratelimit-remaining-requests"] == b"0"
 
 
 def post(graph: ServedGraph, key: str, **body: object) -> httpx.Response:

@@ -127,7 +127,14 @@ def test_sized_fills_only_what_the_graph_left_to_sizing() -> None:
 
 
 def test_a_cluster_sizes_frontend_pods_and_processes_per_pod() -> None:
-    rack = deployment("gb200-nvl72.yaml")
+    shipped = deployment("gb200-nvl72.yaml")
+    assert shipped.gateway is not None
+    rack = shipped.model_copy(  # the rack's graph with its endpoint left to the sizing
+        update={
+            "gateway": shipped.gateway.model_copy(update={"processes": 1, "processes_sized": True}),
+            "frontend": shipped.frontend.model_copy(update={"autoscale": None, "replicas": 1, "replicas_sized": True}),
+        }
+    )
     sizing = size_endpoint(rack, cores=None)
     need = math.ceil(sizing.peak.tok_s * 69.21e-6)
     assert sizing.on_cluster and sizing.gateway_processes.value == MOST_PROCESSES_PER_POD
@@ -160,11 +167,15 @@ def test_check_prints_the_endpoint_of_a_cluster_graph() -> None:
     assert code == 0, err
     section = out[out.index("  endpoint sizing") :]
     assert "per GPU x 72 decoding GPUs" in section and "measured on AMD EPYC (2 cores)" in section
-    assert "frontend.replicas  18 pods  (sized: responses" in section
-    assert "gateway.processes  8 a pod  (sized: 141 in all, at most 8 a pod" in section
+    assert (
+        "frontend.replicas  6 pods  (given by the graph: frontend.autoscale starts 6, its HPA grows it to 24)"
+        in section
+    )
+    assert "gateway.processes  8 a pod  (given by the graph)" in section
+    assert "responses                69.2        141" in section  # what the 6 to 24 pods of 8 were chosen for
     code, out, err = dynamo("check", str(REPO / "graphs" / "gb200-nvl72.yaml"), "--json")
     endpoint = json.loads(out)["endpoint_sizing"]
-    assert endpoint["frontend_replicas"]["value"] == 18 and endpoint["peak"]["gpus"] == 72
+    assert endpoint["frontend_replicas"]["value"] == 6 and endpoint["peak"]["gpus"] == 72
 
 
 def test_check_and_serve_start_the_sized_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

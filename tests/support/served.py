@@ -1,10 +1,10 @@
-"""`dynamo serve GRAPH --engine mocker` as a subprocess, and what it reports about itself."""
+"""`dynamo serve GRAPH --engine mocker` as a subprocess (started and stopped as dynamo_oss.bench.served does
+for every benchmark), and what it reports about itself."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,8 +15,9 @@ import httpx
 import pytest
 
 from dynamo_oss.assets import ENCODINGS_ENV
+from dynamo_oss.bench.served import start_serving as bench_start_serving
+from dynamo_oss.bench.served import stop_serving
 
-from tests.support.commands import DYNAMO, REPO
 from tests.support.waiting import wait_for
 
 # `dynamo serve` arguments for tests that judge answers' shape, not speed: mocker steps 20x faster than modelled.
@@ -51,23 +52,23 @@ class ServedGraph:
         return next(p["pid"] for p in self.state()["processes"] if p["name"] == name)
 
     def frontend_requests(self) -> float:
-        """Requests Dynamo's frontend has counted: unchanged across a request no worker should see."""
-        port = next(p for p in self.state()["processes"] if p["name"] == "frontend")["ports"][0]
-        metrics = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines()
-                   if line.startswith("dynamo_frontend_requests_total"))  # fmt: skip
+        """Requests Dynamo's frontends have counted: unchanged across a request no worker should see."""
+        total = 0.0
+        for process in self.state()["processes"]:
+            if process["kind"] == "frontend":
+                metrics = httpx.get(f"http://127.0.0.1:{process['ports'][0]}/metrics", timeout=10).text
+                total += sum(
+                    float(line.rsplit(" ", 1)[1])
+                    for line in metrics.splitlines()
+                    if line.startswith("dynamo_frontend_requests_total")
+                )
+        return total
 
     def log_of(self, name: str) -> str:
         return (self.run_dir / "logs" / f"{name}.log").read_text()
 
     def stop(self, timeout_s: float = 90) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                return self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-        return self.process.wait()
+        return stop_serving(self.process, timeout_s)
 
 
 def served_env() -> dict[str, str]:
@@ -78,15 +79,9 @@ def served_env() -> dict[str, str]:
 
 
 def start_serving(graph: Path, run_dir: Path, *extra: str) -> ServedGraph:
+    """`dynamo serve GRAPH --engine mocker` started (dynamo_oss.bench.served), not yet waited for."""
     output = run_dir.parent / f"{run_dir.name}.out"
-    with output.open("w") as sink:
-        process = subprocess.Popen(
-            [*DYNAMO, "serve", str(graph), "--engine", "mocker", "--run-dir", str(run_dir), *extra],
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-            cwd=REPO,
-            env=served_env(),
-        )
+    process = bench_start_serving(graph, run_dir, ["--engine", "mocker", *extra], output, served_env())
     return ServedGraph(process=process, graph=graph, run_dir=run_dir, output=output)
 
 
