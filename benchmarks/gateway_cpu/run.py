@@ -424,14 +424,18 @@ def main() -> None:
         help="saturated (results.md) or unsaturated (results-unsaturated.md)",
     )
     parser.add_argument(
-        "--processes", type=int, default=1, help="gateway processes on the endpoint's one port (results-N-processes.md)"
+        "--processes",
+        type=int,
+        help="gateway processes on the endpoint's one port (default 1, into results.md; given, into "
+        "results-N-process(es).md, so runs of one and two processes the same hour sit beside the committed one)",
     )
     args = parser.parse_args()
-    load, processes = args.load, args.processes
+    load, processes = args.load, args.processes or 1
     time_scale, requests, repeats = LOADS[load]
-    suffix = ("" if load == "saturated" else f"-{load}") + (f"-{processes}-processes" if processes > 1 else "")
+    named = "" if args.processes is None else f"-{processes}-process{'es' if processes > 1 else ''}"
+    suffix = ("" if load == "saturated" else f"-{load}") + named
     options = (f" --load {load}" if load != "saturated" else "") + (
-        f" --processes {processes}" if processes > 1 else ""
+        f" --processes {processes}" if args.processes is not None else ""
     )
     started = time.monotonic()
     settings = {
