@@ -8,10 +8,10 @@ sends the turn to the worker whose KV cache holds the conversation. This measure
 
 How: an aggregated gpt-oss-20b mocker graph of two workers on free ports behind one gateway
 process, served once per configuration (CONFIGURATIONS: the router, the Dynamo frontends, whether
-they sync), its steps TIME_SCALE of the modelled H200's
-(only which tokens are cached matters here, not speed). CONVERSATIONS conversations, CONCURRENCY
-at a time, each TURNS turns through the gateway's Responses API, as an agent's loop grows its
-context: a short first message under the same instructions, then longer ones (as tool outputs are)
+they sync), its steps TIME_SCALE of the modelled H200's (only which tokens are cached matters here,
+not speed). For each of --seeds sets, one after another through the one served graph:
+CONVERSATIONS conversations, CONCURRENCY at a time, each TURNS turns through the gateway's
+Responses API, as an agent's loop grows its context: a short first message under the same instructions, then longer ones (as tool outputs are)
 each continuing the previous response by `previous_response_id` (stored in the graph's NATS), the
 instructions sent again as a client does. Every conversation's words are its own, so only the
 shared instructions could be reused across conversations.
@@ -78,6 +78,7 @@ WORDS = (
 
 @dataclass
 class Turn:
+    seed: int
     conversation: int
     turn: int
     input_tokens: int
@@ -97,11 +98,19 @@ class RouterResult:
     def share_of_turn(self, turn: int) -> float:
         return _cached([t for t in self.turns if t.turn == turn])
 
+    def seed_shares(self) -> list[float]:
+        """The later turns' cached share of each seed's conversations: how much a run's share varies."""
+        return [_cached([t for t in self.turns if t.seed == seed and t.turn > 1]) for seed in self.seeds]
+
+    @property
+    def seeds(self) -> list[int]:
+        return sorted({t.seed for t in self.turns})
+
     def previous_prompt_share(self) -> float:
         """The share of the later turns' prompt tokens that is the previous turn's prompt."""
-        by_key = {(t.conversation, t.turn): t for t in self.turns}
+        by_key = {(t.seed, t.conversation, t.turn): t for t in self.turns}
         later = [t for t in self.turns if t.turn > 1]
-        reusable = sum(by_key[(t.conversation, t.turn - 1)].input_tokens for t in later)
+        reusable = sum(by_key[(t.seed, t.conversation, t.turn - 1)].input_tokens for t in later)
         return reusable / max(1, sum(t.input_tokens for t in later))
 
 
@@ -152,6 +161,7 @@ async def conversation(client: httpx.AsyncClient, model: str, index: int, seed: 
         usage = response["usage"]
         turns.append(
             Turn(
+                seed,
                 index,
                 turn,
                 usage["input_tokens"],
@@ -175,12 +185,17 @@ async def run_conversations(endpoint: str, model: str, seed: int) -> list[Turn]:
     return [turn for turns in done for turn in turns]
 
 
-def measure(name: str, folder: Path, seed: int) -> RouterResult:
+def measure(name: str, folder: Path, seeds: int) -> RouterResult:
+    """The configuration served once, SEEDS sets of conversations through it in turn."""
     graph = graph_file(folder, name)
     run_dir = folder / f"run-{CONFIGURATIONS_FILE_NAMES[name]}"
     with served_graph(graph, run_dir, engine="mocker", time_scale=TIME_SCALE) as state:
         started = time.monotonic()
-        turns = asyncio.run(run_conversations(state.endpoint, state.served_name, seed))
+        turns = [
+            turn
+            for seed in range(1, seeds + 1)
+            for turn in asyncio.run(run_conversations(state.endpoint, state.served_name, seed))
+        ]
         return RouterResult(name, turns, time.monotonic() - started)
 
 
@@ -190,20 +205,22 @@ def report(results: list[RouterResult]) -> str:
         "",
         f"Command: `{COMMAND}` ({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node() or 'this machine'}).",
         "",
-        f"{CONVERSATIONS} conversations of {TURNS} turns ({CONCURRENCY} at a time) through the Responses API, each "
+        f"{len(results[0].seeds)} sets (seeds) of {CONVERSATIONS} conversations of {TURNS} turns ({CONCURRENCY} at a "
+        "time) through the Responses API, one set after another through each configuration served once, each "
         f"later turn continuing the previous by `previous_response_id`; an aggregated mocker graph of {WORKERS} "
         "gpt-oss-20b workers behind one gateway process, which opens its connections to the Dynamo frontends in "
         "turn. Cached share: cached_tokens / input_tokens from each response's usage, summed over "
         "the turns. Previous prompt: the share of the later turns' prompt tokens that is the previous turn's prompt "
         "(the mocker's KV blocks for generated tokens never match, so that is the most found cached here).",
         "",
-        "| configuration | later turns: cached share | later turns: previous prompt | first turns: cached share | turns "
-        "| seconds |",
-        "|---|---:|---:|---:|---:|---:|",
+        "| configuration | later turns: cached share | each seed's | later turns: previous prompt | first turns: "
+        "cached share | turns | seconds |",
+        "|---|---:|---|---:|---:|---:|---:|",
     ]
     for result in results:
+        seeds = ", ".join(f"{share:.1%}" for share in result.seed_shares())
         lines.append(
-            f"| {result.router} | {result.share(later=True):.1%} | {result.previous_prompt_share():.1%} | "
+            f"| {result.router} | {result.share(later=True):.1%} | {seeds} | {result.previous_prompt_share():.1%} | "
             f"{result.share(later=False):.1%} | {len(result.turns)} | {result.seconds:.0f} |"
         )
     lines += [
@@ -230,19 +247,19 @@ def from_json(path: Path) -> list[RouterResult]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--seeds", type=int, default=3, help="sets of conversations per configuration")
     parser.add_argument("--report-only", action="store_true", help="write results.md from results.json again")
     args = parser.parse_args()
     if args.report_only:
         (HERE / "results.md").write_text(report(from_json(HERE / "results.json")))
         return
     with tempfile.TemporaryDirectory(prefix="multiturn-") as folder:
-        results = [measure(name, Path(folder), args.seed) for name in CONFIGURATIONS]
+        results = [measure(name, Path(folder), args.seeds) for name in CONFIGURATIONS]
     (HERE / "results.json").write_text(
         json.dumps(
             {
                 "command": COMMAND,
-                "seed": args.seed,
+                "seeds": args.seeds,
                 "workers": WORKERS,
                 "conversations": CONVERSATIONS,
                 "turns": TURNS,

@@ -250,7 +250,7 @@ def _untimed(deployment: Deployment, cores: int | None, why: str) -> EndpointSiz
 
 def _frontend_nodes(deployment: Deployment, cores: int | None) -> int:
     """Nodes that each run the frontends and a gateway; on a cluster the pods stand for them."""
-    return 1 if cores is None else len(deployment.spec.frontend.nodes or [None])
+    return 1 if cores is None else len(deployment.placement.frontend_nodes)
 
 
 def _mocker_hint(deployment: Deployment) -> str:
