@@ -39,9 +39,6 @@ from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.gateway.config import NatsTlsFiles, ResponsesStoreConfig
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
-
-DEFAULT_SYSTEM_PORT: dict[PoolRole, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
 
 
 class PoolPlan(BaseModel):
@@ -126,19 +123,18 @@ def plan_host(
     configuration for its autoscaled pools (dynamo_oss.planner.settings), None without one."""
     here, center = _nodes(deployment, node)
     on_center = here.name == center.name
-    spec = deployment.spec
     problems: list[Problem] = []
     infra: list[ProcessPlan] = []
 
     wanted = deployment.infrastructure
     tls = wanted.tls.for_node(here.name) if wanted.tls else None
     etcd_endpoints, nats_url = wanted.etcd_endpoints, wanted.nats_url or ""
-    etcd, nats = spec.infrastructure.etcd, spec.infrastructure.nats  # where embedded ones listen
-    if wanted.etcd_embedded and isinstance(etcd, EmbeddedEtcd):
+    etcd, nats = wanted.embedded_etcd, wanted.embedded_nats  # where embedded ones listen
+    if etcd is not None:
         etcd_endpoints = [f"{'https' if tls else 'http'}://{center.address}:{etcd.client_port}"]
         if on_center:
             infra.append(etcd_process(etcd, deployment.name, center.address, tls, run_dir, problems))
-    if wanted.nats_embedded and isinstance(nats, EmbeddedNats):
+    if nats is not None:
         nats_url = f"{'tls' if tls else 'nats'}://{center.address}:{nats.port}"
         if on_center:
             infra.append(nats_process(nats, center.address, tls, run_dir, problems))
@@ -191,7 +187,7 @@ def plan_host(
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
         raise GraphError(str(deployment.source), problems)
-    frontend = spec.frontend
+    frontend = deployment.frontend
     client_host = LOOPBACK if frontend.host in ("0.0.0.0", "::") else frontend.host
     return HostPlan(
         graph=deployment.name,
@@ -219,9 +215,7 @@ def plan_host(
         prometheus_url=prometheus_url,
         planner=_planner_summary(deployment) if planner else None,
         launcher_metrics=launcher_metrics,
-        nats_monitoring=f"http://{center.address}:{nats.monitoring_port}"
-        if on_center and isinstance(nats, EmbeddedNats)
-        else None,
+        nats_monitoring=f"http://{center.address}:{nats.monitoring_port}" if on_center and nats is not None else None,
     )
 
 
@@ -291,12 +285,12 @@ def _observe(
     """The launcher's metrics port, the graph's Prometheus URL and its file of worker targets (this
     node's and those `elsewhere`, on other nodes); an embedded Prometheus joins `processes`, its scrape
     config and worker targets join `files`."""
-    section = deployment.spec.observability
-    if deployment.observability is None or section is None:
+    observability = deployment.observability
+    if observability is None:
         return None, None, None
-    launcher = PortUse(field="observability.launcher_port", host=_center(deployment), port=section.launcher_port)
-    prometheus = section.prometheus  # where an embedded one listens
-    if not (deployment.observability.prometheus_embedded and isinstance(prometheus, EmbeddedPrometheus)):
+    launcher = PortUse(field="observability.launcher_port", host=_center(deployment), port=observability.launcher_port)
+    prometheus = observability.embedded_prometheus  # where an embedded one listens
+    if prometheus is None:
         return launcher, _prometheus_url(deployment), None
     targets = PlannedFile(
         path=run_dir / "prometheus-workers.json",
@@ -351,12 +345,12 @@ def _center(deployment: Deployment) -> str:
 
 def _prometheus_url(deployment: Deployment) -> str | None:
     """The graph's Prometheus: the embedded one on loopback, an external one's URL, or none."""
-    section = deployment.spec.observability
-    if deployment.observability is None or section is None:
+    observability = deployment.observability
+    if observability is None:
         return None
-    if isinstance(section.prometheus, EmbeddedPrometheus):
-        return f"http://{_center(deployment)}:{section.prometheus.port}"
-    return deployment.observability.prometheus_url
+    if observability.embedded_prometheus is not None:
+        return f"http://{_center(deployment)}:{observability.embedded_prometheus.port}"
+    return observability.prometheus_url
 
 
 def _frontend_processes(
@@ -374,11 +368,11 @@ def _frontend_processes(
     The gateway's configuration joins `files`; it stores responses in the graph's NATS at `nats_url`,
     which it reads from an owner-only file that joins `files` too (an external NATS's URL may hold a
     password, and a command line is anyone's to read)."""
-    listen = deployment.spec.frontend
+    listen = deployment.frontend
     dynamo_host, dynamo_port = listen.host, listen.port
     dynamo_field = "frontend.port"
     if deployment.gateway:
-        dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port or listen.port + 1
+        dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port
         dynamo_field = "frontend.dynamo_port"
     replicas = deployment.frontend.replicas
     processes = []
@@ -396,11 +390,9 @@ def _frontend_processes(
         )
     if deployment.gateway:
         ports = [PortUse(field="frontend.port", host=listen.host, port=listen.port)]
-        if deployment.spec.observability:  # its /metrics, for the graph's Prometheus beside it
+        if deployment.observability:  # its /metrics, for the graph's Prometheus beside it
             ports.append(
-                PortUse(
-                    field="observability.gateway_port", host=LOOPBACK, port=deployment.spec.observability.gateway_port
-                )
+                PortUse(field="observability.gateway_port", host=LOOPBACK, port=deployment.observability.gateway_port)
             )
         config = gateway_config(
             deployment,
@@ -484,7 +476,6 @@ def _worker_processes(
         if not slots:
             continue
         engine = engine_for(pool.engine)
-        first_port = getattr(deployment.spec.pools, pool.role).system_port or DEFAULT_SYSTEM_PORT[pool.role]
         context = worker_context(
             deployment,
             pool,
@@ -498,7 +489,7 @@ def _worker_processes(
         )
         files += engine.worker_files(context)
         for slot in slots:
-            port = first_port + slot.index
+            port = pool.system_port + slot.index
             env = {**shared_env, **engine.worker_env(context), "DYN_SYSTEM_PORT": str(port), **gpu_env(slot.gpus)}
             argv = [sys.executable, *engine.worker_argv(context)]
             if len(slot.nodes) > 1:
@@ -570,7 +561,7 @@ def _planner_processes(
         "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
         **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
     }
-    metrics = PortUse(field="planner.metrics_port", host=_center(deployment), port=deployment.spec.planner.metrics_port)  # type: ignore[union-attr]
+    metrics = PortUse(field="planner.metrics_port", host=_center(deployment), port=planner.metrics_port)
     argv = [
         sys.executable,
         "-m",

@@ -58,6 +58,7 @@ from dynamo_oss.engines import engine_for
 from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
 from dynamo_oss.graph.errors import GraphError, Problem
+from dynamo_oss.graph.schema import EmbeddedPrometheus
 
 OPERATOR_API_VERSION = "nvidia.com/v1beta1"
 CONFIG_MOUNT = Path("/opt/dynamo-oss/config")  # the ConfigMap of engine arguments and chat template
@@ -403,9 +404,8 @@ def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any
     workers' `system` and the planner's `metrics`; a pod without the port gives no target. The
     frontend's series get the `dynamo_namespace` Dynamo's planner selects its traffic by, which
     Dynamo's frontend does not set itself: the operator's DYN_NAMESPACE, KUBERNETES-NAMESPACE-NAME."""
-    section = deployment.spec.observability
-    prometheus = section.prometheus if section else None
-    interval = f"{getattr(prometheus, 'scrape_interval_s', 5.0):g}s"
+    embedded = deployment.observability.embedded_prometheus if deployment.observability else None
+    interval = f"{(embedded or EmbeddedPrometheus()).scrape_interval_s:g}s"  # the graph's, else the default
     # Dynamo's frontend: on its own port, or, behind the gateway (on the pod's loopback), through the
     # gateway's metrics port, which the frontend Service does not expose (the endpoint serves no /metrics).
     frontend = ("gateway-metrics", FRONTEND_METRICS_PATH) if deployment.gateway else ("http", "/metrics")

@@ -24,6 +24,7 @@ from dynamo_oss.engines import EngineArgsError, EngineShape, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
 from dynamo_oss.graph.schema import (
+    DEFAULT_SYSTEM_PORT,
     EmbeddedEtcd,
     EmbeddedNats,
     EmbeddedPrometheus,
@@ -49,9 +50,9 @@ class ModelComponent(Frozen):
 class Infrastructure(Frozen):
     """Discovery (etcd) and the event plane (NATS): started with the graph, or already running elsewhere."""
 
-    etcd_embedded: bool
+    embedded_etcd: EmbeddedEtcd | None = Field(description="where an etcd started with the graph listens")
     etcd_endpoints: list[str] = Field(default_factory=list, description="client URLs of an external etcd")
-    nats_embedded: bool
+    embedded_nats: EmbeddedNats | None = Field(description="where a nats-server started with the graph listens")
     nats_url: str | None = Field(default=None, description="URL of an external NATS")
     tls: InfrastructureTls | None = Field(
         default=None, description="mutual TLS for both, its paths resolved; `{node}` in them is still to be filled"
@@ -59,8 +60,11 @@ class Infrastructure(Frozen):
 
 
 class FrontendComponent(Frozen):
-    """Dynamo's OpenAI frontends and the router inside them."""
+    """The OpenAI endpoint, and Dynamo's OpenAI frontends and the router inside them."""
 
+    host: str = Field(description="the address the endpoint binds")
+    port: int = Field(description="the endpoint's port")
+    dynamo_port: int = Field(description="the first Dynamo frontend's loopback port behind the gateway")
     router: RouterMode
     migration_limit: int
     replicas: int = Field(
@@ -92,10 +96,13 @@ class GatewayComponent(Frozen):
 
 
 class Observability(Frozen):
-    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself."""
+    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself; and
+    where the launcher and the gateway serve theirs."""
 
-    prometheus_embedded: bool
+    embedded_prometheus: EmbeddedPrometheus | None = Field(description="a Prometheus started with the graph")
     prometheus_url: str | None = Field(default=None, description="an external Prometheus")
+    launcher_port: int = Field(description="the launcher's own /metrics")
+    gateway_port: int = Field(description="the gateway's /metrics, summed over its processes")
 
 
 class Autoscale(Frozen):
@@ -112,6 +119,7 @@ class Pool(Frozen):
     shape: EngineShape = Field(description="the configuration as the pool's own engine read it")
     gpus_per_worker: int
     workers: int = Field(description="workers at start: fixed, or the autoscale minimum")
+    system_port: int = Field(description="worker i's /health and /metrics on system_port + i")
     autoscale: Autoscale | None = None
 
     @property
@@ -132,6 +140,7 @@ class Planner(Frozen):
     headroom_percent: float = Field(description="sla: how much more load than seen or forecast the pools are sized for")
     scale_down_after_s: int = Field(description="sla: a pool shrinks to the most it was sized for over this long")
     pools: list[PoolRole] = Field(description="the pools it sizes")
+    metrics_port: int = Field(description="the planner's /metrics")
 
     @property
     def dynamo_mode(self) -> str:
@@ -156,9 +165,6 @@ class Deployment(Frozen):
     planner: Planner | None = None
     observability: Observability | None = None
     placement: Placement = Field(description="which node runs what, and on which GPUs")
-    spec: GraphSpec = Field(
-        description="the graph as written, for placement only one renderer reads: the host's listen addresses and ports"
-    )
 
     @property
     def namespace(self) -> str:
@@ -199,6 +205,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
                 shape=shape,
                 gpus_per_worker=section.gpus_per_worker,
                 workers=section.initial_workers,
+                system_port=section.system_port or DEFAULT_SYSTEM_PORT[role],
                 autoscale=Autoscale(min=section.autoscale.min, max=section.autoscale.max)
                 if section.autoscale
                 else None,
@@ -222,6 +229,7 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
             headroom_percent=spec.planner.headroom_percent,
             scale_down_after_s=spec.planner.scale_down_after_s,
             pools=[pool.role for pool in pools if pool.autoscale],
+            metrics_port=spec.planner.metrics_port,
         )
     return Deployment(
         name=spec.name,
@@ -240,7 +248,6 @@ def build_deployment(graph: Graph, *, engine_override: EngineName | None = None)
         planner=planner,
         observability=_observability(spec),
         placement=placement,
-        spec=spec,
     )
 
 
@@ -275,6 +282,9 @@ def _frontend(spec: GraphSpec) -> FrontendComponent:
     section = spec.frontend
     given = section.replicas or (section.autoscale.min if section.autoscale else None)
     return FrontendComponent(
+        host=section.host,
+        port=section.port,
+        dynamo_port=section.dynamo_port or section.port + 1,
         router=section.router,
         migration_limit=section.migration_limit,
         replicas=given or 1,
@@ -287,9 +297,9 @@ def _frontend(spec: GraphSpec) -> FrontendComponent:
 def _infrastructure(graph: Graph) -> Infrastructure:
     etcd, nats, tls = graph.spec.infrastructure.etcd, graph.spec.infrastructure.nats, graph.spec.infrastructure.tls
     return Infrastructure(
-        etcd_embedded=isinstance(etcd, EmbeddedEtcd),
+        embedded_etcd=etcd if isinstance(etcd, EmbeddedEtcd) else None,
         etcd_endpoints=[] if isinstance(etcd, EmbeddedEtcd) else etcd.endpoints,
-        nats_embedded=isinstance(nats, EmbeddedNats),
+        embedded_nats=nats if isinstance(nats, EmbeddedNats) else None,
         nats_url=None if isinstance(nats, EmbeddedNats) else nats.url,
         tls=None
         if tls is None or tls == "none"
@@ -298,8 +308,14 @@ def _infrastructure(graph: Graph) -> Infrastructure:
 
 
 def _observability(spec: GraphSpec) -> Observability | None:
-    if spec.observability is None:
+    section = spec.observability
+    if section is None:
         return None
-    prometheus = spec.observability.prometheus
+    prometheus = section.prometheus
     embedded = isinstance(prometheus, EmbeddedPrometheus)
-    return Observability(prometheus_embedded=embedded, prometheus_url=None if embedded else prometheus.url)
+    return Observability(
+        embedded_prometheus=prometheus if embedded else None,
+        prometheus_url=None if embedded else prometheus.url,
+        launcher_port=section.launcher_port,
+        gateway_port=section.gateway_port,
+    )

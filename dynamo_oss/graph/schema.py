@@ -465,6 +465,10 @@ class AutoscaleSection(Strict):
         return self
 
 
+# A pool's first worker system port when the graph gives none.
+DEFAULT_SYSTEM_PORT: dict[str, int] = {"prefill": 8100, "decode": 8200, "agg": 8100}
+
+
 class PoolSection(Strict):
     workers: int | None = Field(
         default=None, ge=1, le=64, description="Fixed number of worker processes. Give this or `autoscale`."
@@ -494,7 +498,8 @@ class PoolSection(Strict):
     system_port: Annotated[int, Field(ge=1, le=MAX_SYSTEM_PORT)] | None = Field(
         default=None,
         description="First port of the workers' own /health and /metrics; worker i uses system_port + i. "
-        f"Default: 8100 for prefill and agg, 8200 for decode. At most {MAX_SYSTEM_PORT} (Dynamo reads it as a "
+        f"Default: {DEFAULT_SYSTEM_PORT['prefill']} for prefill and agg, {DEFAULT_SYSTEM_PORT['decode']} for decode. "
+        "At most {MAX_SYSTEM_PORT} (Dynamo reads it as a "
         "16-bit signed integer).",
     )
 

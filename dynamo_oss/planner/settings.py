@@ -88,8 +88,8 @@ def traffic_window_s(deployment: Deployment) -> int:
     """The window the sla mode reads the request rate and lengths over: whole looks, spanning at least
     SCRAPES_PER_WINDOW scrapes of the graph's Prometheus, so the rate is measured, not extrapolated."""
     assert deployment.planner is not None
-    section = deployment.spec.observability
-    scrape = getattr(section.prometheus, "scrape_interval_s", EXTERNAL_SCRAPE_S) if section else EXTERNAL_SCRAPE_S
+    embedded = deployment.observability.embedded_prometheus if deployment.observability else None
+    scrape = embedded.scrape_interval_s if embedded else EXTERNAL_SCRAPE_S
     interval = deployment.planner.interval_s
     return interval * math.ceil(SCRAPES_PER_WINDOW * scrape / interval)
 
