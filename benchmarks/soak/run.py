@@ -177,11 +177,15 @@ def summarize(samples: list[dict], outcomes: list[dict], start: float, end: floa
 
 
 def report(summary: dict, samples: list[dict], start: float) -> None:
+    given = summary.get("endpoint")
+    option = f" --endpoint {given}" if given else ""
+    endpoint = f" (its endpoint {given.replace(',', ' gateway processes and ')} Dynamo frontends)" if given else ""
     lines = [
         "# Soak: the README's graph under steady mixed load",
         "",
-        f"Command: `uv run python benchmarks/soak/run.py --minutes {summary['minutes']:.0f}`. graphs/disagg.yaml on "
-        f"Dynamo's mocker, {USERS} closed-loop users cycling through streaming and whole chat completions and "
+        f"Command: `uv run python benchmarks/soak/run.py --minutes {summary['minutes']:.0f}{option}`. graphs/disagg.yaml "
+        f"on Dynamo's mocker{endpoint}, {USERS} closed-loop users cycling through streaming and whole chat "
+        "completions and "
         f"Responses ({TOKENS} output tokens), {DROP_SHARE:.0%} of streams dropped by the client after three events. "
         f"{summary['requests']} requests over {summary['minutes']} minutes ({summary['dropped_by_client']} dropped on "
         f"purpose); **{len(summary['failed'])} failed**.",
@@ -264,7 +268,7 @@ def main() -> None:
             if len(samples) and int(time.time() - start) % 300 < SAMPLE_S:
                 print(f"{(time.time() - start) / 60:.0f} min: {len(outcomes)} requests", flush=True)
         end = time.time()
-    summary = summarize(samples, outcomes, start, end)
+    summary = summarize(samples, outcomes, start, end) | {"endpoint": args.endpoint}
     (HERE / "results.json").write_text(json.dumps({"summary": summary, "samples": samples}, indent=1) + "\n")
     report(summary, samples, start)
     print(f"wrote {HERE / 'results.md'}: {summary['requests']} requests, {len(summary['failed'])} failed", flush=True)
