@@ -33,9 +33,10 @@ MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"  # where prometheus-client keeps e
 BACKOFF_S = (0.5, 1.0, 2.0, 5.0, 10.0)  # waits before restarting a process that keeps dying
 STEADY_S = 60.0  # a process that ran this long before dying is restarted at once, as on its first death
 PR_SET_PDEATHSIG = 1
+DRAIN_TIMEOUT_S = 30.0  # how long streams in flight may take to finish after SIGTERM
 
 
-async def run_endpoint(config: GatewayConfig, config_file: Path, drain_timeout_s: float) -> None:
+async def run_endpoint(config: GatewayConfig, config_file: Path, drain_timeout_s: float = DRAIN_TIMEOUT_S) -> None:
     """Run the endpoint's processes until SIGTERM or SIGINT, then stop them."""
     shutil.rmtree(config.metrics_dir, ignore_errors=True)
     config.metrics_dir.mkdir(parents=True, mode=0o700)

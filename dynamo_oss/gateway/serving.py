@@ -1,0 +1,98 @@
+"""One serving process of the endpoint: the gateway's HTTP shell on the endpoint's port, its keys, the
+graph's key, the response store and the ledger it shares with the other processes, until SIGTERM;
+then it drains. The endpoint's first process (processes.py) starts each one."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+from pathlib import Path
+
+from dynamo_oss.gateway.app import Gateway, serve
+from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
+from dynamo_oss.gateway.config import GatewayConfig, ResponsesStoreConfig
+from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
+from dynamo_oss.gateway.ledger import Ledger
+from dynamo_oss.gateway.limits import Limits
+from dynamo_oss.gateway.processes import DRAIN_TIMEOUT_S
+from dynamo_oss.gateway.prompt import PromptCounter
+from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
+
+
+async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
+    """Serving process `process` of the endpoint, until SIGTERM or SIGINT; then it drains."""
+    counter = PromptCounter(folder) if folder else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    store = response_store(config.responses)
+    if store is not None:
+        store.start()
+    keys = api_keys(config)
+    ledger = Ledger(keys.names if keys else [], config.processes, process, config.ledger_file)
+    gateway = Gateway(
+        config.upstreams,
+        counter,
+        graph_key(config.reasoning_key_file),
+        config.max_in_flight,
+        keys,
+        Limits.of(config.limits),
+        store,
+        cache_isolation=config.cache_isolation == "tenant",
+        limits_per_key=config.limits_per_key,
+        ledger=ledger,
+    )
+    try:
+        await serve(gateway, config.host, config.port, DRAIN_TIMEOUT_S, stop)
+    finally:
+        ledger.close()
+
+
+def response_store(config: ResponsesStoreConfig | None) -> NatsResponseStore | None:
+    """The graph's store of responses, when the graph keeps them."""
+    if config is None:
+        return None
+    bucket = config.bucket
+    if config.bucket_prefix_env:
+        bucket = f"{os.environ.get(config.bucket_prefix_env, '')}-{bucket}"
+    tls = NatsTls(config.tls.ca, config.tls.cert, config.tls.key) if config.tls else None
+    try:
+        return NatsResponseStore(
+            bucket,
+            config.settings.retention_s,
+            config.settings.max_mib * 2**20,
+            config.nats_url,
+            config.nats_url_file,
+            tls,
+        )
+    except ValueError as error:
+        raise SystemExit(f"gateway: response store: {error}") from None
+
+
+def api_keys(config: GatewayConfig) -> ApiKeys | None:
+    """The keys the graph names; the gateway does not start on keys it cannot read."""
+    try:
+        if config.keys_file:
+            return ApiKeys.from_file(config.keys_file)
+        return ApiKeys.from_env(config.keys_env) if config.keys_env else None
+    except KeysUnusable as error:
+        raise SystemExit(f"gateway: API keys: {error}") from None
+
+
+def graph_key(key_file: Path | None) -> GraphKey:
+    """The graph's key (graph_key.py): the file every gateway of the graph reads, or, without one, a key
+    of this process only. The gateway does not start on a key file it cannot use."""
+    if key_file is not None:
+        try:
+            return GraphKey.from_file(key_file)
+        except (OSError, KeyFileUnusable) as error:
+            raise SystemExit(f"gateway: graph key: {error}") from None
+    logging.getLogger("dynamo_oss.gateway").warning(
+        "no reasoning_key_file: encrypted reasoning is sealed with a key of this process only, so another "
+        "gateway, or this one after a restart, cannot open it"
+    )
+    return GraphKey(secrets.token_bytes(KEY_BYTES))
