@@ -73,14 +73,20 @@ def describe_endpoint(sizing: EndpointSizing) -> list[str]:
 def describe_chosen(sizing: EndpointSizing) -> str:
     """One line: what the endpoint gets, for the commands that start or render it."""
     replicas, processes = sizing.frontend_replicas, sizing.gateway_processes
-    pods = "frontend pods" if sizing.on_cluster else "frontends"
-    text = f"{replicas.value} {pods} ({'sized' if replicas.sized else 'given by the graph'})"
+    pods = "frontend pod" if sizing.on_cluster else "frontend"
+    text = f"{counted(replicas.value, pods)} ({'sized' if replicas.sized else 'given by the graph'})"
     if processes is not None:
         where = " each" if sizing.on_cluster else ""
-        text += f", {processes.value} gateway processes{where} ({'sized' if processes.sized else 'given by the graph'})"
+        chosen = "sized" if processes.sized else "given by the graph"
+        text += f", {counted(processes.value, 'gateway process', 'es')}{where} ({chosen})"
     if sizing.peak is not None:
         text += f" for a peak of {sizing.peak.tok_s:,.0f} output tok/s"
     return text
+
+
+def counted(count: int, noun: str, plural: str = "s") -> str:
+    """`1 frontend`, `2 frontends`."""
+    return f"{count} {noun}{'' if count == 1 else plural}"
 
 
 def describe_needs(tok_s: float) -> str:
