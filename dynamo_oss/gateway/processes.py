@@ -98,10 +98,11 @@ async def _keep(
         deaths = 0 if time.monotonic() - started > STEADY_S else deaths + 1
         wait = BACKOFF_S[min(deaths, len(BACKOFF_S)) - 1] if deaths else 0.0
         log.warning("gateway process %d exited with %s; starting it again in %g s", index, code, wait)
-        try:
-            await asyncio.wait_for(stop.wait(), wait or 0.001)
-        except TimeoutError:
-            pass
+        if wait:
+            try:
+                await asyncio.wait_for(stop.wait(), wait)  # stopped meanwhile: not started again
+            except TimeoutError:
+                pass
 
 
 def _die_with_parent() -> None:

@@ -223,7 +223,7 @@ class FrontendAutoscaleSection(Strict):
     @model_validator(mode="after")
     def _ordered(self) -> FrontendAutoscaleSection:
         if self.min > self.max:
-            raise ValueError(f"min ({self.min}) is above max ({self.max})")
+            raise ValueError(f"min ({self.min}) is above max ({self.max}): lower min or raise max")
         return self
 
 
