@@ -24,6 +24,7 @@ from pydantic import TypeAdapter
 
 from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
+from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
@@ -203,7 +204,8 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
             tools=[WEATHER],
             previous_response_id=record.id if record else None,
         )
-        inherited, own = (record.conversation() if record else []), input_items(request)
+        ids = ItemIds(new_id("resp"))
+        inherited, own = (record.conversation() if record else []), input_items(request, ids)
         prompt = render_request(
             request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}), seal, today
         )
@@ -211,7 +213,7 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
             f"<|channel|>analysis<|message|>Thinking about {turn}.<|end|><|start|>assistant"
             f"<|channel|>final<|message|>Answer {turn}.<|return|>"
         )
-        builder = ResponseBuilder(request, prompt, seal, streaming=False)
+        builder = ResponseBuilder(request, prompt, seal, streaming=False, ids=ids)
         builder.feed(harmony_ids(completion))
         builder.finish("stop", {"prompt_tokens": len(prompt.token_ids), "completion_tokens": 1})
         assert builder.final is not None

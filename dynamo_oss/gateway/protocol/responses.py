@@ -106,9 +106,22 @@ class CustomToolCallOutputItem(Lenient):
     output: Content
 
 
+class ItemReference(Lenient):
+    """An item of a response stored earlier, by its id: what OpenAI's clients send back, with `store` on,
+    instead of the item itself (the Vercel AI SDK does for reasoning, calls and messages alike)."""
+
+    type: Literal["item_reference"] | None = "item_reference"
+    id: str
+
+
 def _item_kind(item: Any) -> str | None:
-    """A message may leave out its type (`{"role": "user", "content": "..."}`)."""
-    return item.get("type", "message") if isinstance(item, dict) else getattr(item, "type", None)
+    """A message may leave out its type (`{"role": "user", "content": "..."}`), and so may an item
+    reference (`{"id": "msg_..."}`), as OpenAI's API allows."""
+    if not isinstance(item, dict):
+        return getattr(item, "type", None) or "item_reference"
+    if item.get("type") is None and "role" not in item and "id" in item:
+        return "item_reference"
+    return item.get("type", "message")
 
 
 InputItem = Annotated[
@@ -117,7 +130,8 @@ InputItem = Annotated[
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")],
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
+    | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_kind),
 ]
 ToolOutputItem = FunctionCallOutputItem | CustomToolCallOutputItem

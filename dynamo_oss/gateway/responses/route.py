@@ -27,8 +27,9 @@ from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAns
 from dynamo_oss.gateway.harmony.conversation import conversation, generation
 from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS, Prompt, rendered
 from dynamo_oss.gateway.harmony.sealing import BoundSeal, ReasoningSeal
-from dynamo_oss.gateway.ids import new_id
+from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
+from dynamo_oss.gateway.responses.references import references, resolved
 from dynamo_oss.gateway.responses.store import ResponseStore, StoredResponse, StoreUnavailable
 from dynamo_oss.gateway.responses.stored import find
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
@@ -58,10 +59,15 @@ class ResponsesRoute:
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
         request, context = await typed_request(checks, self.api, body, ResponsesRequest, from_validation)
+        if references(request):
+            request = request.model_copy(
+                update={"input": ITEMS.validate_python(await resolved(request, self.store, caller.key))}
+            )
         inherited = await self._inherited(request, caller.key)
         seal = self.seal.bound(caller.tenant, request.model)
         stored = self.store is not None and request.store is not False
-        own = input_items(request) if stored or inherited else []
+        ids = ItemIds(new_id("resp"))
+        own = input_items(request, ids) if stored or inherited else []
         whole = (
             request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}) if inherited else request
         )
@@ -75,10 +81,10 @@ class ResponsesRoute:
         if stored:
             assert self.store is not None
             transform: ResponsesAnswer = StoredResponsesAnswer(
-                request, prompt, seal, self.store, StoredResponseParts(caller.key, inherited, own)
+                request, prompt, seal, ids, self.store, StoredResponseParts(caller.key, inherited, own)
             )
         else:
-            transform = ResponsesAnswer(request, prompt, seal)
+            transform = ResponsesAnswer(request, prompt, seal, ids)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
 
     async def _inherited(self, request: ResponsesRequest, key: str | None) -> list[dict[str, Any]]:
@@ -97,15 +103,16 @@ class ResponsesRoute:
         return previous.conversation()
 
 
-def input_items(request: ResponsesRequest) -> list[dict[str, Any]]:
+def input_items(request: ResponsesRequest, ids: ItemIds) -> list[dict[str, Any]]:
     """The request's input as the items a stored response lists (GET .../input_items): each with an
-    id, a message's text in content parts, as OpenAI's server returns them."""
+    id (`ids`, the response's, where the client gave none), a message's text in content parts, as
+    OpenAI's server returns them."""
     if isinstance(request.input, str):
         items = [{"type": "message", "role": "user", "content": request.input}]
     else:
         items = [item.model_dump(mode="json", exclude_none=True) for item in request.input]
     for item in items:
-        item["id"] = item.get("id") or new_id(ITEM_ID_PREFIXES[item["type"]])
+        item["id"] = item.get("id") or ids.next(ITEM_ID_PREFIXES[item["type"]])
         if item["type"] == "message":
             item.setdefault("status", "completed")
             if isinstance(item["content"], str):
@@ -133,8 +140,10 @@ class ResponsesAnswer(CompletionAnswer):
 
     builder: ResponseBuilder
 
-    def __init__(self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, stored: bool = False) -> None:
-        builder = ResponseBuilder(request, prompt, seal, streaming=request.stream, stored=stored)
+    def __init__(
+        self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, ids: ItemIds, stored: bool = False
+    ) -> None:
+        builder = ResponseBuilder(request, prompt, seal, streaming=request.stream, stored=stored, ids=ids)
         super().__init__(builder, request.stream)
 
 
@@ -154,10 +163,11 @@ class StoredResponsesAnswer(ResponsesAnswer):
         request: ResponsesRequest,
         prompt: Prompt,
         seal: BoundSeal,
+        ids: ItemIds,
         store: ResponseStore,
         parts: StoredResponseParts,
     ) -> None:
-        super().__init__(request, prompt, seal, stored=True)
+        super().__init__(request, prompt, seal, ids, stored=True)
         self.store, self.parts = store, parts
 
     async def settle(self) -> bytes:

@@ -25,7 +25,7 @@ from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.parsing import ASSISTANT, AnswerParser, Header
 from dynamo_oss.gateway.harmony.rendering import CUSTOM_INPUT, ClientTool, Prompt
 from dynamo_oss.gateway.harmony.sealing import BoundSeal
-from dynamo_oss.gateway.ids import new_id
+from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.usage import Usage
 
 DELTA_EVENTS = {
@@ -39,11 +39,18 @@ class ResponseBuilder:
     """One response, built from the completion's text; `streaming` also yields its events."""
 
     def __init__(
-        self, request: ResponsesRequest, prompt: Prompt, seal: BoundSeal, streaming: bool, stored: bool = False
+        self,
+        request: ResponsesRequest,
+        prompt: Prompt,
+        seal: BoundSeal,
+        streaming: bool,
+        stored: bool = False,
+        ids: ItemIds | None = None,
     ) -> None:
         self.request, self.prompt, self.seal, self.streaming = request, prompt, seal, streaming
         self.stored = stored  # the response says store: true (set false when the store refused it)
-        self.id = new_id("resp")
+        self.ids = ids or ItemIds(new_id("resp"))  # its items' ids follow its input items'
+        self.id = self.ids.response_id
         self.created_at = int(time.time())
         self.sequence = -1  # OpenAI's streams number their events from 0 (response.created)
         self.output: list[dict[str, Any]] = []
@@ -103,9 +110,21 @@ class ResponseBuilder:
         if header.recipient and header.recipient != ASSISTANT:  # a call to a tool the request declared
             item = self._call_item(self.prompt.tools[header.recipient])
         elif header.channel == "analysis":
-            item = {"id": new_id("rs"), "type": "reasoning", "summary": [], "content": [], "status": "in_progress"}
+            item = {
+                "id": self.ids.next("rs"),
+                "type": "reasoning",
+                "summary": [],
+                "content": [],
+                "status": "in_progress",
+            }
         else:
-            item = {"id": new_id("msg"), "type": "message", "role": "assistant", "status": "in_progress", "content": []}
+            item = {
+                "id": self.ids.next("msg"),
+                "type": "message",
+                "role": "assistant",
+                "status": "in_progress",
+                "content": [],
+            }
         self.item, self.text = item, []
         self.output.append(item)
         out = self._event("response.output_item.added", output_index=index, item=item)
@@ -135,7 +154,7 @@ class ResponseBuilder:
     def _call_item(self, tool: ClientTool) -> dict[str, Any]:
         if tool.kind == "custom":
             item: dict[str, Any] = {
-                "id": new_id("ctc"),
+                "id": self.ids.next("ctc"),
                 "type": "custom_tool_call",
                 "call_id": new_id("call"),
                 "name": tool.name,
@@ -143,7 +162,7 @@ class ResponseBuilder:
             }
         else:
             item = {
-                "id": new_id("fc"),
+                "id": self.ids.next("fc"),
                 "type": "function_call",
                 "status": "in_progress",
                 "call_id": new_id("call"),
