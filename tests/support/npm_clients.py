@@ -17,13 +17,21 @@ from dynamo_oss.assets.cache import build_once, resolve_cache_root
 
 
 def npm_client(folder: Path, binary: str) -> Path:
-    """The `binary` of `folder`'s package-lock.json, installed once by `npm ci` into a cache folder
+    """The `binary` of `folder`'s package-lock.json (npm_packages)."""
+    path = npm_packages(folder) / "node_modules" / ".bin" / binary
+    assert path.exists(), f"{path} is missing: remove {path.parents[2]} and run again to reinstall"
+    return path
+
+
+def npm_packages(folder: Path) -> Path:
+    """The folder where `folder`'s package-lock.json is installed, once, by `npm ci`: a cache folder
     named by the lock file's hash; build_once's file lock and rename keep two xdist workers from
     installing into one folder, and an interrupted install from leaving half a folder."""
     npm = shutil.which("npm")
     if npm is None:
-        pytest.fail(f"npm is not on PATH: the test installs {binary} from {folder}/package-lock.json with `npm ci`; "
-                    "install Node.js with npm")  # fmt: skip
+        pytest.fail(
+            f"npm is not on PATH: the test installs {folder}/package-lock.json with `npm ci`; install Node.js with npm"
+        )
     lock = (folder / "package-lock.json").read_bytes()
     target = resolve_cache_root() / "clients" / f"npm-{hashlib.sha256(lock).hexdigest()[:16]}"
 
@@ -36,20 +44,27 @@ def npm_client(folder: Path, binary: str) -> Path:
         except subprocess.TimeoutExpired:
             pytest.fail(f"`{' '.join(command)}` did not finish in 600 s")
         if done.returncode != 0:
-            pytest.fail(f"`{' '.join(command)}` failed with exit status {done.returncode}:\n"
-                        f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}")  # fmt: skip
+            pytest.fail(
+                f"`{' '.join(command)}` failed with exit status {done.returncode}:\n"
+                f"{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+            )
 
-    path = build_once(target, install) / "node_modules" / ".bin" / binary
-    assert path.exists(), f"{path} is missing: remove {target} and run again to reinstall"
-    return path
+    return build_once(target, install)
 
 
 def run_in_own_group(command: list[str], timeout_s: float, **popen: Any) -> tuple[int | None, str, str]:
     """Run `command` in a process group of its own, so everything it starts (a node wrapper's native
     binary, the shells it starts) is killed at the deadline or if the test stops.
     Returns (exit status, or None at the deadline; stdout; stderr)."""
-    process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True, **popen)  # fmt: skip
+    process = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
     try:
         stdout, stderr = process.communicate(timeout=timeout_s)
         return process.returncode, stdout, stderr
