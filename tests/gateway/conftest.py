@@ -1,16 +1,21 @@
-"""Fixtures the gateway's tests share."""
+"""Fixtures the gateway's tests share, and gpt-oss's encoding for the tests that render in this process."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 
 import pytest
 import yaml
 
+from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from tests.support.graphs import write_graph, write_keyed_graph
 from tests.support.hostile_answers import write_trace
 from tests.support.ports import free_port_run
 from tests.support.served import FAST_MOCKER, SLOW_MOCKER, ServedGraph, serving
+
+# openai-harmony reads o200k_harmony from here (as `dynamo serve` sets it for every process), never the network.
+os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 
 
 @pytest.fixture(scope="session")

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
-from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.conformance.reference import reference_prompt
 from dynamo_oss.gateway.chat.conversation import conversation
 from dynamo_oss.gateway.chat.stream import ChatBuilder
@@ -22,7 +20,6 @@ from dynamo_oss.gateway.harmony.rendering import RenderCache, encoding, render
 from dynamo_oss.gateway.protocol.chat import ChatRequest
 from tests.support.harmony import completion_chunks, harmony_ids
 
-os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 TODAY = datetime.date(2026, 11, 28)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather now.", "parameters": CITY}}]

@@ -65,8 +65,12 @@ def served_by(served: ServedGraph, request: Callable[[], object]) -> tuple[int, 
     """Which serving process answered `request`, sent on a connection of its own, and its answer."""
     before = answered(served)
     answer = request()
-    after = answered(served)
-    (pid,) = [pid for pid, count in after.items() if count > before.get(pid, 0.0)]
+
+    def counted() -> list[int]:  # a process counts a request once its answer has gone out, not before
+        return [pid for pid, count in answered(served).items() if count > before.get(pid, 0.0)]
+
+    wait_for(lambda: counted(), 10, "the answering process to count the request")
+    (pid,) = counted()
     return pid, answer
 
 

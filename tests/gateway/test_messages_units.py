@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import datetime
 import json
-import os
 from pathlib import Path
 
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
-from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.deployment.commands import gateway_config
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.app import Gateway
@@ -32,7 +30,6 @@ from dynamo_oss.graph.loader import load_graph
 from tests.support.harmony import completion_chunks, harmony_ids, render_request, sealed_with
 from tests.support.graphs import write_graph
 
-os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 SEAL = sealed_with(b"m")
 TODAY = datetime.date(2026, 11, 25)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

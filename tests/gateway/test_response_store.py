@@ -23,7 +23,6 @@ from openai.types.responses import Response, ResponseItem
 from pydantic import TypeAdapter
 
 from dynamo_oss.gateway.config import GatewayConfig
-from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
@@ -193,7 +192,6 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
     reasoning once its final answer is followed by a new message, so turn 2 begins with turn 1's
     prompt; from turn 3 on, a turn begins with the previous prompt and its output (but for
     `<|return|>`, which harmony renders `<|end|>` in history)."""
-    os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
     seal, today, tokens = sealed_with(b"k"), datetime.date(2026, 11, 25), encoding()
     record, prompts, outputs = None, [], []
     for turn in range(3):

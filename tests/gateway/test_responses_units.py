@@ -4,7 +4,6 @@ reasoning sealed, and errors naming the field."""
 from __future__ import annotations
 
 import datetime
-import os
 from pathlib import Path
 
 import pytest
@@ -14,7 +13,6 @@ from openai_harmony import Conversation, Role
 from pydantic import ValidationError
 
 from tests.support.harmony import harmony_ids, render_request, sealed_with
-from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
@@ -22,7 +20,6 @@ from dynamo_oss.gateway.harmony.parsing import AnswerParser
 from dynamo_oss.gateway.graph_key import GraphKey, KeyFileUnusable
 from dynamo_oss.gateway.harmony.sealing import UnopenableReasoning
 
-os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))
 SEAL = sealed_with(b"k")
 TODAY = datetime.date(2026, 11, 25)
 CITY = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}

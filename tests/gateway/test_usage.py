@@ -6,7 +6,6 @@ graph: tests/launch/test_serve.py's restarted decode worker tells the two apart.
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +17,6 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from dynamo_oss.assets import ENCODINGS_ENV, tiktoken_encodings_dir
 from dynamo_oss.gateway.text_completions import CompletionJson, CompletionStream
 from dynamo_oss.gateway.usage import Usage, ask_for_usage
 from tests.support.graphs import KEYS
@@ -29,7 +27,6 @@ MODEL = "openai/gpt-oss-20b"
 KEY = "frank"  # a tenant of its own: no other test's prompt is in its cache, no other test moves its counters
 LONG = " ".join(f"invoice line {i} settled" for i in range(300))  # about 1,500 prompt tokens
 KINDS = ("input", "cached", "output", "reasoning")
-os.environ.setdefault(ENCODINGS_ENV, str(tiktoken_encodings_dir()))  # gpt-oss's encoding, for completions' reasoning
 
 
 def counted(graph: ServedGraph) -> dict[str, float]:
