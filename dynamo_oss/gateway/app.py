@@ -122,12 +122,13 @@ class Gateway:
         self.connections = ConnectionCount(limits)
         self.bodies = BodyBudget(limits)
         probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
+        responses, messages = ResponsesRoute(seal, store), MessagesRoute(seal)
         self.routes = RouteTable(
             exact={
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
                 (b"POST", b"/v1/completions"): CompletionsRoute(),
-                (b"POST", b"/v1/responses"): ResponsesRoute(seal, store),
-                (b"POST", b"/v1/messages"): MessagesRoute(seal),
+                (b"POST", b"/v1/responses"): responses,
+                (b"POST", b"/v1/messages"): messages,
                 (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
                 **probes,
             },
@@ -505,7 +506,8 @@ class ClientConnection(asyncio.Protocol):
         self.api = route.api
         try:
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
-                status, answer = await route.answer(method, url, self.key)
+                caller = self.gateway.caller(self.key)
+                status, answer = await route.answer(method, url, request.body, self.gateway, caller)
                 self.respond(status, answer, keep_alive)
             else:
                 if self.api is not None:  # a generation: the key's share, then the graph's capacity

@@ -11,7 +11,7 @@ table's own path, never the client's target.
 A route either passes a request through (the frontend's answer goes to the client byte for
 byte, the fast path) or transforms it: the route sends the frontend a request of its own and
 turns the answer into the client's, piece by piece as it streams (`Transform`). A few requests
-are the gateway's alone (`LocalRoute`: stored responses by id), answered without the frontend.
+are the gateway's alone (`LocalRoute`: stored responses by id, token counts), answered without the frontend.
 The HTTP shell (app.py) owns sockets, framing and back-pressure; a route owns only its API.
 """
 
@@ -167,12 +167,14 @@ class Route(Protocol):
 
 @runtime_checkable
 class LocalRoute(Protocol):
-    """Requests the gateway answers itself, from what it keeps: nothing goes to the frontend."""
+    """Requests the gateway answers itself, from what it keeps or renders: nothing goes to the frontend."""
 
     api: str | None
 
-    async def answer(self, method: bytes, url: bytes, key: str | None) -> tuple[int, dict[str, Any]]:
-        """The status and JSON body for the request (ApiError for the client's mistakes)."""
+    async def answer(
+        self, method: bytes, url: bytes, body: bytes, checks: Checks, caller: Caller
+    ) -> tuple[int, dict[str, Any]]:
+        """The status and JSON body for the request from `caller` (ApiError for the client's mistakes)."""
         ...
 
 

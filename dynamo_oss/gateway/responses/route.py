@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -50,6 +51,20 @@ ITEM_ID_PREFIXES = {
 _INPUT_INDEX = re.compile(r"input\[(\d+)\]")
 
 
+@dataclass
+class Turn:
+    """A Responses request, rendered: the prompt, and what its answer is stored with."""
+
+    request: ResponsesRequest
+    context: int  # the model's context window (0: unknown)
+    seal: BoundSeal
+    stored: bool  # its answer is to be stored
+    ids: ItemIds  # the response's id and its items'
+    inherited: list[dict[str, Any]]  # the stored conversation it continues
+    own: list[dict[str, Any]]  # its input items, with ids (when stored or continued)
+    prompt: Prompt
+
+
 class ResponsesRoute:
     api = "responses"
 
@@ -58,6 +73,21 @@ class ResponsesRoute:
         self.store = store  # None: the graph keeps no responses
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
+        turn = await self.render(body, checks, caller)
+        request, prompt = turn.request, turn.prompt
+        check_context(prompt, request.max_output_tokens, turn.context, "input", "max_output_tokens")
+        completion = completion_request(generation(request), prompt)
+        if turn.stored:
+            assert self.store is not None
+            parts = StoredResponseParts(caller.key, turn.inherited, turn.own)
+            transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, turn.seal, turn.ids, self.store, parts)
+        else:
+            transform = ResponsesAnswer(request, prompt, turn.seal, turn.ids)
+        return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
+
+    async def render(self, body: bytes, checks: Checks, caller: Caller) -> Turn:
+        """The request checked, its item references and stored conversation read, and its prompt rendered:
+        what generation sends, and what POST /v1/responses/input_tokens counts."""
         request, context = await typed_request(checks, self.api, body, ResponsesRequest, from_validation)
         if references(request):
             request = request.model_copy(
@@ -76,16 +106,7 @@ class ResponsesRoute:
             prompt = await rendered(lambda: conversation(whole, seal), caller.renders, heavy)
         except ApiError as err:
             raise _shifted(err, len(inherited)) from None
-        check_context(prompt, request.max_output_tokens, context, "input", "max_output_tokens")
-        completion = completion_request(generation(request), prompt)
-        if stored:
-            assert self.store is not None
-            transform: ResponsesAnswer = StoredResponsesAnswer(
-                request, prompt, seal, ids, self.store, StoredResponseParts(caller.key, inherited, own)
-            )
-        else:
-            transform = ResponsesAnswer(request, prompt, seal, ids)
-        return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
+        return Turn(request, context, seal, stored, ids, inherited, own, prompt)
 
     async def _inherited(self, request: ResponsesRequest, key: str | None) -> list[dict[str, Any]]:
         """The stored conversation `previous_response_id` continues (404 when `key` has none by that id)."""

@@ -12,6 +12,8 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.gateway.routes import Checks
+from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.gateway.responses.store import RESPONSE_ID_PATTERN, ResponseStore, StoredResponse, StoreUnavailable
 
 PREFIX = b"/v1/responses/"
@@ -68,7 +70,10 @@ class StoredResponsesRoute:
     def __init__(self, store: ResponseStore | None) -> None:
         self.store = store
 
-    async def answer(self, method: bytes, url: bytes, key: str | None) -> tuple[int, dict[str, Any]]:
+    async def answer(
+        self, method: bytes, url: bytes, body: bytes, checks: Checks, caller: Caller
+    ) -> tuple[int, dict[str, Any]]:
+        key = caller.key
         path, _, query = url.decode(errors="replace").partition("?")
         match = _PATH.match(path)
         if match is None or method not in (b"GET", b"DELETE") or (match.group(2) and method != b"GET"):
