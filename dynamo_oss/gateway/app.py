@@ -39,8 +39,12 @@ from dynamo_oss.gateway.limits import (
     Limits,
 )
 from dynamo_oss.gateway.messages import errors as anthropic_errors
+from dynamo_oss.gateway.messages.count_tokens import PATH as COUNT_TOKENS
+from dynamo_oss.gateway.messages.count_tokens import CountTokensRoute
 from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
+from dynamo_oss.gateway.responses.input_tokens import PATH as INPUT_TOKENS
+from dynamo_oss.gateway.responses.input_tokens import InputTokensRoute
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.fair_share import FairShare
 from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
@@ -128,7 +132,9 @@ class Gateway:
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
                 (b"POST", b"/v1/completions"): CompletionsRoute(),
                 (b"POST", b"/v1/responses"): responses,
+                (b"POST", INPUT_TOKENS): InputTokensRoute(responses),
                 (b"POST", b"/v1/messages"): messages,
+                (b"POST", COUNT_TOKENS): CountTokensRoute(messages),
                 (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
                 **probes,
             },

@@ -10,7 +10,6 @@ import shutil
 from pathlib import Path
 
 import openai
-import pytest
 
 from dynamo_oss.gateway.ids import response_of
 from tests.support.npm_clients import npm_packages, run_in_own_group

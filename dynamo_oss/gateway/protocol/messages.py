@@ -252,3 +252,15 @@ class BetaMessagesRequest(MessagesRequest):
     fallbacks: list[Any] | dict[str, Any] | None = None
     billing_policy: dict[str, Any] | str | None = None
     fallback_credit_token: str | dict[str, Any] | None = None
+
+
+class CountTokensRequest(MessagesRequest):
+    """POST /v1/messages/count_tokens: a Messages request counted, not run, so it asks for no output."""
+
+    max_tokens: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
+
+
+class BetaCountTokensRequest(BetaMessagesRequest):
+    """The same, of the beta Messages API (`?beta=true`, as Claude Code counts)."""
+
+    max_tokens: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
