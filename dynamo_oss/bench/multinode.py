@@ -18,30 +18,59 @@ from dynamo_oss.launch import probes
 
 STOP_TIMEOUT_S = 60.0
 PORT_FIELDS = ("etcd", "etcd_peer", "nats", "nats_monitoring", "frontend", "dynamo", "prefill", "decode")
+METRICS_PORT_FIELDS = ("prometheus", "launcher", "gateway_metrics")  # with these, the graph has Prometheus
+SCRAPE_INTERVAL_S = 1.0
+
+# Each PromQL query of argv[2:] to the Prometheus at argv[1], its result as JSON, one line for all: the
+# standard library only, so a look costs a bare interpreter's start.
+QUERY = """
+import json, sys, urllib.parse, urllib.request
+def result(query):
+    with urllib.request.urlopen(f"{sys.argv[1]}/api/v1/query?" + urllib.parse.urlencode({"query": query}), timeout=10) as reply:
+        return json.load(reply)["data"]["result"]
+print(json.dumps([result(query) for query in sys.argv[2:]]))
+"""
 
 
 def node_graph(
-    name: str, nodes: Nodes, center: str, pools: dict[str, list[str]], ports: dict[str, int], tls: dict[str, str]
+    name: str,
+    nodes: Nodes,
+    center: str,
+    pools: dict[str, list[str]],
+    ports: dict[str, int],
+    tls: dict[str, str],
+    frontends: list[str] | None = None,
 ) -> dict:
-    """A gpt-oss-20b mocker graph over `nodes`: the infrastructure and frontend on `center`, and for
-    each pool one one-GPU worker on each node it lists; `ports` by PORT_FIELDS; etcd and NATS speak
-    mutual TLS with the files `tls` names (bench.certificates)."""
+    """A gpt-oss-20b mocker graph over `nodes`: the infrastructure on `center`, a frontend on each of
+    `frontends` (default: `center`) on its own address, and for each pool one one-GPU worker on each node
+    it lists; `ports` by PORT_FIELDS, and METRICS_PORT_FIELDS for an embedded Prometheus on `center`;
+    etcd and NATS speak mutual TLS with the files `tls` names (bench.certificates)."""
     workers = {node: sum(node in on for on in pools.values()) for node in nodes.names}
-    return {
+    listed = [{"name": node, "address": nodes.addresses[node], "gpus": workers[node]} for node in nodes.names]
+    etcd = {"mode": "embedded", "client_port": ports["etcd"], "peer_port": ports["etcd_peer"]}
+    nats = {"mode": "embedded", "port": ports["nats"], "monitoring_port": ports["nats_monitoring"]}
+    # A node's address stands for each frontend node's own.
+    frontend = {"host": nodes.addresses[center], "port": ports["frontend"], "dynamo_port": ports["dynamo"]}
+    graph = {
         "name": name,
         "model": "gpt-oss-20b",
-        "hardware": {"gpu": "h200", "nodes": [{"name": node, "address": nodes.addresses[node], "gpus": workers[node]}
-                                              for node in nodes.names]},
-        "infrastructure": {"node": center,
-                           "etcd": {"mode": "embedded", "client_port": ports["etcd"], "peer_port": ports["etcd_peer"]},
-                           "nats": {"mode": "embedded", "port": ports["nats"],
-                                    "monitoring_port": ports["nats_monitoring"]},
-                           "tls": tls},
-        "frontend": {"host": nodes.addresses[center], "port": ports["frontend"], "dynamo_port": ports["dynamo"]},
+        "hardware": {"gpu": "h200", "nodes": listed},
+        "infrastructure": {"node": center, "etcd": etcd, "nats": nats, "tls": tls},
+        "frontend": {**frontend, **({"nodes": frontends} if frontends else {})},
         "gateway": {"auth": "none"},  # the namespaces are private; tests/gateway/test_keys.py tries the keys
-        "pools": {role: {"workers": len(on), "engine": "mocker", "nodes": on, "system_port": ports[role]}
-                  for role, on in pools.items()},
-    }  # fmt: skip
+        "pools": {
+            role: {"workers": len(on), "engine": "mocker", "nodes": on, "system_port": ports[role]}
+            for role, on in pools.items()
+        },
+    }
+    if all(field in ports for field in METRICS_PORT_FIELDS):
+        prometheus = {"mode": "embedded", "port": ports["prometheus"], "scrape_interval_s": SCRAPE_INTERVAL_S}
+        graph["observability"] = {
+            "prometheus": prometheus,
+            "launcher_port": ports["launcher"],
+            "gateway_port": ports["gateway_metrics"],
+        }
+    return graph
 
 
 class ServedNodes:
@@ -52,13 +81,28 @@ class ServedNodes:
         self.launchers: dict[str, subprocess.Popen] = {}
 
     def start(self, node: str) -> None:
-        argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(self.graph), "--node", node,
-                "--engine", "mocker", "--run-dir", str(self.run_dir(node))]  # fmt: skip
+        argv = [sys.executable, "-m", "dynamo_oss.cli", "serve", str(self.graph), "--node", node]
+        argv += ["--engine", "mocker", "--run-dir", str(self.run_dir(node))]
         self.launchers[node] = self.nodes.start(node, argv, self.folder / f"{node}.out")
+
+    def endpoint(self, node: str) -> str:
+        """The OpenAI base URL of a frontend node: its own address (node_graph's frontend.host)."""
+        return f"http://{self.nodes.addresses[node]}:{self.spec()['frontend']['port']}/v1"
+
+    def spec(self) -> dict:
+        return yaml.safe_load(self.graph.read_text())
+
+    def query(self, *queries: str) -> list[list[dict]] | None:
+        """Each PromQL query's result from the graph's Prometheus, asked inside the infrastructure node;
+        None when it does not answer."""
+        url = f"http://{self.nodes.addresses[self.center]}:{self.spec()['observability']['prometheus']['port']}"
+        argv = self.nodes.command(self.center, [sys.executable, "-c", QUERY, url, *queries])
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+        return json.loads(done.stdout) if done.returncode == 0 else None
 
     def etcd(self) -> EtcdAccess:
         """The graph's etcd as the infrastructure node reaches it, with that node's certificate."""
-        infrastructure = yaml.safe_load(self.graph.read_text())["infrastructure"]
+        infrastructure = self.spec()["infrastructure"]
         endpoint = f"https://{self.nodes.addresses[self.center]}:{infrastructure['etcd']['client_port']}"
         tls = {name: Path(path.replace("{node}", self.center)) for name, path in infrastructure["tls"].items()}
         return EtcdAccess(endpoint=endpoint, tls=InfrastructureTls(**tls))
@@ -84,15 +128,18 @@ class ServedNodes:
         CPU-second); None when etcd does not answer."""
         etcd = self.etcd()
         assert etcd.tls is not None
-        argv = [find_binary("etcdctl") or "etcdctl", "--endpoints", etcd.endpoint, "--cacert", str(etcd.tls.ca),
-                "--cert", str(etcd.tls.cert), "--key", str(etcd.tls.key), "--command-timeout", "10s", "-w", "json",
-                "get", "--prefix", probes.instances_prefix(namespace, component)]  # fmt: skip
+        certificates = ["--cacert", str(etcd.tls.ca), "--cert", str(etcd.tls.cert), "--key", str(etcd.tls.key)]
+        argv = [find_binary("etcdctl") or "etcdctl", "--endpoints", etcd.endpoint, *certificates]
+        argv += ["--command-timeout", "10s", "-w", "json", "get", "--prefix"]
+        argv.append(probes.instances_prefix(namespace, component))
         done = subprocess.run(self.nodes.command(self.center, argv), capture_output=True, text=True, timeout=30)
         if done.returncode != 0:
             return None
         kvs = json.loads(done.stdout).get("kvs", [])
-        return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
-                for kv in kvs}  # fmt: skip
+        return {
+            base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
+            for kv in kvs
+        }
 
     def instances(self, namespace: str, component: str) -> int:
         """Workers registered under a component (-1 when etcd does not answer)."""

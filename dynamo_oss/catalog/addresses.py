@@ -8,6 +8,8 @@ import socket
 
 import psutil
 
+WILDCARDS = ("0.0.0.0", "::")  # a listener on these listens on every address of its host
+
 
 def is_loopback(host: str) -> bool:
     """True for an address only this host reaches: 127.0.0.0/8, ::1 or localhost (any other name may

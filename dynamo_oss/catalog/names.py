@@ -13,11 +13,17 @@ EngineName = Literal["trtllm", "mocker"]
 
 RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
 
-# Where the gateway's metrics port serves Dynamo's frontend's series (the endpoint serves no /metrics).
+# Where the gateway's metrics port serves Dynamo's frontend's series (the endpoint serves no /metrics):
+# the first frontend's at this path, frontend i's at this path + /i (frontend_metrics_path).
 FRONTEND_METRICS_PATH = "/metrics/frontend"
 
 # Dynamo parses DYN_SYSTEM_PORT as a signed 16-bit integer: a worker given a higher port exits at start.
 MAX_SYSTEM_PORT = 32767
+
+
+def frontend_metrics_path(index: int) -> str:
+    """Where the gateway's metrics port serves the series of the frontend it lists `index`-th."""
+    return f"{FRONTEND_METRICS_PATH}/{index}"
 
 
 def component_for(role: PoolRole) -> str:

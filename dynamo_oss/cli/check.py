@@ -224,6 +224,16 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
         own_env = {key: value for key, value in process.env.items() if key not in plan.shared_env}
         env = " ".join(f"{key}={value}" for key, value in own_env.items())
         lines.append(f"      $ {env + ' ' if env else ''}{shlex.join(process.argv)}")
+    if plan.endpoints_elsewhere:
+        lines.append(
+            "  endpoints on other nodes" + (", scraped by this node's Prometheus:" if plan.worker_targets else ":")
+        )
+        for other in plan.endpoints_elsewhere:
+            ports = [
+                f"{p.name} " + ", ".join(f"{use.host}:{use.port} ({use.field})" for use in p.ports)
+                for p in other.processes
+            ]
+            lines.append(f"    {other.node}: {'; '.join(ports)}")
     if plan.spare_workers:
         spare = ", ".join(f"{p.name} (port {p.ports[0].port})" for p in plan.spare_workers)
         lines.append(f"  worker slots a pool grows into, on free GPUs: {spare}")

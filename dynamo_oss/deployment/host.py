@@ -19,7 +19,7 @@ from pydantic import BaseModel
 
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.assets.encodings import ENCODINGS_ENV
-from dynamo_oss.catalog.addresses import interface_of
+from dynamo_oss.catalog.addresses import WILDCARDS, interface_of
 from dynamo_oss.catalog.names import EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 from dynamo_oss.deployment.commands import (
@@ -34,7 +34,7 @@ from dynamo_oss.deployment.commands import (
 from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.placement import Node
-from dynamo_oss.deployment.processes import LOOPBACK, PortUse, ProcessPlan
+from dynamo_oss.deployment.processes import LOOPBACK, NodeProcesses, PortUse, ProcessPlan
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
@@ -67,7 +67,8 @@ class HostPlan(BaseModel):
     infrastructure_node: str | None = None  # the node to wait for, when another one runs the infrastructure
     namespace: str
     served_name: str
-    endpoint: str  # the OpenAI base URL clients use
+    endpoint: str  # the OpenAI base URL clients use: this node's, where it runs a frontend
+    endpoint_node: str | None = None  # the node serving `endpoint`, when it is another one
     etcd_endpoints: list[str]
     nats_url: str
     tls: InfrastructureTls | None = None  # this node's files, when etcd and NATS speak mutual TLS
@@ -78,6 +79,7 @@ class HostPlan(BaseModel):
     processes: list[ProcessPlan]  # what starts with the graph
     spare_workers: list[ProcessPlan] = []  # worker slots a pool grows into; GPUs are given at start
     workers_elsewhere: list[ProcessPlan] = []  # other nodes' workers, for the ports this node's Prometheus scrapes
+    endpoints_elsewhere: list[NodeProcesses] = []  # other frontend nodes' frontends and gateways, likewise
     nodes: list[NodeShare] = []  # every node of a graph over several nodes; empty on one host
     pools: list[PoolPlan] = []
     gpus: int = 0  # GPUs of the host
@@ -162,24 +164,27 @@ def plan_host(
     workers, spare, files = _worker_processes(
         deployment, here, model_folder, shared_env, timings or {}, mocker_responses, problems
     )
+    frontend_nodes = deployment.placement.frontend_nodes
     frontends = []
-    if here.name in deployment.placement.frontend_nodes:
-        frontends = _frontend_processes(deployment, shared_env, model_folder, nats_url, tls, run_dir, files)
+    if here.name in frontend_nodes:
+        frontends = _frontend_processes(deployment, here, shared_env, model_folder, nats_url, tls, run_dir, files)
         problems += _cores_problems(deployment)
-    if not on_center:  # its frontends and workers only; the infrastructure node scrapes its workers
-        processes, elsewhere = [*frontends, *workers], []
+    elsewhere: list[ProcessPlan] = []
+    endpoints: list[NodeProcesses] = []
+    if not on_center:  # its frontends and workers only; the infrastructure node scrapes them
+        processes = [*frontends, *workers]
         launcher_metrics, prometheus_url, worker_targets = None, _prometheus_url(deployment), None
     else:
         processes = [*infra, *frontends, *workers]
         processes += _planner_processes(deployment, planner, shared_env, run_dir, _prometheus_url(deployment), files)
-        elsewhere = [
-            process
-            for other in deployment.placement.nodes
-            if other.name != here.name
-            for process in _worker_processes(deployment, other, model_folder, shared_env, {}, None, [])[0]
-        ]
+        for other in deployment.placement.nodes:
+            if other.name != here.name:
+                share = _share_elsewhere(deployment, other, shared_env, model_folder, nats_url, run_dir, problems)
+                elsewhere += [process for process in share.processes if process.kind == "worker"]
+                endpoint = [process for process in share.processes if process.kind in ("frontend", "gateway")]
+                endpoints += [share.model_copy(update={"processes": endpoint})] if endpoint else []
         launcher_metrics, prometheus_url, worker_targets = _observe(
-            deployment, processes, elsewhere, files, run_dir, tls, problems
+            deployment, here, processes, elsewhere, endpoints, files, run_dir, tls, problems
         )
     if tls:  # Dynamo's processes reach etcd and NATS; the gateway and the services themselves do not
         processes, spare = ([_with_tls(p, tls) for p in group] for group in (processes, spare))
@@ -187,25 +192,30 @@ def plan_host(
     problems += _port_clashes(processes, [launcher_metrics] if launcher_metrics else [], spare_ports)
     if problems:
         raise GraphError(str(deployment.source), problems)
-    frontend = deployment.frontend
-    client_host = LOOPBACK if frontend.host in ("0.0.0.0", "::") else frontend.host
+    serves = here.name in frontend_nodes  # else clients use the first frontend node's endpoint
+    serving = here if serves else deployment.placement.node(frontend_nodes[0])
+    client_host = _endpoint_host(deployment, serving)
+    if client_host in WILDCARDS:
+        client_host = LOOPBACK if serves else serving.address or LOOPBACK
     return HostPlan(
         graph=deployment.name,
         node=here.name,
         infrastructure_node=None if on_center else center.name,
         namespace=deployment.namespace,
         served_name=deployment.model.served_name,
-        endpoint=f"http://{client_host}:{frontend.port}/v1",
+        endpoint=f"http://{client_host}:{deployment.frontend.port}/v1",
+        endpoint_node=None if serves else serving.name,
         etcd_endpoints=etcd_endpoints,
         nats_url=nats_url,
         tls=tls,
-        api_keys=on_center and deployment.gateway is not None and deployment.gateway.requires_keys,
+        api_keys=serves and deployment.gateway is not None and deployment.gateway.requires_keys,
         run_dir=run_dir,
         shared_env=shared_env,
         files=files,
         processes=processes,
         spare_workers=spare,
         workers_elsewhere=elsewhere,
+        endpoints_elsewhere=endpoints,
         nodes=_node_shares(deployment) if deployment.placement.nodes[1:] else [],
         pools=[_pool_plan(pool) for pool in deployment.pools if deployment.placement.slots_on(here.name, pool.role)],
         gpus=here.gpus,
@@ -275,8 +285,10 @@ def _nodes(deployment: Deployment, name: str | None) -> tuple[Node, Node]:
 
 def _observe(
     deployment: Deployment,
+    here: Node,
     processes: list[ProcessPlan],
     elsewhere: list[ProcessPlan],
+    endpoints: list[NodeProcesses],
     files: list[PlannedFile],
     run_dir: Path,
     tls: InfrastructureTls | None,
@@ -284,7 +296,7 @@ def _observe(
 ) -> tuple[PortUse | None, str | None, Path | None]:
     """The launcher's metrics port, the graph's Prometheus URL and its file of worker targets (this
     node's and those `elsewhere`, on other nodes); an embedded Prometheus joins `processes`, its scrape
-    config and worker targets join `files`."""
+    config and worker targets join `files`. It scrapes the other frontend nodes' `endpoints` too."""
     observability = deployment.observability
     if observability is None:
         return None, None, None
@@ -306,6 +318,8 @@ def _observe(
         _planner_namespace(deployment),
         tls,
         alert_rules_file(run_dir),
+        node=here.name if deployment.placement.nodes[1:] else None,
+        elsewhere=endpoints,
     )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
@@ -353,8 +367,38 @@ def _prometheus_url(deployment: Deployment) -> str | None:
     return observability.prometheus_url
 
 
+def _share_elsewhere(
+    deployment: Deployment,
+    node: Node,
+    shared_env: dict[str, str],
+    model_folder: Path,
+    nats_url: str,
+    run_dir: Path,
+    problems: list[Problem],
+) -> NodeProcesses:
+    """Another node's frontends, gateway and workers, as this node's Prometheus scrapes them; their ports
+    clashing on that node join `problems`, so `dynamo check` of the graph names them before any node starts."""
+    frontends = []
+    if node.name in deployment.placement.frontend_nodes:
+        frontends = _frontend_processes(deployment, node, shared_env, model_folder, nats_url, None, run_dir, [])
+    workers, spare, _ = _worker_processes(deployment, node, model_folder, shared_env, {}, None, [])
+    spare_ports = [use for process in spare for use in process.ports]
+    problems += _port_clashes([*frontends, *workers], [], spare_ports, node.name)
+    return NodeProcesses(node=node.name, address=node.address or "", processes=[*frontends, *workers])
+
+
+def _endpoint_host(deployment: Deployment, node: Node) -> str:
+    """What the endpoint binds on a frontend node: frontend.host, where on a graph of several nodes a node's
+    address stands for each frontend node's own (the schema refuses any other with several of them)."""
+    host, placement = deployment.frontend.host, deployment.placement
+    if placement.nodes[1:] and node.address and host in {other.address for other in placement.nodes}:
+        return node.address
+    return host
+
+
 def _frontend_processes(
     deployment: Deployment,
+    node: Node,
     shared_env: dict[str, str],
     model_folder: Path,
     nats_url: str,
@@ -362,14 +406,17 @@ def _frontend_processes(
     run_dir: Path,
     files: list[PlannedFile],
 ) -> list[ProcessPlan]:
-    """Dynamo's frontends, on `port`, or on loopback behind the request gateway on `port` (the first on
-    dynamo_port, the others on the ports after it): what they do
+    """`node`'s Dynamo frontends, on `port`, or on loopback behind the request gateway on `port` (the first
+    on dynamo_port, the others on the ports after it): what they do
     comes from the deployment's frontend component, where they listen from the graph's frontend section.
+    The gateway's /metrics binds loopback on the infrastructure node, beside the graph's Prometheus, and
+    the node's address on any other, where that Prometheus reaches it (as a worker's system port).
     The gateway's configuration joins `files`; it stores responses in the graph's NATS at `nats_url`,
     which it reads from an owner-only file that joins `files` too (an external NATS's URL may hold a
     password, and a command line is anyone's to read)."""
     listen = deployment.frontend
-    dynamo_host, dynamo_port = listen.host, listen.port
+    host = _endpoint_host(deployment, node)
+    dynamo_host, dynamo_port = host, listen.port
     dynamo_field = "frontend.port"
     if deployment.gateway:
         dynamo_host, dynamo_port = LOOPBACK, listen.dynamo_port
@@ -389,14 +436,19 @@ def _frontend_processes(
             )
         )
     if deployment.gateway:
-        ports = [PortUse(field="frontend.port", host=listen.host, port=listen.port)]
-        if deployment.observability:  # its /metrics, for the graph's Prometheus beside it
+        ports = [PortUse(field="frontend.port", host=host, port=listen.port)]
+        if deployment.observability:  # its /metrics, for the graph's Prometheus
+            metrics_host = LOOPBACK if node.name == deployment.placement.infrastructure_node else node.address
             ports.append(
-                PortUse(field="observability.gateway_port", host=LOOPBACK, port=deployment.observability.gateway_port)
+                PortUse(
+                    field="observability.gateway_port",
+                    host=metrics_host or LOOPBACK,
+                    port=deployment.observability.gateway_port,
+                )
             )
         config = gateway_config(
             deployment,
-            (listen.host, listen.port),
+            (host, listen.port),
             [f"http://{LOOPBACK}:{dynamo_port + index}" for index in range(replicas)],
             state_dir=run_dir / "gateway",
             key_file=reasoning_key_file(deployment),
@@ -617,12 +669,18 @@ def _pool_plan(pool: Pool) -> PoolPlan:
     )
 
 
-def _port_clashes(processes: list[ProcessPlan], others: list[PortUse], spare: list[PortUse]) -> list[Problem]:
+def _port_clashes(
+    processes: list[ProcessPlan], others: list[PortUse], spare: list[PortUse], node: str | None = None
+) -> list[Problem]:
+    """Two listeners of one node on one port; `node` names the node when it is not this one."""
     uses = [use for process in processes for use in process.ports] + others + spare
     counts = Counter(use.port for use in uses)
     problems = []
+    on = f" on node {node}" if node else ""
     for port, count in counts.items():
         if count > 1:
             fields = [use.field for use in uses if use.port == port]
-            problems.append(Problem(path=fields[-1], message=f"port {port} is also used by {', '.join(fields[:-1])}"))
+            problems.append(
+                Problem(path=fields[-1], message=f"port {port} is also used by {', '.join(fields[:-1])}{on}")
+            )
     return problems

@@ -34,3 +34,11 @@ class ProcessPlan(BaseModel):
     env_unset: list[str] = []  # taken out of the caller's environment
     ports: list[PortUse] = []
     gpus: list[int] = []
+
+
+class NodeProcesses(BaseModel):
+    """Processes of another node of the graph, and the address the other nodes reach them at."""
+
+    node: str
+    address: str
+    processes: list[ProcessPlan]

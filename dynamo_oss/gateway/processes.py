@@ -51,7 +51,7 @@ async def run_endpoint(config: GatewayConfig, config_file: Path, drain_timeout_s
     if config.metrics_host is not None and config.metrics_port is not None:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=str(config.metrics_dir))
-        metrics = await serve_metrics(config.metrics_host, config.metrics_port, config.upstreams[0], registry)
+        metrics = await serve_metrics(config.metrics_host, config.metrics_port, config.upstreams, registry)
     try:
         await stop.wait()
     finally:

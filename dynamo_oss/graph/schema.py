@@ -12,7 +12,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from dynamo_oss.catalog.addresses import is_loopback
+from dynamo_oss.catalog.addresses import WILDCARDS, is_loopback
 from dynamo_oss.catalog.hardware import HardwareName
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.catalog.names import MAX_SYSTEM_PORT, EngineName, PoolRole, RouterMode
@@ -228,7 +228,11 @@ class FrontendAutoscaleSection(Strict):
 
 
 class FrontendSection(Strict):
-    host: str = Field(default="127.0.0.1", description="Address the OpenAI endpoint binds to.")
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address the OpenAI endpoint binds to. On a graph of several nodes, a node's address "
+        "(hardware.nodes) stands for each frontend node's own: no node can bind another's.",
+    )
     port: Port = Field(default=8000, description="Port of the OpenAI endpoint.")
     router: RouterMode = Field(default="kv", description="How the frontend picks workers; kv is KV-cache aware.")
     migration_limit: int = Field(
@@ -704,6 +708,7 @@ class GraphSpec(Strict):
                     f"(it has {', '.join(nodes)})"
                 )
         self._infrastructure_reached_securely()
+        self._endpoint_on_every_frontend_node()
         if self.gateway.auth is None and not is_loopback(self.frontend.host):
             raise ValueError(
                 f"gateway.auth: the endpoint listens on {self.frontend.host}, beyond this host, so it needs API keys: "
@@ -725,6 +730,18 @@ class GraphSpec(Strict):
                 f"infrastructure.tls: embedded etcd and NATS listen on {address}, where the other nodes reach them, "
                 "so they need mutual TLS: give infrastructure.tls {ca, cert, key} (PEM files; `{node}` in a path "
                 "is the node's name), or say `tls: none` to run them open on a network you trust."
+            )
+
+    def _endpoint_on_every_frontend_node(self) -> None:
+        """Several frontend nodes each bind frontend.host: loopback, a wildcard, or a node's address (each
+        node's own, then); any other address is at most one node's, so the others could not start."""
+        frontends, host = self.frontend.nodes or [], self.frontend.host
+        if len(frontends) < 2 or is_loopback(host) or host in WILDCARDS or not isinstance(self.hardware.nodes, list):
+            return
+        if host not in {node.address for node in self.hardware.nodes}:
+            raise ValueError(
+                f"frontend.host: {host} is no node's address, and frontend.nodes ({', '.join(frontends)}) each "
+                "bind it: give a node's address (each frontend node then binds its own), 127.0.0.1 or 0.0.0.0."
             )
 
     @property

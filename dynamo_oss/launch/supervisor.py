@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Coroutine
 from typing import Any
 
+from dynamo_oss.catalog.addresses import WILDCARDS
 from dynamo_oss.catalog.names import PoolRole, component_for
 from dynamo_oss.deployment.host import HostPlan, PoolPlan, gpu_env
 from dynamo_oss.deployment.processes import LOOPBACK, ProcessPlan
@@ -106,8 +107,11 @@ class Supervisor:
             pools = Counter(p.role for p in self.plan.workers())
             sizes = ", ".join(f"{role} x{count}" for role, count in pools.items()) or "workers on other nodes"
             if self.plan.infrastructure_node:
-                self.say(f"node {self.plan.node} ready in {time.monotonic() - started:.1f} s: {sizes} registered; "
-                         f"{self.plan.endpoint} (node {self.plan.infrastructure_node}) serves them. Ctrl-C stops.")  # fmt: skip
+                where = f" (node {self.plan.endpoint_node})" if self.plan.endpoint_node else ""
+                self.say(
+                    f"node {self.plan.node} ready in {time.monotonic() - started:.1f} s: {sizes} registered; "
+                    f"{self.plan.endpoint}{where} serves them. Ctrl-C stops."
+                )
             else:
                 self.say(
                     f"ready in {time.monotonic() - started:.1f} s: {self.plan.endpoint} serves "
@@ -188,7 +192,7 @@ class Supervisor:
             listed = await probes.served_models(f"http://{frontend.host}:{frontend.port}/v1")
             return self.plan.served_name in listed and await probes.http_ok(f"{self.plan.endpoint[:-3]}/health")
 
-        if self.plan.infrastructure_node:  # the frontend runs there
+        if self.plan.endpoint_node:  # a frontend node serves them, not this one
             self.say(f"waiting for {sum(expected.values())} worker(s) to register")
             await self._unless_interrupted(probes.wait_until(registered, timeout_s, "every worker registered"))
             return
@@ -307,7 +311,7 @@ class Supervisor:
             if process.plan.kind == "worker":
                 return bool(await self._instances(process) - before)
             use = process.plan.ports[0]
-            return await probes.tcp_open(LOOPBACK if use.host in ("0.0.0.0", "::") else use.host, use.port)
+            return await probes.tcp_open(LOOPBACK if use.host in WILDCARDS else use.host, use.port)
 
         try:
             await probes.wait_until(serving, self.plan.ready_timeout_s, f"{process.name} serving again")
