@@ -40,11 +40,13 @@ def node_graph(
     ports: dict[str, int],
     tls: dict[str, str],
     frontends: list[str] | None = None,
+    key_file: str | None = None,
 ) -> dict:
     """A gpt-oss-20b mocker graph over `nodes`: the infrastructure on `center`, a frontend on each of
     `frontends` (default: `center`) on its own address, and for each pool one one-GPU worker on each node
     it lists; `ports` by PORT_FIELDS, and METRICS_PORT_FIELDS for an embedded Prometheus on `center`;
-    etcd and NATS speak mutual TLS with the files `tls` names (bench.certificates)."""
+    etcd and NATS speak mutual TLS with the files `tls` names (bench.certificates); `key_file` is the graph
+    key every frontend node's gateway reads (several frontend nodes need one)."""
     workers = {node: sum(node in on for on in pools.values()) for node in nodes.names}
     listed = [{"name": node, "address": nodes.addresses[node], "gpus": workers[node]} for node in nodes.names]
     etcd = {"mode": "embedded", "client_port": ports["etcd"], "peer_port": ports["etcd_peer"]}
@@ -57,7 +59,8 @@ def node_graph(
         "hardware": {"gpu": "h200", "nodes": listed},
         "infrastructure": {"node": center, "etcd": etcd, "nats": nats, "tls": tls},
         "frontend": {**frontend, **({"nodes": frontends} if frontends else {})},
-        "gateway": {"auth": "none"},  # the namespaces are private; tests/gateway/test_keys.py tries the keys
+        # The namespaces are private; tests/gateway/test_keys.py tries the keys.
+        "gateway": {"auth": "none", **({"key_file": key_file} if key_file else {})},
         "pools": {
             role: {"workers": len(on), "engine": "mocker", "nodes": on, "system_port": ports[role]}
             for role, on in pools.items()

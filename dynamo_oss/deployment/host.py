@@ -504,8 +504,12 @@ def _responses_store(
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:
-    """The graph's key for the Responses API's encrypted reasoning: one per graph name, kept in the
-    cache across runs (the gateway makes it on first start), so what one run sealed the next opens."""
+    """The graph's key (gateway/graph_key.py): `gateway.key_file`, the one copied to every frontend node,
+    or else one per graph name, kept in this host's cache across runs (the gateway makes it on first
+    start), so what one run sealed the next opens."""
+    gateway = deployment.gateway
+    if gateway is not None and gateway.key_file is not None:
+        return gateway.key_file
     return resolve_cache_root() / "keys" / f"{deployment.name}.reasoning.key"
 
 

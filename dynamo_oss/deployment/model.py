@@ -82,6 +82,7 @@ class GatewayComponent(Frozen):
     max_in_flight: int = Field(ge=1, description="generation requests admitted at once")
     keys_file: Path | None = Field(default=None, description="the file of API keys it requires, resolved")
     keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
+    key_file: Path | None = Field(default=None, description="the graph's key, resolved; None: made in the cache")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
     responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
@@ -268,6 +269,7 @@ def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
         max_in_flight=section.max_in_flight or _default_admission(pools),
         keys_file=graph.resolve(auth.keys_file) if auth and auth.keys_file else None,
         keys_env=auth.keys_env if auth else None,
+        key_file=graph.resolve(section.key_file) if section.key_file else None,
         limits=section.limits,
         responses=section.responses,
         open_on_purpose=section.auth == "none",

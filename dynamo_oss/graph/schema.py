@@ -438,6 +438,14 @@ class GatewaySection(Strict):
         "`shared` lets every key reuse every cached prefix. Without keys, all requests share the cache.",
     )
     responses: GatewayResponsesSection = Field(default_factory=GatewayResponsesSection)
+    key_file: FilePath | None = Field(
+        default=None,
+        description="The graph's key (32 random bytes, or their base64; owner-only), which seals reasoning and "
+        "salts each tenant's cache: every node that runs a frontend must read the same one, so a graph whose "
+        "frontend.nodes names several gives this file, copied to each (`head -c 32 /dev/urandom > graph.key; "
+        "chmod 600 graph.key`). Default: made on first start in this host's cache and kept across runs. On "
+        "Kubernetes a Secret holds it.",
+    )
     processes: int | None = Field(
         default=None,
         ge=1,
@@ -709,6 +717,7 @@ class GraphSpec(Strict):
                 )
         self._infrastructure_reached_securely()
         self._endpoint_on_every_frontend_node()
+        self._one_key_on_every_frontend_node()
         if self.gateway.auth is None and not is_loopback(self.frontend.host):
             raise ValueError(
                 f"gateway.auth: the endpoint listens on {self.frontend.host}, beyond this host, so it needs API keys: "
@@ -742,6 +751,18 @@ class GraphSpec(Strict):
             raise ValueError(
                 f"frontend.host: {host} is no node's address, and frontend.nodes ({', '.join(frontends)}) each "
                 "bind it: give a node's address (each frontend node then binds its own), 127.0.0.1 or 0.0.0.0."
+            )
+
+    def _one_key_on_every_frontend_node(self) -> None:
+        """Each node's gateway would otherwise make a key of its own: reasoning sealed through one node would
+        not open through another, and a tenant's prompts would be cached apart on each."""
+        frontends = self.frontend.nodes or []
+        if len(frontends) > 1 and self.gateway.enabled and self.gateway.key_file is None:
+            raise ValueError(
+                f"gateway.key_file: frontend.nodes runs a gateway on {', '.join(frontends)}, and each would make "
+                "a graph key of its own, so reasoning sealed through one would not open through another: give "
+                "gateway.key_file, one file copied to every frontend node (`head -c 32 /dev/urandom > graph.key; "
+                "chmod 600 graph.key`)."
             )
 
     @property

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from dynamo_oss.deployment.host import HostPlan, plan_host
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
 from tests.support.commands import dynamo
@@ -31,7 +32,7 @@ def three_nodes(**frontend: object) -> dict:
         },
         "infrastructure": {"tls": "none"},  # tests/deployment/test_infrastructure_tls.py covers the secured graphs
         "frontend": {"host": "10.9.0.1", "port": 8000, "nodes": ["head", "gpu-b"], "replicas": 2, **frontend},
-        "gateway": {"auth": {"keys_env": "THREE_NODES_KEY"}},
+        "gateway": {"auth": {"keys_env": "THREE_NODES_KEY"}, "key_file": "graph.key"},
         "pools": {
             "prefill": {"workers": 1, "engine": "mocker", "nodes": ["gpu-a"]},
             "decode": {"workers": 1, "engine": "mocker", "nodes": ["gpu-b"]},
@@ -87,6 +88,9 @@ def test_each_frontend_node_serves_on_its_own_address_with_its_gateway_s_metrics
     assert (gpu_a.endpoint, gpu_a.endpoint_node) == ("http://10.9.0.1:8000/v1", "head")
     # Each frontend node's launcher reads the API keys its gateway needs; a node without one does not.
     assert head.api_keys and gpu_b.api_keys and not gpu_a.api_keys
+    # Both gateways read the one graph key the graph names, never a key of their own host's.
+    configs = [next(f for f in plan.files if f.path.name == "gateway.json").content for plan in (head, gpu_b)]
+    assert {GatewayConfig.model_validate_json(c).reasoning_key_file for c in configs} == {tmp_path / "graph.key"}
     # Only the infrastructure node runs Prometheus: every node's gateway, and its frontends through it.
     assert not any(p.kind == "prometheus" for p in gpu_b.processes) and gpu_b.endpoints_elsewhere == []
     assert scrape_targets(head, "dynamo-oss-gateway") == {
@@ -131,8 +135,12 @@ def test_without_a_gateway_another_node_s_frontend_is_scraped_where_it_listens_u
             lambda g: g["frontend"].update(host="10.9.0.7"),
             "frontend.host: 10.9.0.7 is no node's address, and frontend.nodes (head, gpu-b) each bind it",
         ),
+        (
+            lambda g: g["gateway"].pop("key_file"),
+            "gateway.key_file: frontend.nodes runs a gateway on head, gpu-b, and each would make a graph key",
+        ),
     ],
-    ids=["a frontend's port", "the gateway's metrics port", "an address no node has"],
+    ids=["a frontend's port", "the gateway's metrics port", "an address no node has", "a key per node"],
 )
 def test_check_of_the_graph_refuses_what_a_frontend_node_could_not_bind(
     tmp_path: Path, change: Callable[[dict], None], named: str

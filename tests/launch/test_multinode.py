@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import subprocess
 import sys
 import time
@@ -41,8 +42,11 @@ def three_node_graph(folder: Path, nodes: Nodes) -> Path:
     fields = PORT_FIELDS + METRICS_PORT_FIELDS
     ports = dict(zip(fields, free_ports(len(fields))))  # as every test's graph, though the nodes are private
     tls = write_certificates(folder / "certs", nodes.addresses)
+    key = folder / "graph.key"  # one graph key for both frontend nodes (on real machines, a copy on each)
+    key.write_bytes(secrets.token_bytes(32))
+    key.chmod(0o600)
     pools = {"prefill": ["prefill"], "decode": ["decode"]}
-    graph = node_graph("three-nodes", nodes, "head", pools, ports, tls, frontends=FRONTENDS)
+    graph = node_graph("three-nodes", nodes, "head", pools, ports, tls, frontends=FRONTENDS, key_file=str(key))
     path = folder / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     return path
@@ -115,6 +119,35 @@ for index in range(count):
         tokens.append(json.load(reply)["usage"]["completion_tokens"])
 print(json.dumps(tokens))
 """
+
+
+# Reasoning sealed by one frontend node's gateway, handed back statelessly to the other's: the status.
+SEALED_ELSEWHERE = """
+import json, sys, urllib.error, urllib.request
+first, second, model = sys.argv[1:4]
+def post(url, body):
+    request = urllib.request.Request(f"{url}/responses", json.dumps(body).encode(), {"content-type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            return reply.status, json.load(reply)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+ask = {"role": "user", "content": "Think, then say hi."}
+status, sealed = post(first, {"model": model, "input": [ask], "store": False, "include": ["reasoning.encrypted_content"]})
+carried = [item for item in sealed["output"] if item["type"] == "reasoning" and item.get("encrypted_content")]
+carried = [{key: value for key, value in item.items() if key != "content"} for item in carried]
+again = {"role": "user", "content": "Again."}
+print(json.dumps([status, len(carried), *post(second, {"model": model, "input": [ask, *carried, again], "store": False})]))
+"""
+
+
+def sealed_elsewhere(served: ServedNodes, first: str, second: str) -> list:
+    """Reasoning sealed through `first`'s endpoint, sent back through `second`'s: [status, sealed items,
+    status, answer]."""
+    argv = [sys.executable, "-c", SEALED_ELSEWHERE, served.endpoint(first), served.endpoint(second), MODEL]
+    done = subprocess.run(served.nodes.command("prefill", argv), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
 
 
 def chat(served: ServedNodes, client: str, endpoint: str, count: int) -> list[int]:
@@ -191,6 +224,9 @@ def test_three_nodes_serve_one_graph_and_the_decode_node_rejoins_after_a_cut(ser
     )
     assert sum(scraped["requests"].values()) == sum(sent.values())
     assert scraped["tokens"] == {node: float(sum(tokens[node])) for node in sent}, scraped
+    # Both frontend nodes' gateways read the one graph key: what one sealed, the other opens.
+    first_status, carried, second_status, answer = sealed_elsewhere(served, "head", "decode")
+    assert first_status == 200 and carried >= 1 and second_status == 200, answer
 
     endpoint = served.endpoint("head")
     outcomes = served.folder / "outcomes.jsonl"
