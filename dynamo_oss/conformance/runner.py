@@ -7,12 +7,14 @@ import uuid
 from collections import Counter
 from typing import Any, Literal
 
+import httpx
 import openai
 from pydantic import BaseModel
 
 from dynamo_oss.conformance import outcome as outcomes
 from dynamo_oss.conformance.cases import CASES, Case, Inconclusive
 from dynamo_oss.conformance.reference import reference_prompt
+from dynamo_oss.conformance.sequences import SEQUENCES, Sequence
 from dynamo_oss.conformance.replay import replay_annotation
 
 
@@ -25,7 +27,15 @@ class CaseResult(BaseModel):
 
 def run_suite(base_url: str, model: str, api_key: str = "not-needed", timeout_s: float = 120) -> list[CaseResult]:
     client = openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s)
-    return [run_case(client, model, case) for case in CASES]
+    return [run_case(client, model, case) for case in CASES] + [run_sequence(client, model, s) for s in SEQUENCES]
+
+
+def run_sequence(client: openai.OpenAI, model: str, sequence: Sequence) -> CaseResult:
+    try:
+        failures = sequence.run(client, model)
+    except (openai.APIError, httpx.HTTPError) as err:
+        failures = [f"request failed: {err}"]
+    return CaseResult(case=sequence.name, why=sequence.why, verdict="fail" if failures else "pass", reasons=failures)
 
 
 def run_case(client: openai.OpenAI, model: str, case: Case) -> CaseResult:

@@ -18,6 +18,7 @@ from dynamo_oss.assets import ENCODINGS_ENV, model_folder, tiktoken_encodings_di
 from dynamo_oss.catalog.models import GPT_OSS_120B
 from dynamo_oss.conformance.cases import CASES
 from dynamo_oss.conformance.matrix.cells import Cell, every_cell
+from dynamo_oss.conformance.sequences import SEQUENCES
 from tests.support.commands import run_dynamo
 from tests.support.ports import free_ports
 from tests.support.served import ServedGraph
@@ -52,7 +53,7 @@ def test_every_case_passes_against_the_disaggregated_mocker_graph(disagg: Served
     failed = {r["case"]: r["reasons"] for r in results if r["verdict"] != "pass"}
     assert failed == {}
     assert code == 0
-    assert len(results) == len(CASES)
+    assert len(results) == len(CASES) + len(SEQUENCES)
 
 
 def test_every_combination_of_the_matrix_holds_on_the_readme_graph(disagg: ServedGraph) -> None:
@@ -132,3 +133,5 @@ def test_conformance_fails_a_server_that_leaks_harmony_tokens(stock_mocker_endpo
     assert any("leak into content" in reason for reason in by_case["final-answer"]["reasons"])
     assert by_case["tool-call"]["verdict"] == "fail"
     assert any("no tool call returned" in reason for reason in by_case["tool-call"]["reasons"])
+    # Dynamo's frontend alone serves neither exact count.
+    assert by_case["messages-count-tokens"]["verdict"] == by_case["responses-input-tokens"]["verdict"] == "fail"
