@@ -18,7 +18,7 @@ from dynamo_oss.catalog.names import RouterMode
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.engines import SimulatedTiming, WorkerContext
-from dynamo_oss.gateway.config import GatewayConfig, NatsTlsFiles, ResponsesStoreConfig
+from dynamo_oss.gateway.config import GatewayConfig, NatsConnection, ResponsesStoreConfig
 
 
 # Dynamo 1.6's gpt-oss parsers warn on healthy streams: the reasoning parser for every chunk of the
@@ -78,15 +78,16 @@ def gateway_config(
     model_folder: Path | None = None,
     model: str | None = None,
     metrics: tuple[str, int] | None = None,
-    responses: ResponsesStoreConfig | None = None,
+    nats: NatsConnection | None = None,
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
     from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
-    graph's key in `key_file`, the clients'
-    keys in `api_keys_file` (where the graph's keys file is, here), its /metrics on `metrics`, and where
-    stored responses go (`responses`, see stored_responses)."""
+    graph's key in `key_file`, the clients' keys in `api_keys_file` (where the graph's keys file is, here),
+    its /metrics on `metrics`, and how it reaches the graph's NATS (`nats`; without it, it keeps nothing
+    there), where it stores responses when the graph keeps them."""
     gateway = deployment.gateway
     assert gateway is not None
+    responses = stored_responses(deployment) if nats is not None else None
     return GatewayConfig(
         processes=gateway.processes,
         state_dir=state_dir,
@@ -104,31 +105,18 @@ def gateway_config(
         max_in_flight=gateway.max_in_flight,
         metrics_host=metrics[0] if metrics else None,
         metrics_port=metrics[1] if metrics else None,
+        nats=nats if responses is not None else None,
         responses=responses,
     )
 
 
-def stored_responses(
-    deployment: Deployment,
-    bucket: str,
-    *,
-    nats_url_file: Path,
-    bucket_prefix_env: str | None = None,
-    tls: NatsTlsFiles | None = None,
-) -> ResponsesStoreConfig | None:
-    """Where the gateway keeps responses (the graph's NATS, its URL in `nats_url_file`), or None when the
-    graph keeps none."""
+def stored_responses(deployment: Deployment) -> ResponsesStoreConfig | None:
+    """Where the gateway keeps responses in the graph's NATS, or None when the graph keeps none."""
     gateway = deployment.gateway
     assert gateway is not None
     if not gateway.responses.store:
         return None
-    return ResponsesStoreConfig(
-        nats_url_file=nats_url_file,
-        bucket=bucket,
-        bucket_prefix_env=bucket_prefix_env,
-        tls=tls,
-        settings=gateway.responses,
-    )
+    return ResponsesStoreConfig(bucket=responses_bucket(deployment.name), settings=gateway.responses)
 
 
 def gateway_args(config_file: Path) -> list[str]:

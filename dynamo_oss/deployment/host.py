@@ -27,8 +27,6 @@ from dynamo_oss.deployment.commands import (
     frontend_config,
     gateway_args,
     gateway_config,
-    responses_bucket,
-    stored_responses,
     worker_context,
 )
 from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
@@ -38,7 +36,7 @@ from dynamo_oss.deployment.processes import LOOPBACK, NodeProcesses, PortUse, Pr
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
-from dynamo_oss.gateway.config import NatsTlsFiles, ResponsesStoreConfig
+from dynamo_oss.gateway.config import NatsConnection, NatsTlsFiles
 
 
 class PoolPlan(BaseModel):
@@ -455,7 +453,7 @@ def _frontend_processes(
             api_keys_file=deployment.gateway.keys_file,
             model_folder=model_folder,
             metrics=(ports[1].host, ports[1].port) if ports[1:] else None,
-            responses=_responses_store(deployment, nats_url, tls, run_dir, files),
+            nats=_nats_connection(nats_url, tls, run_dir, files),
         )
         config_file = PlannedFile(
             path=run_dir / "gateway.json",
@@ -485,11 +483,11 @@ def _cores_problems(deployment: Deployment) -> list[Problem]:
     ]
 
 
-def _responses_store(
-    deployment: Deployment, nats_url: str, tls: InfrastructureTls | None, run_dir: Path, files: list[PlannedFile]
-) -> ResponsesStoreConfig | None:
-    """Where the gateway stores responses: the graph's NATS (its URL in a file of the run folder), with the
-    node's certificate when NATS asks for one."""
+def _nats_connection(
+    nats_url: str, tls: InfrastructureTls | None, run_dir: Path, files: list[PlannedFile]
+) -> NatsConnection:
+    """How the gateway reaches the graph's NATS: its URL in a file of the run folder, with the node's
+    certificate when NATS asks for one."""
     url_file = PlannedFile(
         path=run_dir / "nats-url",
         purpose="the graph's NATS URL, for the gateway (owner-only: it may hold credentials)",
@@ -498,9 +496,7 @@ def _responses_store(
     )
     files.append(url_file)
     certificates = NatsTlsFiles(ca=tls.ca, cert=tls.cert, key=tls.key) if tls else None
-    return stored_responses(
-        deployment, responses_bucket(deployment.name), nats_url_file=url_file.path, tls=certificates
-    )
+    return NatsConnection(url_file=url_file.path, tls=certificates)
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:

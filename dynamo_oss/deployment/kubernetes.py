@@ -48,14 +48,12 @@ from dynamo_oss.deployment.commands import (
     frontend_config,
     gateway_args,
     gateway_config,
-    responses_bucket,
-    stored_responses,
     worker_context,
 )
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
-from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.gateway.config import GatewayConfig, NatsConnection
 from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.schema import EmbeddedPrometheus
@@ -229,12 +227,7 @@ def _gateway_config(deployment: Deployment) -> GatewayConfig:
         api_keys_file=API_KEYS_MOUNT / "keys" if gateway.keys_file else None,
         model=deployment.model.builtin,
         metrics=("0.0.0.0", GATEWAY_METRICS_PORT),
-        responses=stored_responses(
-            deployment,
-            responses_bucket(deployment.name),
-            nats_url_file=NATS_ADDRESS_MOUNT / "server",
-            bucket_prefix_env="POD_NAMESPACE",
-        ),
+        nats=NatsConnection(url_file=NATS_ADDRESS_MOUNT / "server", prefix_env="POD_NAMESPACE"),
     )
 
 
@@ -253,7 +246,7 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     containers = [main]
     if deployment.gateway:
         keys = deployment.gateway
-        stores = keys.responses.store
+        uses_nats = _gateway_config(deployment).nats is not None
         mounts = [
             {"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True},
             {"name": "reasoning-key", "mountPath": str(REASONING_KEY_MOUNT), "readOnly": True},
@@ -282,7 +275,7 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         if keys.keys_env:  # the one API key: the Secret's key of the variable's name
             secret_key = {"secretKeyRef": {"name": api_keys_secret(deployment), "key": keys.keys_env}}
             env.append({"name": keys.keys_env, "valueFrom": secret_key})
-        if stores:  # the NATS the operator gives the frontend's container, passed on through a shared volume
+        if uses_nats:  # the NATS the operator gives the frontend's container, passed on through a shared volume
             main["command"] = ["/bin/sh", "-c"]
             main["args"] = [
                 f"(umask 077 && printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'}) && exec python3 "

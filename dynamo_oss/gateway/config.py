@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.graph.schema import GatewayLimitsSection, GatewayResponsesSection, KeyLimitsSection
@@ -30,20 +30,32 @@ class NatsTlsFiles(_Strict):
     key: Path
 
 
+class NatsConnection(_Strict):
+    """How the gateway reaches the graph's NATS, for whatever it keeps there: one set of settings, named
+    once, whichever of the gateway's parts uses it."""
+
+    url: str | None = Field(default=None, description="the graph's NATS")
+    url_file: Path | None = Field(
+        default=None, description="a file holding that URL, read once another process has written it"
+    )
+    prefix_env: str | None = Field(
+        default=None,
+        description="an environment variable whose value, and a dash, goes before the names the gateway gives "
+        "in NATS (on Kubernetes the pod's namespace, which one NATS may serve beside others)",
+    )
+    tls: NatsTlsFiles | None = None
+
+    @model_validator(mode="after")
+    def _one_address(self) -> NatsConnection:
+        if (self.url is None) == (self.url_file is None):
+            raise ValueError("give the NATS server's url or the url_file that holds it")
+        return self
+
+
 class ResponsesStoreConfig(_Strict):
     """Where the graph's stored responses live: a JetStream key-value bucket of the graph's NATS."""
 
-    nats_url: str | None = Field(default=None, description="the graph's NATS")
-    nats_url_file: Path | None = Field(
-        default=None, description="a file holding that URL, read once another process has written it"
-    )
     bucket: str = Field(description="the key-value bucket, one per graph")
-    bucket_prefix_env: str | None = Field(
-        default=None,
-        description="an environment variable whose value, and a dash, goes before the bucket's name "
-        "(on Kubernetes the pod's namespace, which one NATS may serve beside others)",
-    )
-    tls: NatsTlsFiles | None = None
     settings: GatewayResponsesSection = Field(description="how long and how much it keeps")
 
 
@@ -79,7 +91,14 @@ class GatewayConfig(_Strict):
         default=None, description="where /metrics (every process's series, summed) and /metrics/frontend are served"
     )
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
+    nats: NatsConnection | None = Field(default=None, description="the graph's NATS; None: nothing is kept there")
     responses: ResponsesStoreConfig | None = Field(default=None, description="None: the graph keeps no responses")
+
+    @model_validator(mode="after")
+    def _nats_for_what_it_keeps(self) -> GatewayConfig:
+        if self.responses is not None and self.nats is None:
+            raise ValueError("responses are kept in the graph's NATS: give nats")
+        return self
 
     @classmethod
     def read(cls, path: Path) -> GatewayConfig:

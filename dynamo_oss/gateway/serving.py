@@ -6,20 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
 import signal
 from pathlib import Path
 
 from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
-from dynamo_oss.gateway.config import GatewayConfig, ResponsesStoreConfig
+from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.processes import DRAIN_TIMEOUT_S
 from dynamo_oss.gateway.prompt import PromptCounter
-from dynamo_oss.gateway.responses.nats_store import NatsResponseStore, NatsTls
+from dynamo_oss.gateway.nats_connection import prefixed
+from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
 
 
 async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
@@ -29,7 +29,7 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
-    store = response_store(config.responses)
+    store = response_store(config)
     if store is not None:
         store.start()
     keys = api_keys(config)
@@ -52,23 +52,15 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         ledger.close()
 
 
-def response_store(config: ResponsesStoreConfig | None) -> NatsResponseStore | None:
+def response_store(config: GatewayConfig) -> NatsResponseStore | None:
     """The graph's store of responses, when the graph keeps them."""
-    if config is None:
+    if config.responses is None:
         return None
-    bucket = config.bucket
-    if config.bucket_prefix_env:
-        bucket = f"{os.environ.get(config.bucket_prefix_env, '')}-{bucket}"
-    tls = NatsTls(config.tls.ca, config.tls.cert, config.tls.key) if config.tls else None
+    assert config.nats is not None  # GatewayConfig requires it with responses
     try:
-        return NatsResponseStore(
-            bucket,
-            config.settings.retention_s,
-            config.settings.max_mib * 2**20,
-            config.nats_url,
-            config.nats_url_file,
-            tls,
-        )
+        bucket = prefixed(config.nats, config.responses.bucket)
+        settings = config.responses.settings
+        return NatsResponseStore(bucket, settings.retention_s, settings.max_mib * 2**20, config.nats)
     except ValueError as error:
         raise SystemExit(f"gateway: response store: {error}") from None
 

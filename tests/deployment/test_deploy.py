@@ -141,8 +141,8 @@ def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files(
     assert args[args.index("--http-host") + 1] == "127.0.0.1"  # only the gateway faces the Service
     assert frontend[1]["args"] == ["-m", "dynamo_oss.gateway", "--config", "/opt/dynamo-oss/config/gateway.json"]
     gateway = GatewayConfig.model_validate_json(config_map["data"]["gateway.json"])
-    assert gateway.responses is not None and gateway.responses.nats_url_file == Path("/run/dynamo-oss/nats/server")
-    assert (gateway.responses.bucket_prefix_env, gateway.responses.bucket) == (
+    assert gateway.nats is not None and gateway.nats.url_file == Path("/run/dynamo-oss/nats/server")
+    assert gateway.responses is not None and (gateway.nats.prefix_env, gateway.responses.bucket) == (
         "POD_NAMESPACE",
         "responses-gpt-oss-120b-disagg-1p1d",
     )

@@ -63,8 +63,8 @@ def test_an_external_nats_password_reaches_the_gateway_in_an_owner_only_file_not
     (config_file,) = [f for f in plan.files if str(f.path) in gateway.argv]
     assert b"s3cret" not in config_file.content
     config = GatewayConfig.model_validate_json(config_file.content)
-    assert config.responses is not None
-    (url_file,) = [f for f in plan.files if f.path == config.responses.nats_url_file]
+    assert config.responses is not None and config.nats is not None
+    (url_file,) = [f for f in plan.files if f.path == config.nats.url_file]
     assert url_file.write().read_text() == "nats://graph:s3cret@127.0.0.1:4222"
     assert url_file.path.stat().st_mode & 0o777 == 0o600
 

@@ -22,7 +22,7 @@ import yaml
 from openai.types.responses import Response, ResponseItem
 from pydantic import TypeAdapter
 
-from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.gateway.config import GatewayConfig, NatsConnection
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
@@ -161,7 +161,7 @@ def test_bad_previous_response_ids_are_404s_that_name_them_and_reach_no_worker(s
 
 
 async def _put(url: str, record: StoredResponse) -> None:
-    store = NatsResponseStore(BUCKET, RETENTION_S, 2**30, server=url)
+    store = NatsResponseStore(BUCKET, RETENTION_S, 2**30, NatsConnection(url=url))
     try:
         await store.put(record)
     finally:
@@ -172,7 +172,7 @@ def test_nats_drops_a_response_past_the_bucket_s_retention(served: ServedGraph) 
     """The age limit is NATS's own (the bucket's max_age), not only the gateway's check."""
 
     async def kept_until_dropped() -> float:
-        store = NatsResponseStore("responses-retention-test", 1, 2**20, server=nats_url(served))
+        store = NatsResponseStore("responses-retention-test", 1, 2**20, NatsConnection(url=nats_url(served)))
         try:
             await store.put(StoredResponse(id="resp_short", owner=None, created_at=time.time(), input=[], response={}))
             assert await store.get("resp_short") is not None

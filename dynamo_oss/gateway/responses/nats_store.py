@@ -22,12 +22,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import zlib
-from dataclasses import dataclass
-from pathlib import Path
 
-import nats
 import nats.errors
 import nats.js.errors
 import orjson
@@ -36,50 +32,26 @@ from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
+from dynamo_oss.gateway.config import NatsConnection
+from dynamo_oss.gateway.nats_connection import NatsAddressUnreadable, connect
 from dynamo_oss.gateway.responses.store import StoredResponse, StoreUnavailable
 
 log = logging.getLogger("dynamo_oss.gateway.store")
 
 CONNECT_TIMEOUT_S = 2.0  # a request waiting on a store that is not up gets its 503 this soon
 REQUEST_TIMEOUT_S = 5.0  # one JetStream call
-ADDRESS_WAIT_S = 0.5  # how often an address file that is not written yet is read again
 COMPRESSION_LEVEL = 1  # fast: a record is written once per response, on the answer's path
 BUCKET_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
-@dataclass(frozen=True)
-class NatsTls:
-    """The node's files for a NATS that asks clients for a certificate (infrastructure.tls)."""
-
-    ca: Path
-    cert: Path
-    key: Path
-
-    def context(self) -> ssl.SSLContext:
-        context = ssl.create_default_context(cafile=str(self.ca))
-        context.load_cert_chain(str(self.cert), str(self.key))
-        return context
-
-
 class NatsResponseStore:
-    """ResponseStore over one JetStream key-value bucket. `server` is a NATS URL, or None with
-    `server_file` naming a file that holds it (written by another container of a Kubernetes pod)."""
+    """ResponseStore over one JetStream key-value bucket of the graph's NATS (`connection`)."""
 
-    def __init__(
-        self,
-        bucket: str,
-        retention_s: float,
-        max_bytes: int,
-        server: str | None = None,
-        server_file: Path | None = None,
-        tls: NatsTls | None = None,
-    ) -> None:
+    def __init__(self, bucket: str, retention_s: float, max_bytes: int, connection: NatsConnection) -> None:
         if not bucket or not set(bucket) <= BUCKET_CHARACTERS:
             raise ValueError(f"bucket {bucket!r}: a NATS key-value bucket is named with letters, digits, - and _")
-        if (server is None) == (server_file is None):
-            raise ValueError("give the NATS server's URL or the file that holds it")
         self.bucket, self.retention_s, self.max_bytes = bucket, retention_s, max_bytes
-        self.server, self.server_file, self.tls = server, server_file, tls
+        self.connection = connection
         self._client: Client | None = None
         self._kv: KeyValue | None = None
         self._connecting: asyncio.Task[KeyValue] | None = None
@@ -92,8 +64,11 @@ class NatsResponseStore:
         value = zlib.compress(orjson.dumps(record.model_dump(mode="json")), COMPRESSION_LEVEL)
         kv = await self._bucket()
         if self._client is not None and len(value) > self._client.max_payload:
-            raise StoreUnavailable(f"the response's record is {len(value)} bytes compressed, more than NATS's "
-                                   f"largest message ({self._client.max_payload} bytes)")  # fmt: skip
+            limit = self._client.max_payload
+            raise StoreUnavailable(
+                f"the response's record is {len(value)} bytes compressed, more than NATS's largest message "
+                f"({limit} bytes)"
+            )
         await self._call(kv.put(record.id, value))
 
     async def get(self, response_id: str) -> StoredResponse | None:
@@ -146,17 +121,11 @@ class NatsResponseStore:
         return self._connecting
 
     async def _connect(self) -> KeyValue:
-        server = self.server or await self._read_server_file()
         if self._client is None or self._client.is_closed:
-            self._client = await nats.connect(
-                server,
-                name="dynamo-oss-gateway",
-                connect_timeout=CONNECT_TIMEOUT_S,
-                allow_reconnect=True,
-                max_reconnect_attempts=-1,  # once connected, the client reconnects after NATS restarts
-                tls=self.tls.context() if self.tls else None,
-                error_cb=_log_error,
-            )
+            try:
+                self._client = await connect(self.connection, "dynamo-oss-gateway", _log_error)
+            except NatsAddressUnreadable as error:
+                raise StoreUnavailable(str(error)) from None
         js = self._client.jetstream(timeout=REQUEST_TIMEOUT_S)
         wanted = StreamConfig(
             name=f"KV_{self.bucket}",
@@ -178,25 +147,12 @@ class NatsResponseStore:
         except nats.js.errors.NotFoundError:
             await js.add_stream(wanted)
         else:
-            if (info.config.max_age, info.config.max_bytes, info.config.discard) != (
-                wanted.max_age, wanted.max_bytes, wanted.discard):  # fmt: skip
+            kept = (info.config.max_age, info.config.max_bytes, info.config.discard)
+            if kept != (wanted.max_age, wanted.max_bytes, wanted.discard):
                 await js.update_stream(wanted)  # the graph's retention or size changed
         self._kv = await js.key_value(self.bucket)
         log.info("responses are stored in NATS bucket %s (retention %g s)", self.bucket, self.retention_s)
         return self._kv
-
-    async def _read_server_file(self) -> str:
-        assert self.server_file is not None
-        while True:
-            try:
-                text = self.server_file.read_text().strip()
-            except FileNotFoundError:
-                text = ""  # not written yet (the frontend's container writes it as it starts)
-            except OSError as error:  # there but unreadable (its mode): waiting would wait for ever
-                raise StoreUnavailable(f"cannot read the NATS address in {self.server_file}: {error}") from None
-            if text:
-                return text
-            await asyncio.sleep(ADDRESS_WAIT_S)
 
 
 def _retrieved(task: asyncio.Task) -> None:
