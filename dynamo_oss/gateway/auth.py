@@ -90,6 +90,13 @@ class ApiKeys:
         return cls(keys, tenants, limits)
 
     @classmethod
+    def configured(cls, keys_file: Path | None, keys_env: str | None) -> ApiKeys | None:
+        """The keys a gateway's configuration names: its keys file's, its variable's, or none."""
+        if keys_file:
+            return cls.from_file(keys_file)
+        return cls.from_env(keys_env) if keys_env else None
+
+    @classmethod
     def from_env(cls, variable: str) -> ApiKeys:
         """One key, named after the variable that holds it."""
         key = os.environ.get(variable, "").strip()

@@ -1,5 +1,6 @@
 """What one gateway process is told, in one typed file: where it listens, which Dynamo frontends it
-forwards to, where its keys and the graph's key are, its limits, and where stored responses live.
+forwards to, where its keys and the graph's key are, its limits, where stored responses live, and
+whether its limits are shared with the gateway's other places.
 
 The deployment builds it from the graph (deployment.commands.gateway_config) and each renderer
 writes it once: a file of the run folder on a host, a ConfigMap's key on Kubernetes. The gateway
@@ -59,6 +60,13 @@ class ResponsesStoreConfig(_Strict):
     settings: GatewayResponsesSection = Field(description="how long and how much it keeps")
 
 
+class ClusterShareConfig(_Strict):
+    """The endpoint is one of several places (pods, nodes) of the graph's gateway, which share each key's
+    counts over the graph's NATS so its limits hold over the graph (cluster_share.py)."""
+
+    channel: str = Field(description="the name the places of one graph share their counts under, one per graph")
+
+
 class GatewayConfig(_Strict):
     """Everything a gateway process needs; every process of a graph's endpoint reads the same one."""
 
@@ -93,11 +101,14 @@ class GatewayConfig(_Strict):
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     nats: NatsConnection | None = Field(default=None, description="the graph's NATS; None: nothing is kept there")
     responses: ResponsesStoreConfig | None = Field(default=None, description="None: the graph keeps no responses")
+    cluster_share: ClusterShareConfig | None = Field(
+        default=None, description="None: the graph's gateway runs in this place alone, whose counts are its limits"
+    )
 
     @model_validator(mode="after")
     def _nats_for_what_it_keeps(self) -> GatewayConfig:
-        if self.responses is not None and self.nats is None:
-            raise ValueError("responses are kept in the graph's NATS: give nats")
+        if (self.responses is not None or self.cluster_share is not None) and self.nats is None:
+            raise ValueError("responses and the places' shared counts are kept in the graph's NATS: give nats")
         return self
 
     @classmethod

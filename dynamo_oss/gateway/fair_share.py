@@ -12,13 +12,16 @@ until its bucket is above nothing again, so a key overruns its minute by at most
 in flight when the bucket ran out.
 
 Every process of the endpoint counts in one ledger (ledger.py), so a key's limits, and the graph's
-capacity (`gateway.max_in_flight`), hold over them all, whichever process a connection lands on.
+capacity (`gateway.max_in_flight`), hold over them all, whichever process a connection lands on; where
+the graph's gateway runs in several places, the ledger also counts what the others have in flight and
+have charged (cluster_share.py), so the limits hold over the graph.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
@@ -40,8 +43,10 @@ class Bucket:
         return self.capacity / 60.0  # units a second
 
     def refill(self, now: float) -> None:
-        self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
-        self.at = now
+        """Up to `now`; a `now` before the bucket's time (read before another process wrote it) refills nothing."""
+        if now > self.at:
+            self.level = min(self.capacity, self.level + (now - self.at) * self.rate)
+            self.at = now
 
     def seconds_until(self, level: float) -> float:
         return max(0.0, (level - self.level) / self.rate)
@@ -75,7 +80,7 @@ class FairShare:
     def admit(self, key: str | None) -> Ticket:
         """Count one generation request in, or refuse it: a 429 naming the key's limit it is past, or a
         503 with Retry-After when the graph is at capacity."""
-        limits = self.own.get(key, self.default) if key is not None else None
+        limits = self.limits_of(key)
         slot = self.ledger.slot(key)
         ticket = Ticket(slot, limits)
         with self.ledger.locked():
@@ -92,7 +97,12 @@ class FairShare:
                     retry_after=RETRY_AFTER_S,
                 )
             self.ledger.count_in(slot)
+            if slot is not None:
+                self.ledger.charge(slot, requests=1, tokens=0)
         return ticket
+
+    def limits_of(self, key: str | None) -> KeyLimitsSection | None:
+        return self.own.get(key, self.default) if key is not None else None
 
     def _charge(self, ticket: Ticket, slot: int, limits: KeyLimitsSection) -> None:
         """The key's limits, checked and its request charged: a 429 past any of them."""
@@ -133,6 +143,43 @@ class FairShare:
                 bucket = self._bucket(ticket.slot, 1, limits.tokens_per_minute, time.monotonic())
                 assert bucket is not None
                 self.ledger.set_bucket(ticket.slot, 1, bucket.level - tokens, bucket.at)
+            if ticket.slot is not None:
+                self.ledger.charge(ticket.slot, requests=0, tokens=tokens)
+
+    # What the graph's other places charged, kept in step by cluster_share.py: called with the ledger locked.
+
+    def levels(self, key: str, now: float) -> tuple[float | None, float | None]:
+        """What is left of the key's requests and tokens this minute (None: no such limit, or all of it)."""
+        slot, limits = self.ledger.slots[key], self.limits_of(key)
+        requests = self._bucket(slot, 0, _per_minute(limits, 0), now)
+        tokens = self._bucket(slot, 1, _per_minute(limits, 1), now)
+        return _used(requests), _used(tokens)
+
+    def spend(self, key: str, requests: float, tokens: float, now: float) -> None:
+        """Charge the key what another place admitted and answered for it."""
+        self._lower(key, now, lambda which, level: level - (requests, tokens)[which])
+
+    def lower_to(self, key: str, levels: tuple[float | None, float | None], now: float) -> None:
+        """Take the key's minute as another place sees it where that is lower: what it has left there
+        includes what it was charged where this place cannot count it."""
+        self._lower(key, now, lambda which, level: level if levels[which] is None else min(level, levels[which]))
+
+    def _lower(self, key: str, now: float, lowered: Callable[[int, float], float]) -> None:
+        slot, limits = self.ledger.slots[key], self.limits_of(key)
+        for which in (0, 1):
+            bucket = self._bucket(slot, which, _per_minute(limits, which), now)
+            if bucket is not None:
+                self.ledger.set_bucket(slot, which, lowered(which, bucket.level), bucket.at)
+
+
+def _used(bucket: Bucket | None) -> float | None:
+    return None if bucket is None or bucket.level >= bucket.capacity else bucket.level
+
+
+def _per_minute(limits: KeyLimitsSection | None, which: int) -> int | None:
+    if limits is None:
+        return None
+    return limits.requests_per_minute if which == 0 else limits.tokens_per_minute
 
 
 def headers(requests: Bucket | None, tokens: Bucket | None) -> list[tuple[bytes, bytes]]:

@@ -3,8 +3,9 @@
 
 That first process serves no client. It empties the state folder the others share (ledger.py, and
 prometheus-client's multiprocess files), starts each serving process, starts again one that dies
-(backing off if it keeps dying), serves /metrics summed over all of them (and the frontend's), and on
-SIGTERM passes the signal on and waits while they drain. The serving processes die with it, so a
+(backing off if it keeps dying), serves /metrics summed over all of them (and the frontend's), keeps
+the ledger in step with the graph's other places where the gateway runs in several (cluster_share.py),
+and on SIGTERM passes the signal on and waits while they drain. The serving processes die with it, so a
 restart of the endpoint never leaves one behind on the port.
 """
 
@@ -23,6 +24,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from dynamo_oss.gateway.cluster_share import keep_shared
 from dynamo_oss.gateway.config import GatewayConfig
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.metrics_port import serve_metrics
@@ -47,10 +49,11 @@ async def run_endpoint(config: GatewayConfig, config_file: Path, drain_timeout_s
         loop.add_signal_handler(signum, stop.set)
     running: dict[int, asyncio.subprocess.Process] = {}
     keepers = [loop.create_task(_keep(index, config_file, config, running, stop)) for index in range(config.processes)]
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=str(config.metrics_dir))
+    sharing = loop.create_task(keep_shared(config, registry)) if config.cluster_share is not None else None
     metrics = None
     if config.metrics_host is not None and config.metrics_port is not None:
-        registry = CollectorRegistry()
-        MultiProcessCollector(registry, path=str(config.metrics_dir))
         metrics = await serve_metrics(config.metrics_host, config.metrics_port, config.upstreams, registry)
     try:
         await stop.wait()
@@ -64,6 +67,9 @@ async def run_endpoint(config: GatewayConfig, config_file: Path, drain_timeout_s
                 process.kill()
         for keeper in late:
             keeper.cancel()
+        if sharing is not None:  # only now: the other places count this one's streams while they drain
+            sharing.cancel()
+            await asyncio.wait([sharing])
         if metrics is not None:
             await metrics.cleanup()
 

@@ -68,9 +68,7 @@ def response_store(config: GatewayConfig) -> NatsResponseStore | None:
 def api_keys(config: GatewayConfig) -> ApiKeys | None:
     """The keys the graph names; the gateway does not start on keys it cannot read."""
     try:
-        if config.keys_file:
-            return ApiKeys.from_file(config.keys_file)
-        return ApiKeys.from_env(config.keys_env) if config.keys_env else None
+        return ApiKeys.configured(config.keys_file, config.keys_env)
     except KeysUnusable as error:
         raise SystemExit(f"gateway: API keys: {error}") from None
 

@@ -67,3 +67,24 @@ def test_a_process_started_in_a_killed_one_s_place_leaves_nothing_counted(tmp_pa
 def test_a_process_index_outside_the_endpoint_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="process 2 is not one of 2"):
         Ledger(KEYS, processes=2, process=2, path=tmp_path / "ledger")
+
+
+def test_the_first_process_opens_it_without_a_row_and_other_places_count_in_every_process(tmp_path: Path) -> None:
+    """What cluster_share.py writes and reads: the other places' requests in flight, and this place's charges."""
+    Ledger.create(tmp_path / "ledger")
+    first = Ledger(KEYS, processes=2, process=None, path=tmp_path / "ledger")
+    serving, other = (process(tmp_path / "ledger", index, concurrent_requests=2) for index in (0, 1))
+    ticket = serving.admit("heidi")
+    heidi = first.slot("heidi")
+    with first.locked():
+        first.set_elsewhere(3, {heidi: 1})
+        assert (first.in_flight(), first.in_flight_here(), first.in_flight(heidi)) == (4, 1, 2)
+    assert refused(other, "heidi") == 429  # one here, one at another place
+    serving.done(ticket, tokens=7)
+    with first.locked():
+        assert first.charged(heidi) == (1, 7) and first.here_by_slot() == [(0, 0, 0), (0, 1, 7)]
+        first.set_elsewhere(0, {})
+    other.admit("heidi")
+    Ledger(KEYS, processes=2, process=None, path=tmp_path / "ledger")  # opened again: it zeroes no row
+    serving.admit("heidi")
+    assert refused(other, "heidi") == 429
