@@ -18,7 +18,7 @@ from dynamo_oss.catalog.names import RouterMode
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.engines import SimulatedTiming, WorkerContext
-from dynamo_oss.gateway.config import GatewayConfig, NatsConnection, ResponsesStoreConfig
+from dynamo_oss.gateway.config import ClusterShareConfig, GatewayConfig, NatsConnection, ResponsesStoreConfig
 
 
 # Dynamo 1.6's gpt-oss parsers warn on healthy streams: the reasoning parser for every chunk of the
@@ -79,15 +79,19 @@ def gateway_config(
     model: str | None = None,
     metrics: tuple[str, int] | None = None,
     nats: NatsConnection | None = None,
+    several_places: bool = False,
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
     from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
     graph's key in `key_file`, the clients' keys in `api_keys_file` (where the graph's keys file is, here),
     its /metrics on `metrics`, and how it reaches the graph's NATS (`nats`; without it, it keeps nothing
-    there), where it stores responses when the graph keeps them."""
+    there), where it stores responses when the graph keeps them and, when the graph's gateway runs in
+    `several_places` (pods, nodes), shares its limits' counts with the others. A gateway in one place
+    counts alone, with no NATS traffic for it."""
     gateway = deployment.gateway
     assert gateway is not None
     responses = stored_responses(deployment) if nats is not None else None
+    share = ClusterShareConfig(channel=limits_channel(deployment.name)) if nats is not None and several_places else None
     return GatewayConfig(
         processes=gateway.processes,
         state_dir=state_dir,
@@ -105,8 +109,9 @@ def gateway_config(
         max_in_flight=gateway.max_in_flight,
         metrics_host=metrics[0] if metrics else None,
         metrics_port=metrics[1] if metrics else None,
-        nats=nats if responses is not None else None,
+        nats=nats if responses is not None or share is not None else None,
         responses=responses,
+        cluster_share=share,
     )
 
 
@@ -127,6 +132,11 @@ def gateway_args(config_file: Path) -> list[str]:
 def responses_bucket(graph: str) -> str:
     """The NATS key-value bucket a graph's responses are stored in: its own, beside other graphs'."""
     return f"responses-{graph}"
+
+
+def limits_channel(graph: str) -> str:
+    """The name a graph's gateway places share their limits' counts under in NATS: its own."""
+    return f"limits-{graph}"
 
 
 def worker_context(

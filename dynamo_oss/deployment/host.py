@@ -409,9 +409,10 @@ def _frontend_processes(
     comes from the deployment's frontend component, where they listen from the graph's frontend section.
     The gateway's /metrics binds loopback on the infrastructure node, beside the graph's Prometheus, and
     the node's address on any other, where that Prometheus reaches it (as a worker's system port).
-    The gateway's configuration joins `files`; it stores responses in the graph's NATS at `nats_url`,
-    which it reads from an owner-only file that joins `files` too (an external NATS's URL may hold a
-    password, and a command line is anyone's to read)."""
+    The gateway's configuration joins `files`; it stores responses in the graph's NATS at `nats_url`, and
+    shares its limits' counts there with the other frontend nodes' gateways when there are any. It reads
+    the URL from an owner-only file that joins `files` too (an external NATS's URL may hold a password,
+    and a command line is anyone's to read)."""
     listen = deployment.frontend
     host = _endpoint_host(deployment, node)
     dynamo_host, dynamo_port = host, listen.port
@@ -454,6 +455,7 @@ def _frontend_processes(
             model_folder=model_folder,
             metrics=(ports[1].host, ports[1].port) if ports[1:] else None,
             nats=_nats_connection(nats_url, tls, run_dir, files),
+            several_places=len(deployment.placement.frontend_nodes) > 1,
         )
         config_file = PlannedFile(
             path=run_dir / "gateway.json",

@@ -22,8 +22,9 @@ The same graph that `dynamo serve` runs on one host becomes, the way `helm templ
   every frontend replica opens what another sealed and no key is ever written into a manifest;
   the clients' API keys likewise come from a Secret (`api_keys_secret`), as a file or a variable.
   Every pod's gateway reads the one configuration, so all share the store, the keys and the
-  reasoning key. Its limits (max_in_flight, each key's share) hold within a pod, over the pod's
-  processes: with several pods a key may use up to its limits on each;
+  reasoning key. Its limits (max_in_flight, each key's share) hold over the pod's processes and,
+  with several pods, over the pods too: each pod's gateway shares its counts with the others over
+  the same NATS (gateway/cluster_share.py);
 - the Grafana dashboards as a ConfigMap that Grafana's dashboard sidecar loads.
 
 The operator supplies what belongs to the cluster: DYN_NAMESPACE and discovery, the frontend's
@@ -215,7 +216,8 @@ def _config_name(deployment: Deployment) -> str:
 
 def _gateway_config(deployment: Deployment) -> GatewayConfig:
     """The gateway's configuration in the frontend's pod: the Service's port, Dynamo's frontend on the
-    pod's loopback, the Secrets' mounts, and the NATS the operator gives the frontend's container."""
+    pod's loopback, the Secrets' mounts, and the NATS the operator gives the frontend's container, which
+    the pods' gateways share their limits' counts over when there may be more than one pod."""
     gateway = deployment.gateway
     assert gateway is not None and deployment.model.builtin is not None  # _cluster_problems refuses checkouts
     return gateway_config(
@@ -228,6 +230,7 @@ def _gateway_config(deployment: Deployment) -> GatewayConfig:
         model=deployment.model.builtin,
         metrics=("0.0.0.0", GATEWAY_METRICS_PORT),
         nats=NatsConnection(url_file=NATS_ADDRESS_MOUNT / "server", prefix_env="POD_NAMESPACE"),
+        several_places=deployment.frontend.replicas > 1 or deployment.frontend.autoscale is not None,
     )
 
 

@@ -142,6 +142,7 @@ def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files(
     assert frontend[1]["args"] == ["-m", "dynamo_oss.gateway", "--config", "/opt/dynamo-oss/config/gateway.json"]
     gateway = GatewayConfig.model_validate_json(config_map["data"]["gateway.json"])
     assert gateway.nats is not None and gateway.nats.url_file == Path("/run/dynamo-oss/nats/server")
+    assert gateway.cluster_share is None  # one frontend pod: its limits are its own counts, no NATS traffic for them
     assert gateway.responses is not None and (gateway.nats.prefix_env, gateway.responses.bucket) == (
         "POD_NAMESPACE",
         "responses-gpt-oss-120b-disagg-1p1d",
@@ -306,6 +307,9 @@ def test_the_rack_s_frontend_pods_autoscale_on_cpu_and_share_one_gateway_configu
     config = GatewayConfig.model_validate_json(config_map["data"]["gateway.json"])
     assert config.processes == 8 and config.reasoning_key_file == Path("/etc/dynamo-oss/reasoning/key")
     assert config.responses is not None and config.responses.bucket == f"responses-{name}"
+    # 6 to 24 pods, one gateway each: a key's limits hold over all of them, shared over the operator's NATS.
+    assert config.cluster_share is not None and config.cluster_share.channel == f"limits-{name}"
+    assert config.nats is not None and config.nats.prefix_env == "POD_NAMESPACE"
     volumes = {volume["name"]: volume for volume in pod["volumes"]}
     assert volumes["dynamo-oss-config"]["configMap"]["name"] == config_map["metadata"]["name"]
     assert volumes["reasoning-key"]["secret"]["secretName"] == f"{name}-reasoning-key"

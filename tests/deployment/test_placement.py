@@ -260,3 +260,31 @@ def test_a_trtllm_worker_hands_kv_over_on_its_nodes_interface_and_serve_runs_onl
         served.returncode == 2
         and "--node head: its address 10.9.0.1 (hardware.nodes) is on no interface of this machine" in served.stderr
     ), served.stdout + served.stderr
+
+
+def test_gateways_on_several_frontend_nodes_share_their_limits_over_nats_and_one_keeps_them_to_itself(
+    tmp_path: Path,
+) -> None:
+    def gateway_configs(graph: dict) -> dict[str, GatewayConfig]:
+        deployment = build_deployment(load_graph(write(tmp_path, graph)))
+        configs = {}
+        for node in deployment.placement.frontend_nodes:
+            plan = plan_host(deployment, node, run_dir=tmp_path / node, model_folder=tmp_path, encodings_dir=tmp_path)
+            (gateway,) = [p for p in plan.processes if p.kind == "gateway"]
+            (config_file,) = [f for f in plan.files if str(f.path) in gateway.argv]
+            configs[node] = GatewayConfig.model_validate_json(config_file.content)
+        return configs
+
+    (tmp_path / "graph.key").write_bytes(bytes(32))
+    (tmp_path / "graph.key").chmod(0o600)
+    graph = two_nodes()
+    graph["gateway"] = {"responses": {"store": False}, "key_file": str(tmp_path / "graph.key")}
+    graph["frontend"] = {"nodes": ["head", "gpu-a"]}
+    configs = gateway_configs(graph)
+    assert list(configs) == ["head", "gpu-a"]
+    for config in configs.values():
+        assert config.cluster_share is not None and config.cluster_share.channel == "limits-two-nodes"
+        assert config.nats is not None and config.nats.url_file is not None and config.responses is None
+    graph["frontend"] = {"nodes": ["head"], "replicas": 2}  # two frontends behind one gateway: one place
+    (config,) = gateway_configs(graph).values()
+    assert config.cluster_share is None and config.nats is None  # nothing kept in NATS: no traffic to it
