@@ -114,8 +114,9 @@ class Ledger:
         self._add(slot, 1.0)
 
     def count_out(self, slot: int | None) -> None:
-        with self.locked():
-            self._add(slot, -1.0)
+        """One request fewer in flight. Call it locked: an flock taken again on the same file is released
+        whole on the inner exit, which would leave the caller's later writes unlocked."""
+        self._add(slot, -1.0)
 
     def _add(self, slot: int | None, amount: float) -> None:
         assert self.process is not None, "the endpoint's first process serves no request"

@@ -4,6 +4,8 @@ hold over both, and a process started again in a killed one's place leaves nothi
 
 from __future__ import annotations
 
+import fcntl
+import os
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,30 @@ def test_the_first_process_opens_it_without_a_row_and_other_places_count_in_ever
     Ledger(KEYS, processes=2, process=None, path=tmp_path / "ledger")  # opened again: it zeroes no row
     serving.admit("heidi")
     assert refused(other, "heidi") == 429
+
+
+def test_an_answer_s_end_is_counted_whole_under_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """done() frees the place, charges the tokens and adds to the place's charges all under the one flock:
+    another process (here another open file) can take it at no point between."""
+    Ledger.create(tmp_path / "ledger")
+    share = process(tmp_path / "ledger", 0, tokens_per_minute=1000)
+    ticket = share.admit("alice")
+    other = os.open(tmp_path / "ledger", os.O_RDWR)
+    held: list[bool] = []
+    charge = share.ledger.charge
+
+    def charge_and_look(*args: object, **kwargs: object) -> None:
+        try:
+            fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(other, fcntl.LOCK_UN)
+            held.append(False)
+        except BlockingIOError:
+            held.append(True)
+        charge(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(share.ledger, "charge", charge_and_look)
+    try:
+        share.done(ticket, tokens=10)
+    finally:
+        os.close(other)
+    assert held == [True]
