@@ -54,7 +54,7 @@ import nats.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from prometheus_client import CollectorRegistry, Counter, Gauge
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.config import GatewayConfig, NatsConnection
@@ -68,33 +68,57 @@ SYNC_S = 0.25  # how often a place tells the others its counts and merges theirs
 EXPIRE_S = 3.0  # a place not heard for this long is dropped: a dead place's requests stop counting
 RETRY_S = 2.0  # how often a first connection to NATS that failed is tried again
 COMPRESSION_LEVEL = 1
+ACTIVE_S = 60.0  # a key is told while it has requests in flight or was charged within this (its minute)
+MAX_PLACES = 1024  # places followed at once: a flood of made-up places cannot grow this place's memory
+MAX_MESSAGE_BYTES = 8 * 2**20  # a message inflated past this is dropped, never held
+MAX_COUNT = 1e15  # no count a place could reach: a larger one is a peer's bug or an attack
 
 
-class KeyCounts(BaseModel):
+class _Peer(BaseModel):
+    """A peer's message is checked before it counts: finite numbers within bounds, as a buggy or hostile
+    publisher on the graph's NATS (one NATS may serve several namespaces) must not poison a key's limits."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
+
+
+class KeyCounts(_Peer):
     """One key's counts at a place."""
 
-    in_flight: int = Field(default=0, ge=0)
-    requests: float = Field(default=0, ge=0, description="requests charged at the place since it started")
-    tokens: float = Field(default=0, ge=0, description="tokens charged at the place since it started")
+    in_flight: int = Field(default=0, ge=0, le=10_000_000)
+    requests: float = Field(default=0, ge=0, le=MAX_COUNT, description="requests charged at the place since it started")
+    tokens: float = Field(default=0, ge=0, le=MAX_COUNT, description="tokens charged at the place since it started")
     levels: tuple[float | None, float | None] = Field(
         default=(None, None), description="its minute's requests and tokens left as the place sees them; None: all"
     )
 
+    @field_validator("levels")
+    @classmethod
+    def _bounded(cls, levels: tuple[float | None, float | None]) -> tuple[float | None, float | None]:
+        if any(level is not None and abs(level) > MAX_COUNT for level in levels):
+            raise ValueError(f"a level beyond {MAX_COUNT:g}")
+        return levels
 
-class PlaceCounts(BaseModel):
+
+class PlaceCounts(_Peer):
     """What a place tells the others every SYNC_S: unknown fields are ignored, for a place of a later
     version during a rolling update."""
 
-    place: str
-    in_flight: int = Field(ge=0)
-    keys: dict[str, KeyCounts] = Field(default_factory=dict, description="keys with anything to count")
+    place: str = Field(max_length=256)
+    in_flight: int = Field(ge=0, le=10_000_000)
+    keys: dict[str, KeyCounts] = Field(
+        default_factory=dict, description="keys with requests in flight or charged within ACTIVE_S"
+    )
 
     def encode(self) -> bytes:
         return zlib.compress(self.model_dump_json(exclude_defaults=True).encode(), COMPRESSION_LEVEL)
 
     @classmethod
     def decode(cls, data: bytes) -> PlaceCounts:
-        return cls.model_validate_json(zlib.decompress(data))
+        inflating = zlib.decompressobj()
+        plain = inflating.decompress(data, MAX_MESSAGE_BYTES)
+        if inflating.unconsumed_tail:
+            raise ValueError(f"a message inflating past {MAX_MESSAGE_BYTES} bytes")
+        return cls.model_validate_json(plain)
 
 
 @dataclass
@@ -113,6 +137,8 @@ class ClusterShare:
         self._heard: dict[str, _Heard] = {}
         # Each followed place's charges as last merged, by key: what it charges past them is new.
         self._merged: dict[str, dict[str, tuple[float, float]]] = {}
+        # This place's charges of each key as last seen, and when they last changed.
+        self._charged: dict[str, tuple[tuple[float, float], float]] = {}
 
     @property
     def places(self) -> int:
@@ -120,8 +146,12 @@ class ClusterShare:
         return len(self._merged)
 
     def hear(self, counts: PlaceCounts, now: float) -> None:
-        if counts.place != self.place:
-            self._heard[counts.place] = _Heard(counts, now)
+        if counts.place == self.place:
+            return
+        if counts.place not in self._heard and len(self._heard) >= MAX_PLACES:
+            log.debug("limits: place %s not followed: %d places already are", counts.place, MAX_PLACES)
+            return
+        self._heard[counts.place] = _Heard(counts, now)
 
     def sync(self, now: float) -> PlaceCounts:
         """The others' counts, as last heard, merged into this place's ledger; and this place's counts."""
@@ -162,14 +192,20 @@ class ClusterShare:
             merged[key] = (of_key.requests, of_key.tokens)
 
     def _own(self, now: float) -> PlaceCounts:
+        """This place's counts of the keys active here or told of by others. A key idle here for ACTIVE_S
+        is left out (its charges are unchanged, so a place that follows this one loses nothing): the
+        message grows with the keys in use, not with every key ever used."""
         ledger = self.share.ledger
         heard = {key for heard in self._heard.values() for key in heard.counts.keys}
         keys = {}
         for key, (in_flight, requests, tokens) in zip(ledger.keys, ledger.here_by_slot(), strict=True):
-            if not (in_flight or requests or tokens or key in heard):
-                continue  # a key used nowhere has all of its minute
+            if self._charged.get(key, (None, 0.0))[0] != (requests, tokens):
+                self._charged[key] = ((requests, tokens), now)
+            active = in_flight or now - self._charged[key][1] < ACTIVE_S and (requests or tokens)
+            if not (active or key in heard):
+                continue  # a key idle here and nowhere else mentioned: nothing new to tell
             levels = self.share.levels(key, now)
-            if in_flight or requests or tokens or levels != (None, None):
+            if active or levels != (None, None):
                 keys[key] = KeyCounts(in_flight=in_flight, requests=requests, tokens=tokens, levels=levels)
         return PlaceCounts(place=self.place, in_flight=ledger.in_flight_here(), keys=keys)
 
@@ -245,7 +281,7 @@ class _Link:
     async def _heard(self, message: Msg) -> None:
         try:
             counts = PlaceCounts.decode(message.data)
-        except (zlib.error, ValidationError) as error:
+        except (zlib.error, ValueError) as error:  # pydantic's ValidationError is a ValueError
             log.debug("limits: an unreadable message on %s: %s", self.subject, error)
             return
         self.cluster.hear(counts, time.monotonic())

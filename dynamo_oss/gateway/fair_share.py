@@ -165,11 +165,14 @@ class FairShare:
         self._lower(key, now, lambda which, level: level if levels[which] is None else min(level, levels[which]))
 
     def _lower(self, key: str, now: float, lowered: Callable[[int, float], float]) -> None:
+        """Lower the key's buckets as `lowered` says, never below one minute owed: however many places
+        a burst landed on, or whatever a peer says, the key is refused for at most a minute more."""
         slot, limits = self.ledger.slots[key], self.limits_of(key)
         for which in (0, 1):
             bucket = self._bucket(slot, which, _per_minute(limits, which), now)
             if bucket is not None:
-                self.ledger.set_bucket(slot, which, lowered(which, bucket.level), bucket.at)
+                level = max(-float(bucket.capacity), lowered(which, bucket.level))
+                self.ledger.set_bucket(slot, which, level, bucket.at)
 
 
 def _used(bucket: Bucket | None) -> float | None:

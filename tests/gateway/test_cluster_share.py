@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from collections.abc import Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
@@ -30,7 +31,17 @@ from prometheus_client import CollectorRegistry
 
 from dynamo_oss.deployment.embedded import find_binary
 from dynamo_oss.gateway.auth import ApiKeys
-from dynamo_oss.gateway.cluster_share import EXPIRE_S, ClusterShare, KeyCounts, PlaceCounts, ShareMetrics, keep_in_step
+from dynamo_oss.gateway.cluster_share import (
+    ACTIVE_S,
+    EXPIRE_S,
+    MAX_MESSAGE_BYTES,
+    MAX_PLACES,
+    ClusterShare,
+    KeyCounts,
+    PlaceCounts,
+    ShareMetrics,
+    keep_in_step,
+)
 from dynamo_oss.gateway.config import ClusterShareConfig, GatewayConfig, NatsConnection
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.fair_share import Bucket, FairShare
@@ -127,6 +138,40 @@ def test_a_place_ignores_its_own_counts_unknown_keys_and_a_count_that_went_back(
     here.sync(now)
     assert remaining(here, "alice") == 99
     assert PlaceCounts.decode(own.encode()) == own and own.keys == {}  # nothing used here: nothing to tell
+
+
+def test_a_peer_s_message_out_of_bounds_is_dropped_and_no_peer_owes_a_key_more_than_a_minute() -> None:
+    here = place("here", requests_per_minute=10)
+    for hostile in (
+        b'{"place":"evil","in_flight":0,"keys":{"alice":{"levels":[-Infinity,null]}}}',
+        b'{"place":"evil","in_flight":0,"keys":{"alice":{"requests":NaN}}}',
+        b'{"place":"evil","in_flight":1000000000}',
+        b'{"place":"evil","in_flight":0,"keys":{"alice":{"levels":[-1e300,null]}}}',
+    ):
+        with pytest.raises(ValueError):
+            PlaceCounts.decode(zlib.compress(hostile))
+    bomb = zlib.compress(b'{"place":"evil","in_flight":0,"pad":"' + b"x" * (MAX_MESSAGE_BYTES + 1) + b'"}')
+    with pytest.raises(ValueError, match="inflating past"):
+        PlaceCounts.decode(bomb)
+    # Within bounds but far below the minute: a key owes at most one minute, and is admitted again after it.
+    now = time.monotonic()
+    here.hear(PlaceCounts(place="there", in_flight=0, keys={"alice": KeyCounts(levels=(-1e12, None))}), now)
+    here.sync(now)
+    assert refusal(here, "alice").retry_after <= 2 * 60
+    assert -10 <= here.share.levels("alice", time.monotonic())[0] < -9.9
+
+
+def test_a_flood_of_places_is_not_followed_past_the_cap_and_an_idle_key_is_no_longer_told() -> None:
+    here, there = place("here", requests_per_minute=10), place("there", requests_per_minute=10)
+    now = time.monotonic()
+    for index in range(MAX_PLACES + 50):
+        here.hear(PlaceCounts(place=f"made-up-{index}", in_flight=0), now)
+    here.sync(now)
+    assert here.places == MAX_PLACES
+    there.share.done(there.share.admit("alice"), tokens=0)
+    assert set(there.sync(now).keys) == {"alice"}
+    assert set(there.sync(now + ACTIVE_S / 2).keys) == {"alice"}  # charged within its minute: told
+    assert there.sync(now + ACTIVE_S + 1).keys == {}  # idle for a minute, its bucket full again: not told
 
 
 class Running:
