@@ -74,6 +74,7 @@ def gateway_config(
     *,
     state_dir: Path,
     key_file: Path,
+    make_key: bool,
     api_keys_file: Path | None,
     model_folder: Path | None = None,
     model: str | None = None,
@@ -83,7 +84,7 @@ def gateway_config(
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
     from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
-    graph's key in `key_file`, the clients' keys in `api_keys_file` (where the graph's keys file is, here),
+    graph's key in `key_file` (made there on first start where `make_key` says so), the clients' keys in `api_keys_file` (where the graph's keys file is, here),
     its /metrics on `metrics`, and how it reaches the graph's NATS (`nats`; without it, it keeps nothing
     there), where it stores responses when the graph keeps them and, when the graph's gateway runs in
     `several_places` (pods, nodes), shares its limits' counts with the others. A gateway in one place
@@ -101,6 +102,7 @@ def gateway_config(
         model_folder=model_folder,
         model=model,
         reasoning_key_file=key_file,
+        make_reasoning_key=make_key,
         keys_file=api_keys_file,
         keys_env=gateway.keys_env,
         cache_isolation=gateway.cache_isolation,

@@ -166,7 +166,7 @@ def plan_host(
     frontends = []
     if here.name in frontend_nodes:
         frontends = _frontend_processes(deployment, here, shared_env, model_folder, nats_url, tls, run_dir, files)
-        problems += _cores_problems(deployment)
+        problems += _cores_problems(deployment) + _key_file_problems(deployment)
     elsewhere: list[ProcessPlan] = []
     endpoints: list[NodeProcesses] = []
     if not on_center:  # its frontends and workers only; the infrastructure node scrapes them
@@ -451,6 +451,7 @@ def _frontend_processes(
             [f"http://{LOOPBACK}:{dynamo_port + index}" for index in range(replicas)],
             state_dir=run_dir / "gateway",
             key_file=reasoning_key_file(deployment),
+            make_key=deployment.gateway.key_file is None,  # the host's cache's own; one the graph names is copied
             api_keys_file=deployment.gateway.keys_file,
             model_folder=model_folder,
             metrics=(ports[1].host, ports[1].port) if ports[1:] else None,
@@ -499,6 +500,21 @@ def _nats_connection(
     files.append(url_file)
     certificates = NatsTlsFiles(ca=tls.ca, cert=tls.cert, key=tls.key) if tls else None
     return NatsConnection(url_file=url_file.path, tls=certificates)
+
+
+def _key_file_problems(deployment: Deployment) -> list[Problem]:
+    """A graph key the graph names must be on every node that runs its gateway: that gateway never makes
+    one of its own, which no other node's would share."""
+    gateway = deployment.gateway
+    if gateway is None or gateway.key_file is None or gateway.key_file.is_file():
+        return []
+    return [
+        Problem(
+            path="gateway.key_file",
+            message=f"{gateway.key_file} is not on this node: copy the graph's key file (the same one on every "
+            "frontend node) here, owner-only",
+        )
+    ]
 
 
 def reasoning_key_file(deployment: Deployment) -> Path:

@@ -226,6 +226,7 @@ def _gateway_config(deployment: Deployment) -> GatewayConfig:
         [f"http://{LOOPBACK}:{DYNAMO_FRONTEND_PORT}"],
         state_dir=GATEWAY_STATE_MOUNT,
         key_file=REASONING_KEY_MOUNT / "key",
+        make_key=False,  # the Secret's, which the operator creates
         api_keys_file=API_KEYS_MOUNT / "keys" if gateway.keys_file else None,
         model=deployment.model.builtin,
         metrics=("0.0.0.0", GATEWAY_METRICS_PORT),

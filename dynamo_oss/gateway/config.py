@@ -89,6 +89,11 @@ class GatewayConfig(_Strict):
         description="the graph's key, which seals reasoning and salts each tenant's cache; without it, a key "
         "of this process only",
     )
+    make_reasoning_key: bool = Field(
+        default=False,
+        description="make reasoning_key_file on first start when there is none (a key of this host's cache); "
+        "otherwise it must be there (a key file the graph names, a Kubernetes Secret)",
+    )
     keys_file: Path | None = Field(default=None, description="API keys it requires, a `NAME KEY [TENANT]` line each")
     keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
     cache_isolation: Literal["tenant", "shared"] = "tenant"

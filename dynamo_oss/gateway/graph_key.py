@@ -35,10 +35,15 @@ class GraphKey:
         self._key = key
 
     @classmethod
-    def from_file(cls, path: Path) -> GraphKey:
-        """The key in `path` (raw bytes, or base64 text as a Kubernetes Secret holds it), made there
-        first if there is none yet."""
+    def from_file(cls, path: Path, make: bool = False) -> GraphKey:
+        """The key in `path` (raw bytes, or base64 text as a Kubernetes Secret holds it), made there first
+        if there is none yet and `make` says so (a key of this host's cache); a key file the graph names
+        must be there, or this gateway would seal with a key no other one has."""
         if not path.exists():
+            if not make:
+                raise KeyFileUnusable(
+                    f"{path} not found: copy the graph's key file (the same one on every frontend node) here"
+                )
             _make_key_file(path)
         _check_private(path)
         raw = path.read_bytes()

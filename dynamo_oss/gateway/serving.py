@@ -37,7 +37,7 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
     gateway = Gateway(
         config.upstreams,
         counter,
-        graph_key(config.reasoning_key_file),
+        graph_key(config.reasoning_key_file, config.make_reasoning_key),
         config.max_in_flight,
         keys,
         Limits.of(config.limits),
@@ -73,12 +73,13 @@ def api_keys(config: GatewayConfig) -> ApiKeys | None:
         raise SystemExit(f"gateway: API keys: {error}") from None
 
 
-def graph_key(key_file: Path | None) -> GraphKey:
-    """The graph's key (graph_key.py): the file every gateway of the graph reads, or, without one, a key
-    of this process only. The gateway does not start on a key file it cannot use."""
+def graph_key(key_file: Path | None, make: bool) -> GraphKey:
+    """The graph's key (graph_key.py): the file every gateway of the graph reads (made first where `make`
+    says so), or, without one, a key of this process only. The gateway does not start on a key file it
+    cannot use."""
     if key_file is not None:
         try:
-            return GraphKey.from_file(key_file)
+            return GraphKey.from_file(key_file, make)
         except (OSError, KeyFileUnusable) as error:
             raise SystemExit(f"gateway: graph key: {error}") from None
     logging.getLogger("dynamo_oss.gateway").warning(

@@ -42,6 +42,10 @@ def three_nodes(**frontend: object) -> dict:
 
 
 def write(tmp_path: Path, graph: dict) -> Path:
+    """The graph, beside the graph key it names (`graph.key`), as copied to each frontend node."""
+    key = tmp_path / "graph.key"
+    key.write_bytes(bytes(32))
+    key.chmod(0o600)
     path = tmp_path / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     return path
@@ -136,11 +140,21 @@ def test_without_a_gateway_another_node_s_frontend_is_scraped_where_it_listens_u
             "frontend.host: 10.9.0.7 is no node's address, and frontend.nodes (head, gpu-b) each bind it",
         ),
         (
+            lambda g: g["gateway"].update(key_file="elsewhere.key"),
+            "gateway.key_file: ",
+        ),
+        (
             lambda g: g["gateway"].pop("key_file"),
             "gateway.key_file: frontend.nodes runs a gateway on head, gpu-b, and each would make a graph key",
         ),
     ],
-    ids=["a frontend's port", "the gateway's metrics port", "an address no node has", "a key per node"],
+    ids=[
+        "a frontend's port",
+        "the gateway's metrics port",
+        "an address no node has",
+        "a key not copied here",
+        "a key per node",
+    ],
 )
 def test_check_of_the_graph_refuses_what_a_frontend_node_could_not_bind(
     tmp_path: Path, change: Callable[[dict], None], named: str

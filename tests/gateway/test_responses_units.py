@@ -225,14 +225,22 @@ def test_sealed_reasoning_opens_here_for_its_tenant_and_model_and_nowhere_else()
 
 def test_a_key_file_is_made_once_owner_only_and_read_back(tmp_path: Path) -> None:
     key = tmp_path / "keys" / "graph.key"
-    first = GraphKey.from_file(key)
+    first = GraphKey.from_file(key, make=True)
     assert key.stat().st_mode & 0o777 == 0o600 and [p.name for p in key.parent.iterdir()] == ["graph.key"]
     assert GraphKey.from_file(key).derived(b"x") == first.derived(b"x") != first.derived(b"y")
 
 
+def test_a_key_file_the_graph_names_is_never_made_in_its_place(tmp_path: Path) -> None:
+    """A frontend node the graph's key was not copied to must not seal with a key of its own."""
+    key = tmp_path / "graph.key"
+    with pytest.raises(KeyFileUnusable, match="copy the graph's key file"):
+        GraphKey.from_file(key)
+    assert not key.exists()
+
+
 def test_a_key_file_others_can_read_is_refused(tmp_path: Path) -> None:
     key = tmp_path / "graph.key"
-    GraphKey.from_file(key)
+    GraphKey.from_file(key, make=True)
     key.chmod(0o644)
     with pytest.raises(KeyFileUnusable, match="chmod 600"):
         GraphKey.from_file(key)
@@ -248,7 +256,7 @@ def test_a_link_planted_where_the_key_s_draft_goes_is_not_followed(
     monkeypatch.setattr("dynamo_oss.gateway.graph_key.secrets.token_hex", lambda _: "planted")
     (tmp_path / ".graph.key.planted").symlink_to(target)
     with pytest.raises(FileExistsError):
-        GraphKey.from_file(tmp_path / "graph.key")
+        GraphKey.from_file(tmp_path / "graph.key", make=True)
     assert target.read_text() == "untouched" and not (tmp_path / "graph.key").exists()
 
 
