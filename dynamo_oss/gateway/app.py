@@ -17,7 +17,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any, Protocol
@@ -53,7 +53,7 @@ from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.input_tokens import PATH as INPUT_TOKENS
 from dynamo_oss.gateway.responses.input_tokens import InputTokensRoute
 from dynamo_oss.gateway.responses.route import ResponsesRoute
-from dynamo_oss.gateway.fair_share import FairShare
+from dynamo_oss.gateway.fair_share import FairShare, Ticket
 from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.graph_key import GraphKey
@@ -63,6 +63,9 @@ from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
 from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHODS
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
+    Detached,
+    EventStreamAnswer,
+    LocalAnswer,
     LocalRoute,
     PassThrough,
     Route,
@@ -149,7 +152,8 @@ class Gateway:
         )
         self.store = store  # None: the graph keeps no responses
         self.idle: list[UpstreamConnection] = []
-        self.exchanges = 0  # requests between the client's last byte and the response's last byte
+        self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
+        self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
         self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, int] = {}
         self._models_at = 0.0
@@ -227,6 +231,28 @@ class Gateway:
         assert isinstance(connection, UpstreamConnection)
         return connection, False
 
+    def detach(self, exchange: Clientless, detached: Detached, key: str | None, ticket: Ticket | None) -> None:
+        """Run `detached` to its end with an exchange no client reads (routes.Detached): a drain waits for it as
+        for a client's exchange, it holds the request's admission until it ends, and its tokens are billed to
+        `key` as a client's are."""
+
+        async def run() -> None:
+            self.exchanges += 1
+            try:
+                await detached.run(exchange)
+            except Exception:  # a bug: the work's own end is its to write; the log gets the traceback
+                log.exception("work without its client failed")
+            finally:
+                self.exchanges -= 1
+                transform = exchange.request.transform
+                count_tokens(key, transform.billed if transform is not None else None)
+                if ticket is not None:
+                    self.fair_share.done(ticket, spent(transform))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self.detached.add(task)
+        task.add_done_callback(self.detached.discard)
+
     async def close(self) -> None:
         for connection in self.idle:
             connection.transport.close()
@@ -285,6 +311,9 @@ class ClientConnection(asyncio.Protocol):
         self.status = 0  # the current exchange's response status, once sent
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
+        self.left = asyncio.Event()  # the client has gone: a local answer's events stop
+        self.writable = asyncio.Event()  # the client reads what is written: a local answer's events go on
+        self.writable.set()
         self.deadline = Deadline(gateway.limits, self._too_slow, self._idle_too_long, self._stalled)
         # The request being read: its target's pieces, headers, body pieces, and their sizes so far.
         self._target: list[bytes] = []
@@ -336,14 +365,17 @@ class ClientConnection(asyncio.Protocol):
             self.gateway.connections.closed()
         if self.upstream is not None:  # the client left mid-response: the frontend stops generating
             self.upstream.transport.abort()
+        self.left.set()
 
     def pause_writing(self) -> None:
         self.deadline.writes_paused()
+        self.writable.clear()
         if self.upstream is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.deadline.writes_resumed()
+        self.writable.set()
         if self.upstream is not None:
             self.upstream.transport.resume_reading()
 
@@ -537,8 +569,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
-                status, answer = await route.answer(method, url, request.body, self.gateway, caller)
-                self.respond(status, answer, keep_alive)
+                await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)
             else:
                 if self.api is not None:  # a generation: the key's share, then the graph's capacity
                     ticket = self.gateway.fair_share.admit(self.key)
@@ -546,10 +577,17 @@ class ClientConnection(asyncio.Protocol):
                 caller = self.gateway.caller(self.key)
                 upstream = await route.prepare(url, request.body, self.gateway, caller)
                 headers = self.gateway.tenants.salted(headers, caller)
-                await forward(self.gateway, self, method, headers, upstream)
-                transform = upstream.transform
-                if transform is not None:
-                    count_tokens(self.key, transform.billed)
+                if upstream.detached is not None:  # it runs on without this client, who is answered at once
+                    answer, output = upstream.detached.answer(), upstream.detached.output
+                    exchange = Clientless(self.gateway, self.api, method, headers, upstream, output)
+                    self.gateway.detach(exchange, upstream.detached, self.key, ticket)
+                    ticket = None  # the detached exchange's now, until it ends
+                    await self.answer(answer, keep_alive)
+                else:
+                    await forward(self.gateway, self, method, headers, upstream)
+                    transform = upstream.transform
+                    if transform is not None:
+                        count_tokens(self.key, transform.billed)
         except ApiError as err:
             if self.api is not None and err.status < 500:
                 log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
@@ -565,9 +603,7 @@ class ClientConnection(asyncio.Protocol):
         finally:
             self.gateway.exchanges -= 1
             if ticket is not None:
-                billed = transform.billed if transform is not None else None
-                spent = billed.input + billed.output if billed else transform.spent if transform is not None else 0
-                self.gateway.fair_share.done(ticket, spent)
+                self.gateway.fair_share.done(ticket, spent(transform))
             self.rate_headers = []
             self.upstream = None
         if not keep_alive:
@@ -581,6 +617,41 @@ class ClientConnection(asyncio.Protocol):
                     self.deadline.awaiting_body()
                 else:
                     self.deadline.awaiting_headers()
+
+    async def answer(self, answer: LocalAnswer, keep_alive: bool) -> None:
+        """A local answer: one JSON body, or events while they come."""
+        if isinstance(answer, EventStreamAnswer):
+            await self._stream(answer.events)
+        else:
+            self.respond(*answer, keep_alive)
+
+    async def _stream(self, events: AsyncIterator[bytes]) -> None:
+        """Each piece of a local answer's events written as it comes, until they end or the client leaves;
+        a client that reads slowly holds the next piece back."""
+        left = asyncio.ensure_future(self.left.wait())
+        piece: asyncio.Future[bytes] | None = None
+        try:
+            while not left.done():
+                piece = asyncio.ensure_future(anext(events))
+                await asyncio.wait((piece, left), return_when=asyncio.FIRST_COMPLETED)
+                if not piece.done():
+                    return
+                try:
+                    data = piece.result()
+                except StopAsyncIteration:
+                    self.write_transformed(LOCAL_EVENTS, b"", last=True)
+                    return
+                self.write_transformed(LOCAL_EVENTS, data, last=False)
+                if not self.writable.is_set():
+                    writable = asyncio.ensure_future(self.writable.wait())
+                    await asyncio.wait((writable, left), return_when=asyncio.FIRST_COMPLETED)
+                    writable.cancel()
+        finally:
+            left.cancel()
+            if piece is not None and not piece.done():
+                piece.cancel()
+                await asyncio.wait((piece,))
+            await events.aclose()
 
     def _too_slow(self) -> None:
         """A request's headers or body did not arrive in time (a slow or half-open client)."""
@@ -667,6 +738,25 @@ class ClientConnection(asyncio.Protocol):
         elif not self.transport.is_closing():
             event = stream_cut_event()
             self.transport.write(f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n")
+
+
+class LocalEvents:
+    """How a local answer's events are framed (ClientConnection.write_transformed): an event stream's chunks."""
+
+    streaming = True
+    content_type = b"text/event-stream"
+
+
+LOCAL_EVENTS = LocalEvents()
+
+
+def spent(transform: Transform | None) -> int:
+    """The tokens a request's fair share is charged once its answer has ended: its usage, or as far as it was
+    read when the answer was cut."""
+    if transform is None:
+        return 0
+    billed = transform.billed
+    return billed.input + billed.output if billed else transform.spent
 
 
 class Unread:
