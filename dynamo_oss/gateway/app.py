@@ -634,7 +634,7 @@ class ClientConnection(asyncio.Protocol):
             while not left.done():
                 piece = asyncio.ensure_future(anext(events))
                 await asyncio.wait((piece, left), return_when=asyncio.FIRST_COMPLETED)
-                if not piece.done():
+                if not piece.done() or self.transport.is_closing():  # gone: uvloop refuses a write
                     return
                 try:
                     data = piece.result()
