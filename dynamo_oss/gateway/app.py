@@ -52,6 +52,7 @@ from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.input_tokens import PATH as INPUT_TOKENS
 from dynamo_oss.gateway.responses.input_tokens import InputTokensRoute
+from dynamo_oss.gateway.responses.background import BackgroundResponses
 from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.fair_share import FairShare, Ticket
 from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
@@ -124,6 +125,7 @@ class Gateway:
         cache_isolation: bool = True,
         limits_per_key: KeyLimitsSection | None = None,
         ledger: Ledger | None = None,
+        background: BackgroundResponses | None = None,
     ) -> None:
         self.frontends = Frontends(upstreams)
         self.counter = counter
@@ -136,7 +138,7 @@ class Gateway:
         self.connections = ConnectionCount(limits)
         self.bodies = BodyBudget(limits)
         probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
-        responses, messages = ResponsesRoute(seal, store), MessagesRoute(seal)
+        responses, messages = ResponsesRoute(seal, store, background), MessagesRoute(seal)
         self.routes = RouteTable(
             exact={
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
@@ -148,9 +150,10 @@ class Gateway:
                 (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
                 **probes,
             },
-            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store))},
+            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store, background))},
         )
         self.store = store  # None: the graph keeps no responses
+        self.background = background  # the background responses this process runs
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
         self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
@@ -258,6 +261,8 @@ class Gateway:
             connection.transport.close()
         if self._session is not None:
             await self._session.close()
+        if self.background is not None:
+            await self.background.close()
         if self.store is not None:
             await self.store.close()
 
