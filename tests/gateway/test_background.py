@@ -16,13 +16,11 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from tests.gateway.test_response_store import MODEL, client
-from tests.support.graphs import BACKGROUND_PER_KEY, KEYS
+from tests.support.graphs import BACKGROUND_PER_KEY, ENDLESS, KEYS
 from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
 
 EVENT = TypeAdapter(ResponseStreamEvent)
-# Far more tokens than a test waits for (the fast mocker makes a few thousand a second): only a cancel ends it.
-ENDLESS = {"max_output_tokens": 100_000, "extra_body": {"ignore_eos": True, "min_tokens": 100_000}}
 
 
 @pytest.fixture

@@ -25,8 +25,7 @@ from prometheus_client.mmap_dict import MmapedDict
 
 from dynamo_oss.gateway.responses.background import HEARTBEAT_S
 from dynamo_oss.gateway.responses.nats_plane import LAPSE_S
-from tests.gateway.test_background import ENDLESS
-from tests.support.graphs import KEYS, write_keyed_graph
+from tests.support.graphs import ENDLESS, KEYS, write_keyed_graph
 from tests.support.ports import free_port_run
 from tests.support.served import FAST_MOCKER, ServedGraph, serving
 from tests.support.waiting import wait_for

@@ -81,6 +81,10 @@ KEYS = {
 KEY_LIMITS = {"grace": "requests_per_minute=3", "heidi": "concurrent_requests=1", "ivan": "tokens_per_minute=60"}
 
 
+# A Responses request's fields for an answer far longer than a test waits for (the fast mocker makes a few thousand
+# tokens a second, all of them reasoning with ignore_eos): only a cancel, or its gateway process's death, ends it.
+ENDLESS = {"max_output_tokens": 100_000, "extra_body": {"ignore_eos": True, "min_tokens": 100_000}}
+
 # How long the keyed graph keeps a stored response (`gateway.responses.retention_s`), and how many background
 # responses one of its keys may have queued or running (`gateway.responses.max_background_per_key`).
 RETENTION_S, BACKGROUND_PER_KEY = 3600, 2
