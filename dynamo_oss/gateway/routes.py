@@ -149,7 +149,7 @@ LocalAnswer = tuple[int, dict[str, Any]] | EventStreamAnswer  # a status and a J
 
 
 class Exchange(Protocol):
-    """A request's exchange with Dynamo's frontend that no client reads (the shell's Clientless)."""
+    """A request's exchange with Dynamo's frontend that no client reads (forwarding.Clientless)."""
 
     status: int  # the frontend's answer's status (0: none came)
     error: dict[str, Any] | None  # an error answered in place of the transform's output, in OpenAI's shape

@@ -1,4 +1,4 @@
-"""An exchange with Dynamo's frontend that no client reads (app.Clientless), against a stand-in frontend:
+"""An exchange with Dynamo's frontend that no client reads (forwarding.Clientless), against a stand-in frontend:
 the transform's output is what a client's stream would have carried, and leaving it drops the frontend's
 connection mid-answer, as a client that leaves does (which stops the generation). Through the shell: a
 detached generation (routes.Detached) is answered at once and holds its admission until its work ends,
@@ -14,7 +14,8 @@ from collections.abc import AsyncIterator, Callable
 import httpx
 import orjson
 
-from dynamo_oss.gateway.app import Clientless, Gateway, serve
+from dynamo_oss.gateway.app import Gateway, serve
+from dynamo_oss.gateway.forwarding import Clientless
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
