@@ -1,7 +1,8 @@
 """Background responses' logic without a graph (background.py, following.py), two gateway processes sharing one
 store and plane in memory (tests.support.background): the record's progress and end, the events' numbering, a
-dead process's response ended failed and never over a real end, a cancel nobody answers, a follower's end, the
-per-key bound over every process; and the event log's messages and a follower's cursor."""
+dead process's response ended failed and never over a real end, a cancel nobody answers, a follower's end, a
+stopping process's work ended failed, the per-key bound over every process; and the event log's messages and a
+follower's cursor."""
 
 from __future__ import annotations
 
@@ -212,6 +213,20 @@ def test_a_follower_gets_the_events_after_its_cursor_and_the_record_s_end_when_t
         last = json.loads([line for line in followed.decode().splitlines() if line][-1][6:])
         assert last == {"type": "response.failed", "response": failed.response, "sequence_number": before}
         fed.leave()
+
+    run(test)
+
+
+def test_a_process_that_stops_ends_what_it_still_runs_failed_and_is_seen_dead_at_once() -> None:
+    async def test() -> None:
+        graph = Graph()
+        job, exchange = await accepted(graph.first)
+        exchange.give(CHUNKS[0])
+        await until(lambda: graph.store.records[job.record.id].response["status"] == "in_progress")
+        await graph.first.close()  # after its drain (app.serve), on SIGTERM
+        record = graph.store.records[job.record.id]
+        assert record.response["status"] == "failed" and record.response["error"] == STOPPED
+        assert exchange.left.is_set() and graph.first.process not in graph.runners.listed
 
     run(test)
 
