@@ -17,7 +17,7 @@ import json
 import logging
 import socket
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -27,7 +27,13 @@ import httptools
 
 from dynamo_oss.gateway.auth import ApiKeys
 from dynamo_oss.gateway.chat.route import ChatRoute
-from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_upstream, openai_error, stream_cut_event
+from dynamo_oss.gateway.errors import (
+    RETRY_AFTER_S,
+    ApiError,
+    from_upstream,
+    openai_error,
+    stream_cut_event,
+)
 from dynamo_oss.gateway.limits import (
     MAX_HEAD_BYTES,
     MAX_HEADERS,
@@ -45,8 +51,10 @@ from dynamo_oss.gateway.messages.route import MessagesRoute
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.responses.input_tokens import PATH as INPUT_TOKENS
 from dynamo_oss.gateway.responses.input_tokens import InputTokensRoute
+from dynamo_oss.gateway.responses.background import BackgroundResponses
 from dynamo_oss.gateway.responses.route import ResponsesRoute
-from dynamo_oss.gateway.fair_share import FairShare
+from dynamo_oss.gateway.fair_share import FairShare, Ticket
+from dynamo_oss.gateway.forwarding import Clientless, Sink, forward
 from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.graph_key import GraphKey
@@ -56,13 +64,15 @@ from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
 from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHODS
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
+    Detached,
+    EventStreamAnswer,
+    LocalAnswer,
     LocalRoute,
     PassThrough,
     Route,
     RouteTable,
     Settling,
     Transform,
-    Upstream,
     parse_json,
 )
 from dynamo_oss.gateway.tenancy import NO_TENANT, Caller, Tenants
@@ -73,20 +83,6 @@ from dynamo_oss.graph.schema import KeyLimitsSection
 
 log = logging.getLogger("dynamo_oss.gateway")
 
-# Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
-# The client's API key stays here: Dynamo's frontend neither needs nor should log it.
-NOT_FORWARDED = {
-    b"connection",
-    b"keep-alive",
-    b"proxy-connection",
-    b"te",
-    b"upgrade",
-    b"transfer-encoding",
-    b"content-length",
-    b"expect",
-    b"authorization",
-    b"x-api-key",
-}
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 # A prompt this long may need counting with the model's template and tokenizer (about 90 ms for a
 # 32k-token prompt here): that runs in a thread, so the event loop keeps streaming everyone else's tokens.
@@ -114,6 +110,7 @@ class Gateway:
         cache_isolation: bool = True,
         limits_per_key: KeyLimitsSection | None = None,
         ledger: Ledger | None = None,
+        background: BackgroundResponses | None = None,
     ) -> None:
         self.frontends = Frontends(upstreams)
         self.counter = counter
@@ -126,7 +123,7 @@ class Gateway:
         self.connections = ConnectionCount(limits)
         self.bodies = BodyBudget(limits)
         probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
-        responses, messages = ResponsesRoute(seal, store), MessagesRoute(seal)
+        responses, messages = ResponsesRoute(seal, store, background), MessagesRoute(seal)
         self.routes = RouteTable(
             exact={
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
@@ -138,11 +135,13 @@ class Gateway:
                 (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
                 **probes,
             },
-            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store))},
+            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store, background))},
         )
         self.store = store  # None: the graph keeps no responses
+        self.background = background  # the background responses this process runs
         self.idle: list[UpstreamConnection] = []
-        self.exchanges = 0  # requests between the client's last byte and the response's last byte
+        self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
+        self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
         self._session: aiohttp.ClientSession | None = None
         self._models: dict[str, int] = {}
         self._models_at = 0.0
@@ -220,11 +219,35 @@ class Gateway:
         assert isinstance(connection, UpstreamConnection)
         return connection, False
 
+    def detach(self, exchange: Clientless, detached: Detached, key: str | None, ticket: Ticket | None) -> None:
+        """Run `detached` to its end with an exchange no client reads (routes.Detached): a drain waits for it as
+        for a client's exchange, it holds the request's admission until it ends, and its tokens are billed to
+        `key` as a client's are."""
+
+        async def run() -> None:
+            self.exchanges += 1
+            try:
+                await detached.run(exchange)
+            except Exception:  # a bug: the work's own end is its to write; the log gets the traceback
+                log.exception("work without its client failed")
+            finally:
+                self.exchanges -= 1
+                transform = exchange.request.transform
+                count_tokens(key, transform.billed if transform is not None else None)
+                if ticket is not None:
+                    self.fair_share.done(ticket, spent(transform))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self.detached.add(task)
+        task.add_done_callback(self.detached.discard)
+
     async def close(self) -> None:
         for connection in self.idle:
             connection.transport.close()
         if self._session is not None:
             await self._session.close()
+        if self.background is not None:
+            await self.background.close()
         if self.store is not None:
             await self.store.close()
 
@@ -261,6 +284,9 @@ class ClientConnection(asyncio.Protocol):
         self.status = 0  # the current exchange's response status, once sent
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
+        self.left = asyncio.Event()  # the client has gone: a local answer's events stop
+        self.writable = asyncio.Event()  # the client reads what is written: a local answer's events go on
+        self.writable.set()
         self.deadline = Deadline(gateway.limits, self._too_slow, self._idle_too_long, self._stalled)
         # The request being read: its target's pieces, headers, body pieces, and their sizes so far.
         self._target: list[bytes] = []
@@ -312,14 +338,17 @@ class ClientConnection(asyncio.Protocol):
             self.gateway.connections.closed()
         if self.upstream is not None:  # the client left mid-response: the frontend stops generating
             self.upstream.transport.abort()
+        self.left.set()
 
     def pause_writing(self) -> None:
         self.deadline.writes_paused()
+        self.writable.clear()
         if self.upstream is not None:
             self.upstream.transport.pause_reading()
 
     def resume_writing(self) -> None:
         self.deadline.writes_resumed()
+        self.writable.set()
         if self.upstream is not None:
             self.upstream.transport.resume_reading()
 
@@ -513,8 +542,7 @@ class ClientConnection(asyncio.Protocol):
         try:
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
-                status, answer = await route.answer(method, url, request.body, self.gateway, caller)
-                self.respond(status, answer, keep_alive)
+                await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)
             else:
                 if self.api is not None:  # a generation: the key's share, then the graph's capacity
                     ticket = self.gateway.fair_share.admit(self.key)
@@ -522,10 +550,17 @@ class ClientConnection(asyncio.Protocol):
                 caller = self.gateway.caller(self.key)
                 upstream = await route.prepare(url, request.body, self.gateway, caller)
                 headers = self.gateway.tenants.salted(headers, caller)
-                await self.forward(method, headers, upstream)
-                transform = upstream.transform
-                if transform is not None:
-                    count_tokens(self.key, transform.billed)
+                if upstream.detached is not None:  # it runs on without this client, who is answered at once
+                    answer, output = upstream.detached.answer(), upstream.detached.output
+                    exchange = Clientless(self.gateway, self.api, method, headers, upstream, output)
+                    self.gateway.detach(exchange, upstream.detached, self.key, ticket)
+                    ticket = None  # the detached exchange's now, until it ends
+                    await self.answer(answer, keep_alive)
+                else:
+                    await forward(self.gateway, self, method, headers, upstream)
+                    transform = upstream.transform
+                    if transform is not None:
+                        count_tokens(self.key, transform.billed)
         except ApiError as err:
             if self.api is not None and err.status < 500:
                 log.info("refused %s %s: %s", method.decode(), url.decode(errors="replace"), err.message)
@@ -541,9 +576,7 @@ class ClientConnection(asyncio.Protocol):
         finally:
             self.gateway.exchanges -= 1
             if ticket is not None:
-                billed = transform.billed if transform is not None else None
-                spent = billed.input + billed.output if billed else transform.spent if transform is not None else 0
-                self.gateway.fair_share.done(ticket, spent)
+                self.gateway.fair_share.done(ticket, spent(transform))
             self.rate_headers = []
             self.upstream = None
         if not keep_alive:
@@ -557,6 +590,41 @@ class ClientConnection(asyncio.Protocol):
                     self.deadline.awaiting_body()
                 else:
                     self.deadline.awaiting_headers()
+
+    async def answer(self, answer: LocalAnswer, keep_alive: bool) -> None:
+        """A local answer: one JSON body, or events while they come."""
+        if isinstance(answer, EventStreamAnswer):
+            await self._stream(answer.events)
+        else:
+            self.respond(*answer, keep_alive)
+
+    async def _stream(self, events: AsyncIterator[bytes]) -> None:
+        """Each piece of a local answer's events written as it comes, until they end or the client leaves;
+        a client that reads slowly holds the next piece back."""
+        left = asyncio.ensure_future(self.left.wait())
+        piece: asyncio.Future[bytes] | None = None
+        try:
+            while not left.done():
+                piece = asyncio.ensure_future(anext(events))
+                await asyncio.wait((piece, left), return_when=asyncio.FIRST_COMPLETED)
+                if not piece.done() or self.transport.is_closing():  # gone: uvloop refuses a write
+                    return
+                try:
+                    data = piece.result()
+                except StopAsyncIteration:
+                    self.write_transformed(LOCAL_EVENTS, b"", last=True)
+                    return
+                self.write_transformed(LOCAL_EVENTS, data, last=False)
+                if not self.writable.is_set():
+                    writable = asyncio.ensure_future(self.writable.wait())
+                    await asyncio.wait((writable, left), return_when=asyncio.FIRST_COMPLETED)
+                    writable.cancel()
+        finally:
+            left.cancel()
+            if piece is not None and not piece.done():
+                piece.cancel()
+                await asyncio.wait((piece,))
+            await events.aclose()
 
     def _too_slow(self) -> None:
         """A request's headers or body did not arrive in time (a slow or half-open client)."""
@@ -581,37 +649,6 @@ class ClientConnection(asyncio.Protocol):
             self.gateway.limits.write_timeout_s,
         )
         self.transport.abort()
-
-    async def forward(self, method: bytes, headers: list, upstream: Upstream) -> None:
-        head = [method + b" " + upstream.url + b" HTTP/1.1"]
-        head += [n + b": " + v for n, v in headers if n.lower() not in NOT_FORWARDED]
-        head.append(b"content-length: " + str(len(upstream.body)).encode())
-        request = b"\r\n".join(head) + b"\r\n\r\n" + upstream.body
-        head_only = method == b"HEAD"
-        self.upstream, reused = await self.gateway.connection()
-        others = len(self.gateway.frontends.all) - 1  # frontends to try after this one drops the request
-        while True:
-            try:
-                await self.upstream.exchange(self, request, head_only, upstream.transform)
-                return
-            except FrontendStarting as starting:
-                if not others:
-                    message = "No worker serves the model right now (the frontend is starting); retry shortly."
-                    self.respond(503, openai_error(503, message, code="no_workers"), True, RETRY_AFTER_S)
-                    return
-                self.gateway.frontends.failed(self.upstream.frontend, starting)
-                others -= 1
-                self.upstream, reused = await self.gateway.connection(fresh=True)
-            except ConnectionError as error:
-                if self.upstream.status or self.transport.is_closing() or not (reused or others):
-                    raise
-                # Closed before any answer: an idle keep-alive connection the frontend had closed (once
-                # more on a new one), or a frontend that went away with the request (on another one).
-                if not reused:
-                    self.gateway.frontends.failed(self.upstream.frontend, error)
-                    others -= 1
-                self.upstream, _ = await self.gateway.connection(fresh=True)
-                reused = False
 
     def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None:
         """An error (in OpenAI's shape, rewritten in the exchange's own) or another whole JSON answer."""
@@ -676,6 +713,25 @@ class ClientConnection(asyncio.Protocol):
             self.transport.write(f"{len(event):x}\r\n".encode() + event + b"\r\n0\r\n\r\n")
 
 
+class LocalEvents:
+    """How a local answer's events are framed (ClientConnection.write_transformed): an event stream's chunks."""
+
+    streaming = True
+    content_type = b"text/event-stream"
+
+
+LOCAL_EVENTS = LocalEvents()
+
+
+def spent(transform: Transform | None) -> int:
+    """The tokens a request's fair share is charged once its answer has ended: its usage, or as far as it was
+    read when the answer was cut."""
+    if transform is None:
+        return 0
+    billed = transform.billed
+    return billed.input + billed.output if billed else transform.spent
+
+
 class UpstreamConnection(asyncio.Protocol):
     """One keep-alive connection to a Dynamo frontend, carrying one exchange at a time."""
 
@@ -683,7 +739,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.gateway = gateway
         self.frontend = frontend
         self.transport: asyncio.Transport
-        self.client: ClientConnection | None = None
+        self.client: Sink | None = None
         self.done: asyncio.Future[None] | None = None
         self.parser: httptools.HttpResponseParser | None = None
         self.status = 0
@@ -702,9 +758,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         self.socket = transport.get_extra_info("socket")
 
-    async def exchange(
-        self, client: ClientConnection, request: bytes, head_only: bool, transform: Transform | None
-    ) -> None:
+    async def exchange(self, client: Sink, request: bytes, head_only: bool, transform: Transform | None) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
         self.transform, self.transformed = transform, []
         self.event_stream = self.chunked = self.in_chunk = False

@@ -11,14 +11,16 @@ table's own path, never the client's target.
 A route either passes a request through (the frontend's answer goes to the client byte for
 byte, the fast path) or transforms it: the route sends the frontend a request of its own and
 turns the answer into the client's, piece by piece as it streams (`Transform`). A few requests
-are the gateway's alone (`LocalRoute`: stored responses by id, token counts), answered without the frontend.
+are the gateway's alone (`LocalRoute`: stored responses by id, token counts), answered without the frontend,
+whole or as events while they come (`EventStreamAnswer`). A generation may outlive the client that asked for it
+(`Detached`: a background response): the client is answered at once, and the exchange runs with no client.
 The HTTP shell (app.py) owns sockets, framing and back-pressure; a route owns only its API.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
@@ -135,12 +137,61 @@ class EventStream:
 
 
 @dataclass
+class EventStreamAnswer:
+    """A local answer sent as server-sent events while they come (a stored response's, followed live): the
+    shell writes each piece `events` yields as it comes, and closes it when the client leaves. An ApiError
+    raised before the first piece is answered as any refusal is."""
+
+    events: AsyncIterator[bytes]
+
+
+LocalAnswer = tuple[int, dict[str, Any]] | EventStreamAnswer  # a status and a JSON body, or events
+
+
+class Exchange(Protocol):
+    """A request's exchange with Dynamo's frontend that no client reads (forwarding.Clientless)."""
+
+    status: int  # the frontend's answer's status (0: none came)
+    error: dict[str, Any] | None  # an error answered in place of the transform's output, in OpenAI's shape
+
+    async def forward(self) -> None:
+        """Send the request and read its answer to its end (or until `leave()`); what the transform writes
+        goes to Detached.output. Raises as a client's exchange would (OSError, ConnectionError, ...)."""
+        ...
+
+    def leave(self) -> None:
+        """End the exchange as a client that leaves does: the frontend's connection is dropped, which
+        stops the generation."""
+        ...
+
+
+class Detached(Protocol):
+    """A generation that runs to its end without the client that asked for it (a background response). The
+    shell answers the client with `answer()` at once, then runs `run` with the request's exchange, which no
+    client reads. The request's admission (fair_share.py) is held until `run` ends, and its tokens billed."""
+
+    def answer(self) -> LocalAnswer:
+        """What the client that asked gets at once."""
+        ...
+
+    def output(self, data: bytes, last: bool) -> None:
+        """The transform's output, as a client's connection would have written it (`last`: its end)."""
+        ...
+
+    async def run(self, exchange: Exchange) -> None:
+        """The work, to its end: `exchange.forward()` and whatever the answer needs once it has ended."""
+        ...
+
+
+@dataclass
 class Upstream:
-    """The request that goes to the frontend, and the transform its answer takes (None: verbatim)."""
+    """The request that goes to the frontend, and the transform its answer takes (None: verbatim); with
+    `detached`, it runs on without the client, who is answered at once (a background response)."""
 
     url: bytes
     body: bytes
     transform: Transform | None = None
+    detached: Detached | None = None
 
 
 class Checks(Protocol):
@@ -171,10 +222,9 @@ class LocalRoute(Protocol):
 
     api: str | None
 
-    async def answer(
-        self, method: bytes, url: bytes, body: bytes, checks: Checks, caller: Caller
-    ) -> tuple[int, dict[str, Any]]:
-        """The status and JSON body for the request from `caller` (ApiError for the client's mistakes)."""
+    async def answer(self, method: bytes, url: bytes, body: bytes, checks: Checks, caller: Caller) -> LocalAnswer:
+        """The answer to the request from `caller`: a status and JSON body, or events (ApiError for the
+        client's mistakes)."""
         ...
 
 

@@ -19,7 +19,10 @@ from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.processes import DRAIN_TIMEOUT_S
 from dynamo_oss.gateway.prompt import PromptCounter
 from dynamo_oss.gateway.nats_connection import prefixed
+from dynamo_oss.gateway.responses.background import BackgroundResponses
+from dynamo_oss.gateway.responses.nats_plane import NatsEventLog, NatsRunners
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
+from dynamo_oss.graph.schema import GatewayResponsesSection
 
 
 async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
@@ -30,8 +33,10 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     store = response_store(config)
-    if store is not None:
+    background = None
+    if store is not None and config.responses is not None:
         store.start()
+        background = background_responses(store, config.responses.settings)
     keys = api_keys(config)
     ledger = Ledger(keys.names if keys else [], config.processes, process, config.ledger_file)
     gateway = Gateway(
@@ -45,6 +50,7 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         cache_isolation=config.cache_isolation == "tenant",
         limits_per_key=config.limits_per_key,
         ledger=ledger,
+        background=background,
     )
     try:
         await serve(gateway, config.host, config.port, DRAIN_TIMEOUT_S, stop)
@@ -63,6 +69,14 @@ def response_store(config: GatewayConfig) -> NatsResponseStore | None:
         return NatsResponseStore(bucket, settings.retention_s, settings.max_mib * 2**20, config.nats)
     except ValueError as error:
         raise SystemExit(f"gateway: response store: {error}") from None
+
+
+def background_responses(store: NatsResponseStore, settings: GatewayResponsesSection) -> BackgroundResponses:
+    """What runs this process's background responses, on the store's NATS: their events kept as long and as
+    much as the responses themselves."""
+    max_bytes = settings.max_mib * 2**20
+    events = NatsEventLog(store, store.bucket, settings.retention_s, max_bytes)
+    return BackgroundResponses(store, events, NatsRunners(store, store.bucket), settings.max_background_per_key)
 
 
 def api_keys(config: GatewayConfig) -> ApiKeys | None:

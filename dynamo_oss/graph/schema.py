@@ -403,7 +403,16 @@ class GatewayResponsesSection(Strict):
         ge=1,
         le=1024 * 1024,
         description="Most MiB the stored responses take in NATS (JetStream's own store, which Dynamo's "
-        "KV router shares); past it the oldest are dropped first.",
+        "KV router shares); past it the oldest are dropped first. Background responses' events (kept for "
+        "`stream=true` resumption) take at most as much again.",
+    )
+    max_background_per_key: int = Field(
+        default=16,
+        ge=1,
+        le=100_000,
+        description="Background responses (`background: true`) one API key may have queued or running at once, "
+        "over every gateway of the graph; past it, creating another gets a 429. Each also holds one of the "
+        "key's concurrent_requests and of gateway.max_in_flight until it ends, as a client's request does.",
     )
 
 

@@ -2,7 +2,8 @@
 every API through the one port with both processes and both frontends taking a share, a Responses
 conversation carried from one process to the other (stored, and stateless with sealed reasoning),
 usage totals that equal the requests sent, and SIGKILL of a frontend and of a gateway process under
-load with nothing lost to a client that retries what the SDKs retry (503s, connections reset)."""
+load with nothing lost to a client that retries what the SDKs retry (503s, connections reset), and a background
+response whose gateway process was SIGKILLed ended failed by the other."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import json
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -21,13 +23,16 @@ import pytest
 import yaml
 from prometheus_client.mmap_dict import MmapedDict
 
-from tests.support.graphs import KEYS, write_keyed_graph
+from dynamo_oss.gateway.responses.background import HEARTBEAT_S
+from dynamo_oss.gateway.responses.nats_plane import LAPSE_S
+from tests.support.graphs import ENDLESS, KEYS, write_keyed_graph
 from tests.support.ports import free_port_run
 from tests.support.served import FAST_MOCKER, ServedGraph, serving
 from tests.support.waiting import wait_for
 
 MODEL = "openai/gpt-oss-20b"
 ASK = [{"role": "user", "content": "Say hello."}]
+ENDLESS_FIELDS = {"max_output_tokens": ENDLESS["max_output_tokens"], **ENDLESS["extra_body"]}  # as JSON sends them
 
 
 @pytest.fixture(scope="module")
@@ -238,6 +243,50 @@ def _serve_a_few(served: ServedGraph) -> bool:
     for _ in range(4):
         fresh("dave", served).chat.completions.create(model=MODEL, messages=ASK, max_tokens=4)
     return True
+
+
+def test_a_background_response_on_a_killed_gateway_process_ends_failed_within_the_lapse_and_resumes_elsewhere(
+    endpoint: ServedGraph,
+) -> None:
+    """SIGKILL leaves the process no chance to write anything: its listing lapses (LAPSE_S after its last
+    renewal, at most that after the death) and the first read after that, on another process, ends the
+    response failed. Its stream, resumed there, ends with that failure."""
+
+    def create() -> tuple[str, int]:
+        with httpx.stream(
+            "POST",
+            f"{endpoint.endpoint}/responses",
+            timeout=60,
+            headers={"Authorization": f"Bearer {KEYS['erin']}"},
+            json={"model": MODEL, "input": "Say hello.", "background": True, "stream": True, **ENDLESS_FIELDS},
+        ) as reply:
+            events = [json.loads(line[6:]) for _, line in zip(range(4), _data_lines(reply))]
+        return events[0]["response"]["id"], events[-1]["sequence_number"]
+
+    owner, (response_id, seen) = served_by(endpoint, create)
+    os.kill(owner, signal.SIGKILL)
+    killed = time.monotonic()
+
+    def status() -> str | None:
+        try:
+            return fresh("erin", endpoint).responses.retrieve(response_id).status
+        except openai.APIConnectionError:  # a connection the kernel gave the dying process
+            return None
+
+    wait_for(lambda: status() not in (None, "queued", "in_progress"), LAPSE_S + 10, "the response to end failed")
+    assert time.monotonic() - killed < LAPSE_S + HEARTBEAT_S
+    failed = fresh("erin", endpoint).responses.retrieve(response_id)
+    assert failed.status == "failed" and failed.error is not None and failed.error.code == "server_error"
+    rest = list(fresh("erin", endpoint).responses.retrieve(response_id, stream=True, starting_after=seen))
+    assert rest[0].sequence_number == seen + 1 and [e.sequence_number for e in rest] == list(
+        range(seen + 1, seen + 1 + len(rest))
+    )
+    assert rest[-1].type == "response.failed" and rest[-1].response == failed
+    wait_for(lambda: len(gateway_processes(endpoint)) == 2, 60, "the killed gateway process to be started again")
+
+
+def _data_lines(reply: httpx.Response) -> Iterator[str]:
+    return (line for line in reply.iter_lines() if line.startswith("data: "))
 
 
 def test_the_endpoint_s_processes_share_one_configuration_and_state_folder(endpoint: ServedGraph) -> None:

@@ -16,7 +16,7 @@ from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.ids import ItemIds, response_of
 from dynamo_oss.gateway.protocol.responses import ItemReference, ResponsesRequest
 from dynamo_oss.gateway.responses.references import resolved
-from dynamo_oss.gateway.responses.store import MemoryResponseStore, StoredResponse
+from dynamo_oss.gateway.responses.store import MemoryResponseStore, StoredResponse, Versioned
 from tests.gateway.test_response_store import MODEL, WEATHER, _put, client, nats_url
 from tests.support.graphs import KEYS, RETENTION_S
 from tests.support.served import ServedGraph
@@ -132,6 +132,6 @@ class CountingStore(MemoryResponseStore):
         super().__init__(retention_s)
         self.reads = 0
 
-    async def get(self, response_id: str) -> StoredResponse | None:
+    async def read(self, response_id: str) -> Versioned | None:
         self.reads += 1
-        return await super().get(response_id)
+        return await super().read(response_id)

@@ -81,14 +81,19 @@ KEYS = {
 KEY_LIMITS = {"grace": "requests_per_minute=3", "heidi": "concurrent_requests=1", "ivan": "tokens_per_minute=60"}
 
 
-# How long the keyed graph keeps a stored response (`gateway.responses.retention_s`).
-RETENTION_S = 3600
+# A Responses request's fields for an answer far longer than a test waits for (the fast mocker makes a few thousand
+# tokens a second, all of them reasoning with ignore_eos): only a cancel, or its gateway process's death, ends it.
+ENDLESS = {"max_output_tokens": 100_000, "extra_body": {"ignore_eos": True, "min_tokens": 100_000}}
+
+# How long the keyed graph keeps a stored response (`gateway.responses.retention_s`), and how many background
+# responses one of its keys may have queued or running (`gateway.responses.max_background_per_key`).
+RETENTION_S, BACKGROUND_PER_KEY = 3600, 2
 
 
 def write_keyed_graph(folder: Path) -> Path:
-    """write_graph's graph with the gateway asking for KEYS, keeping stored responses RETENTION_S, and
-    its usage metrics on a free loopback port (`observability.gateway_port`) that no Prometheus
-    scrapes: a test reads them itself."""
+    """write_graph's graph with the gateway asking for KEYS, keeping stored responses RETENTION_S (and
+    BACKGROUND_PER_KEY background ones a key at once), and its usage metrics on a free loopback port
+    (`observability.gateway_port`) that no Prometheus scrapes: a test reads them itself."""
     keys = folder / "api-keys"
     keys.write_text(
         "".join(
@@ -102,7 +107,8 @@ def write_keyed_graph(folder: Path) -> Path:
         "launcher_port": launcher,
         "gateway_port": gateway_metrics,
     }
-    gateway = {"auth": {"keys_file": str(keys)}, "responses": {"retention_s": RETENTION_S}}
+    responses = {"retention_s": RETENTION_S, "max_background_per_key": BACKGROUND_PER_KEY}
+    gateway = {"auth": {"keys_file": str(keys)}, "responses": responses}
     return write_graph(folder, gateway=gateway, observability=observability)
 
 

@@ -224,6 +224,7 @@ class ResponsesRequest(Lenient):
     include: list[str] = []
     store: bool | None = None
     stream: bool = False
+    background: bool | None = None  # answered at once and run to its end without the client (background.py)
     previous_response_id: str | None = None
     metadata: dict[str, str] | None = None
     # Engine options Dynamo's frontend takes beside OpenAI's (benchmarks fix output lengths with them).

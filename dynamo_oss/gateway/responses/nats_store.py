@@ -34,7 +34,7 @@ from pydantic import ValidationError
 
 from dynamo_oss.gateway.config import NatsConnection
 from dynamo_oss.gateway.nats_connection import NatsAddressUnreadable, connect
-from dynamo_oss.gateway.responses.store import StoredResponse, StoreUnavailable
+from dynamo_oss.gateway.responses.store import Conflict, StoredResponse, StoreUnavailable, Versioned
 
 log = logging.getLogger("dynamo_oss.gateway.store")
 
@@ -61,29 +61,52 @@ class NatsResponseStore:
         self._connect_task()
 
     async def put(self, record: StoredResponse) -> None:
-        value = zlib.compress(orjson.dumps(record.model_dump(mode="json")), COMPRESSION_LEVEL)
         kv = await self._bucket()
-        if self._client is not None and len(value) > self._client.max_payload:
-            limit = self._client.max_payload
-            raise StoreUnavailable(
-                f"the response's record is {len(value)} bytes compressed, more than NATS's largest message "
-                f"({limit} bytes)"
-            )
-        await self._call(kv.put(record.id, value))
+        await self._call(kv.put(record.id, self._value(record)))
 
     async def get(self, response_id: str) -> StoredResponse | None:
+        found = await self.read(response_id)
+        return found.record if found is not None else None
+
+    async def read(self, response_id: str) -> Versioned | None:
         kv = await self._bucket()
         try:
             entry = await self._call(kv.get(response_id))
         except nats.js.errors.KeyNotFoundError:  # never stored, deleted (a delete marker), or dropped by age
             return None
-        if entry.value is None:
+        if entry.value is None or entry.revision is None:
             return None
         try:
-            return StoredResponse.model_validate(orjson.loads(zlib.decompress(entry.value)))
+            record = StoredResponse.model_validate(orjson.loads(zlib.decompress(entry.value)))
         except (zlib.error, orjson.JSONDecodeError, ValidationError) as error:
             log.error("stored response %s is unreadable (%s): answered as not found", response_id, error)
             return None
+        return Versioned(record, entry.revision)
+
+    async def write(self, record: StoredResponse, revision: int) -> int:
+        kv = await self._bucket()
+        value = self._value(record)
+        try:
+            if revision == 0:
+                return await self._call(kv.create(record.id, value))
+            return await self._call(kv.update(record.id, value, last=revision))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise Conflict(f"response {record.id} changed since revision {revision}") from None
+
+    async def client(self) -> Client:
+        """The store's connection to the graph's NATS, for what else lives there (nats_plane.py)."""
+        await self._bucket()
+        assert self._client is not None
+        return self._client
+
+    def _value(self, record: StoredResponse) -> bytes:
+        value = zlib.compress(orjson.dumps(record.model_dump(mode="json")), COMPRESSION_LEVEL)
+        if self._client is not None and len(value) > self._client.max_payload:
+            raise StoreUnavailable(
+                f"the response's record is {len(value)} bytes compressed, more than NATS's "
+                f"largest message ({self._client.max_payload} bytes)"
+            )
+        return value
 
     async def delete(self, response_id: str) -> None:
         kv = await self._bucket()
@@ -98,7 +121,7 @@ class NatsResponseStore:
     async def _call(self, call):  # noqa: ANN001, ANN202 - any JetStream coroutine, and its result
         try:
             return await asyncio.wait_for(call, REQUEST_TIMEOUT_S)
-        except nats.js.errors.KeyNotFoundError:
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyWrongLastSequenceError):
             raise
         except (nats.errors.Error, OSError, TimeoutError) as error:
             raise StoreUnavailable(f"NATS did not answer ({error or type(error).__name__})") from None

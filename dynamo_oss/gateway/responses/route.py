@@ -10,6 +10,9 @@ its last bytes go out, so a client that has read a response can continue from it
 gateway of the graph. A continuation (`previous_response_id`) is rendered as if the client had
 sent the stored conversation and its new input whole, which by harmony's rendering makes the
 previous turn's prompt a prefix of the new one: the KV router finds it on the worker that holds it.
+
+A background request (`background: true`, stored) is checked and rendered as any other, then answered at
+once, queued, while its completion runs on without the client (background.py).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS,
 from dynamo_oss.gateway.harmony.sealing import BoundSeal, ReasoningSeal
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
+from dynamo_oss.gateway.responses.background import BackgroundAnswer, BackgroundResponses
 from dynamo_oss.gateway.responses.references import references, resolved
-from dynamo_oss.gateway.responses.store import ResponseStore, StoredResponse, StoreUnavailable
-from dynamo_oss.gateway.responses.stored import find
+from dynamo_oss.gateway.responses.store import BackgroundRun, Conflict, ResponseStore, StoredResponse, StoreUnavailable
+from dynamo_oss.gateway.responses.stored import find, unavailable
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
 from dynamo_oss.gateway.tenancy import Caller
@@ -68,15 +72,20 @@ class Turn:
 class ResponsesRoute:
     api = "responses"
 
-    def __init__(self, seal: ReasoningSeal, store: ResponseStore | None = None) -> None:
+    def __init__(
+        self, seal: ReasoningSeal, store: ResponseStore | None = None, background: BackgroundResponses | None = None
+    ) -> None:
         self.seal = seal
         self.store = store  # None: the graph keeps no responses
+        self.background = background  # None: no background responses (the graph keeps no responses)
 
     async def prepare(self, url: bytes, body: bytes, checks: Checks, caller: Caller) -> Upstream:
         turn = await self.render(body, checks, caller)
         request, prompt = turn.request, turn.prompt
         check_context(prompt, request.max_output_tokens, turn.context, "input", "max_output_tokens")
         completion = completion_request(generation(request), prompt)
+        if request.background:
+            return await self._background(turn, orjson.dumps(completion), caller)
         if turn.stored:
             assert self.store is not None
             parts = StoredResponseParts(caller.key, turn.inherited, turn.own)
@@ -84,6 +93,34 @@ class ResponsesRoute:
         else:
             transform = ResponsesAnswer(request, prompt, turn.seal, turn.ids)
         return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
+
+    async def _background(self, turn: Turn, completion: bytes, caller: Caller) -> Upstream:
+        """A background response accepted: queued and stored, and its completion detached from the client."""
+        if not turn.stored or self.background is None:
+            why = "the request says store: false; send store: true or leave it out"
+            if self.store is None:
+                why = "this graph keeps no responses (gateway.responses.store is false)"
+            raise ApiError(
+                400,
+                f"Invalid 'background': a background response must be stored, and {why}.",
+                param="background",
+                code="unsupported_parameter",
+            )
+        answer = BackgroundAnswer(turn.request, turn.prompt, turn.seal, turn.ids)
+        record = StoredResponse(
+            id=turn.ids.response_id,
+            owner=caller.key,
+            created_at=time.time(),
+            inherited=turn.inherited,
+            input=turn.own,
+            response=answer.builder.response("queued", None),
+            background=BackgroundRun(process=self.background.process, events=turn.request.stream),
+        )
+        try:
+            job = await self.background.create(record, answer, caller.key)
+        except (StoreUnavailable, Conflict) as error:
+            raise unavailable(StoreUnavailable(str(error))) from None
+        return Upstream(url=COMPLETIONS_URL, body=completion, transform=answer, detached=job)
 
     async def render(self, body: bytes, checks: Checks, caller: Caller) -> Turn:
         """The request checked, its item references and stored conversation read, and its prompt rendered:
@@ -121,6 +158,13 @@ class ResponsesRoute:
                 code="unsupported_parameter",
             )
         previous = await find(self.store, request.previous_response_id, key, "previous_response_id")
+        if previous.running:
+            raise ApiError(
+                400,
+                f"Invalid 'previous_response_id': response '{previous.id}' is a background response still "
+                f"{previous.response.get('status')}; continue from it once it has ended.",
+                param="previous_response_id",
+            )
         return previous.conversation()
 
 

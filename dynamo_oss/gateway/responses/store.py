@@ -9,20 +9,43 @@ one record, and it keeps working when an earlier response of the chain is delete
 A record belongs to the API key (by name) that created it, and lives for the graph's retention.
 The store behind the interface is the graph's NATS (nats_store.py), which every gateway of the
 graph shares; `MemoryResponseStore` keeps records in one process, for tests of the logic alone.
+
+A background response's record is written many times (queued, in progress, its end) by the process
+running it, and may be ended by another (cancelled, or failed when that process has died): those
+writes are conditional on the revision the writer read (`write`), so no end is ever written over.
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 RESPONSE_ID_PATTERN = r"^resp_[A-Za-z0-9_-]{1,200}$"  # what a response id looks like (ids.new_id)
 
 
+RUNNING = ("queued", "in_progress")  # a background response's statuses before its end
+
+
 class StoreUnavailable(Exception):
     """The store cannot be reached (NATS down or restarting), or refused the write: retryable."""
+
+
+class Conflict(Exception):
+    """A conditional write found the record changed (or gone) since the revision it was given."""
+
+
+class BackgroundRun(BaseModel):
+    """How a background response (`background: true`) runs: where, and what is kept of its stream."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    process: str = Field(description="the gateway process running it (background.py), until it ends")
+    events: bool = Field(description="its events are kept for GET ?stream=true (it was created with stream: true)")
+    last_event: int | None = Field(
+        default=None, description="the sequence number of its stream's last event, once the process running it ended it"
+    )
 
 
 class StoredResponse(BaseModel):
@@ -38,6 +61,12 @@ class StoredResponse(BaseModel):
     )
     input: list[dict[str, Any]] = Field(description="this request's own input items, each with an id")
     response: dict[str, Any] = Field(description="the Response object, as GET /v1/responses/{id} returns it")
+    background: BackgroundRun | None = Field(default=None, description="how it runs, for a background response")
+
+    @property
+    def running(self) -> bool:
+        """A background response not yet ended (queued or in progress)."""
+        return self.response.get("status") in RUNNING
 
     def conversation(self) -> list[dict[str, Any]]:
         """What a continuation prepends to its input: inherited items, this input, this output.
@@ -51,6 +80,13 @@ class StoredResponse(BaseModel):
         return (now if now is not None else time.time()) - self.created_at > retention_s
 
 
+class Versioned(NamedTuple):
+    """A record and the revision it was read at, for a conditional write."""
+
+    record: StoredResponse
+    revision: int
+
+
 class ResponseStore(Protocol):
     """Where responses are kept. Every method raises StoreUnavailable when the store cannot answer."""
 
@@ -60,6 +96,15 @@ class ResponseStore(Protocol):
 
     async def get(self, response_id: str) -> StoredResponse | None:
         """The record, or None when there is none (never stored, deleted, or dropped past retention)."""
+        ...
+
+    async def read(self, response_id: str) -> Versioned | None:
+        """The record and its revision, or None as for `get`."""
+        ...
+
+    async def write(self, record: StoredResponse, revision: int) -> int:
+        """Store `record` if its id's record is still at `revision` (0: if there is none yet), and return
+        the new revision; Conflict if it has changed or gone since."""
         ...
 
     async def delete(self, response_id: str) -> None: ...
@@ -73,15 +118,29 @@ class MemoryResponseStore:
     def __init__(self, retention_s: float) -> None:
         self.retention_s = retention_s
         self.records: dict[str, StoredResponse] = {}
+        self.revisions: dict[str, int] = {}  # each id's latest revision, its deletion included
+        self.revision = 0
 
     async def put(self, record: StoredResponse) -> None:
         self.records[record.id] = record
+        self.revisions[record.id] = self.revision = self.revision + 1
 
     async def get(self, response_id: str) -> StoredResponse | None:
         return self.records.get(response_id)
 
+    async def read(self, response_id: str) -> Versioned | None:
+        record = self.records.get(response_id)
+        return Versioned(record, self.revisions[response_id]) if record is not None else None
+
+    async def write(self, record: StoredResponse, revision: int) -> int:
+        if self.revisions.get(record.id, 0) != revision:
+            raise Conflict(f"response {record.id} changed since revision {revision}")
+        await self.put(record)
+        return self.revision
+
     async def delete(self, response_id: str) -> None:
-        self.records.pop(response_id, None)
+        if self.records.pop(response_id, None) is not None:
+            self.revisions[response_id] = self.revision = self.revision + 1
 
     async def close(self) -> None:
         return None

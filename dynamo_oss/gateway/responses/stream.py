@@ -61,13 +61,20 @@ class ResponseBuilder:
         self.final: dict[str, Any] | None = None  # the whole response, once finished
         self.billed: Usage | None = None  # its usage, once finished
         self.done = False  # a Responses answer ends only with its completion
+        self.queued = False  # created before its completion started (a background response)
 
     # the completion's text in, events out
+    def queue(self) -> bytes:
+        """A background response's first events, as it is accepted and before its completion starts:
+        `response.created` and `response.queued`, both with the response queued."""
+        self.queued = True
+        snapshot = self.response("queued", None)
+        return self._event("response.created", response=snapshot) + self._event("response.queued", response=snapshot)
+
     def start(self) -> bytes:
         snapshot = self.response("in_progress", None)
-        return self._event("response.created", response=snapshot) + self._event(
-            "response.in_progress", response=snapshot
-        )
+        created = b"" if self.queued else self._event("response.created", response=snapshot)
+        return created + self._event("response.in_progress", response=snapshot)
 
     def feed(self, token_ids: list[int]) -> bytes:
         return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(token_ids)])
@@ -89,6 +96,24 @@ class ResponseBuilder:
         """The event carrying the whole response (`response.completed` or `response.incomplete`)."""
         assert self.final is not None
         return self._event(f"response.{self.final['status']}", response=self.final)
+
+    def stop(self, status: str, error: dict[str, Any] | None) -> bytes:
+        """The answer ends before its completion did (`cancelled`, or `failed` with `error`): the item being
+        written closes incomplete, and `response.failed` ends the stream with the response as it stands
+        (OpenAI's streams have no event of their own for a cancelled response; its status says which)."""
+        out = self._close(complete=False) if self.item is not None else b""
+        self.final = {**self.response(status, None), "error": error}
+        return out + self._event("response.failed", response=self.final)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The response while it is being written, with the items finished so far (a background
+        response's record, read while it runs)."""
+        finished = self.output if self.item is None else self.output[:-1]
+        return {**self.response("in_progress", None), "output": list(finished)}
+
+    @property
+    def finished_items(self) -> int:
+        return len(self.output) - (self.item is not None)
 
     def error(self, error: dict[str, Any]) -> bytes:
         """The stream could not finish (a worker failed, the frontend went away): an `error` event ends it."""
@@ -251,7 +276,7 @@ class ResponseBuilder:
             "created_at": self.created_at,
             "status": status,
             "model": request.model,
-            "output": self.output if status != "in_progress" else [],
+            "output": self.output if status not in ("queued", "in_progress") else [],
             "usage": self._usage(usage) if usage is not None else None,
             "error": None,
             "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
@@ -259,6 +284,7 @@ class ResponseBuilder:
             "max_output_tokens": request.max_output_tokens,
             "parallel_tool_calls": request.parallel_tool_calls,
             "previous_response_id": request.previous_response_id,
+            "background": bool(request.background),
             "reasoning": {"effort": request.reasoning.effort if request.reasoning else None, "summary": None},
             "store": self.stored,
             "temperature": request.temperature if request.temperature is not None else 1.0,
@@ -282,6 +308,15 @@ class ResponseBuilder:
             "output_tokens_details": {"reasoning_tokens": min(reasoning, completion)},
             "total_tokens": prompt + completion,
         }
+
+
+def terminal_event(response: dict[str, Any], sequence: int) -> bytes:
+    """The event that ends a response's stream, numbered `sequence`, for a response whose stream lacks its
+    own (a background response ended by another gateway: cancelled, or failed when its process died)."""
+    status = response.get("status")
+    kind = f"response.{status}" if status in ("completed", "incomplete") else "response.failed"
+    payload = orjson.dumps({"type": kind, "response": response, "sequence_number": sequence})
+    return b"event: " + kind.encode() + b"\ndata: " + payload + b"\n\n"
 
 
 def _format(request: ResponsesRequest) -> dict[str, Any]:
