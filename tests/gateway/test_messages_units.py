@@ -305,6 +305,7 @@ def test_the_graph_s_cache_isolation_reaches_the_gateway_s_configuration(tmp_pat
         ["http://127.0.0.1:8001"],
         state_dir=tmp_path,
         key_file=tmp_path / "k",
+        make_key=True,
         api_keys_file=None,
     )
     assert config.cache_isolation == (isolation or "tenant")
