@@ -123,7 +123,8 @@ class Gateway:
         self.connections = ConnectionCount(limits)
         self.bodies = BodyBudget(limits)
         probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
-        responses, messages = ResponsesRoute(seal, store, background), MessagesRoute(seal)
+        responses = ResponsesRoute(seal, store, background, limits.max_body_bytes)
+        messages = MessagesRoute(seal)
         self.routes = RouteTable(
             exact={
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
@@ -540,13 +541,13 @@ class ClientConnection(asyncio.Protocol):
         )
         self.api = route.api
         try:
+            if self.api is not None:  # a generation or a count: the key's share, then the graph's capacity
+                ticket = self.gateway.fair_share.admit(self.key)
+                self.rate_headers = ticket.headers
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
                 await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)
             else:
-                if self.api is not None:  # a generation: the key's share, then the graph's capacity
-                    ticket = self.gateway.fair_share.admit(self.key)
-                    self.rate_headers = ticket.headers
                 caller = self.gateway.caller(self.key)
                 upstream = await route.prepare(url, request.body, self.gateway, caller)
                 headers = self.gateway.tenants.salted(headers, caller)

@@ -205,8 +205,9 @@ class Checks(Protocol):
 
 
 class Route(Protocol):
-    """One API surface. `api` names a generation API (its requests are admitted against the graph's
-    capacity and refused retryably past it); None for listings, health and metrics."""
+    """One API surface. `api` names a generation API, or another that costs the gateway work (a token
+    count): its requests are admitted against the key's share and the graph's capacity, and refused
+    past them; None for listings, health, metrics and stored responses."""
 
     api: str | None
 

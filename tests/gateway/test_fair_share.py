@@ -109,6 +109,8 @@ def test_a_key_with_one_request_in_flight_gets_a_429_for_a_second(keyed_graph: S
             assert streaming.status_code == 200 and next(lines)  # in flight
             second = post(keyed_graph, "heidi")
             assert second.status_code == 429 and "1 requests in flight" in second.json()["error"]["message"]
+            count = client.post(f"{keyed_graph.endpoint}/responses/input_tokens", json={"model": MODEL, "input": "Hi."})
+            assert count.status_code == 429  # a count renders, at the gateway's cost: admitted as a request
             assert post(keyed_graph, "judy").status_code == 200
     # The stream closed: its place is free again once the gateway has seen it go.
     wait_for(lambda: post(keyed_graph, "heidi").status_code == 200, 30, "heidi's place to be free")

@@ -10,6 +10,7 @@ import time
 
 import httpx
 import openai
+import orjson
 import pytest
 
 from dynamo_oss.gateway.errors import ApiError
@@ -118,13 +119,27 @@ def test_references_resolve_to_the_stored_items_reading_each_response_once() -> 
     asyncio.run(store.put(record))
     refs = [ItemReference(id=item["id"]) for item in (asked, thought, answer)]
     request = ResponsesRequest(model=MODEL, input=[*refs, {"role": "user", "content": "Again."}])
-    items = asyncio.run(resolved(request, store, "alice"))
+    items, referenced = asyncio.run(resolved(request, store, "alice", 2**20))
     assert items[:3] == [asked, thought, answer]  # the reasoning's text, not its sealed copy
     assert items[3] == {"type": "message", "role": "user", "content": "Again."}
-    assert store.reads == 1
+    assert store.reads == 1 and referenced == sum(len(orjson.dumps(item)) for item in items[:3])
     with pytest.raises(ApiError) as error:
-        asyncio.run(resolved(request, None, "alice"))
+        asyncio.run(resolved(request, None, "alice", 2**20))
     assert error.value.status == 400 and "gateway.responses.store" in error.value.message
+
+
+def test_references_that_name_more_than_a_body_may_hold_are_refused() -> None:
+    """A few bytes of references may name megabytes of stored items: no more than a body may hold."""
+    ids = ItemIds(f"resp_{'b' * 32}")
+    big = {"type": "message", "role": "user", "content": "x" * 10_000, "id": ids.next("msg")}
+    store = CountingStore(RETENTION_S)
+    record = StoredResponse(id=ids.response_id, owner="alice", created_at=time.time(), input=[big], response={})
+    asyncio.run(store.put(record))
+    request = ResponsesRequest(model=MODEL, input=[ItemReference(id=big["id"])] * 20)
+    with pytest.raises(ApiError) as error:
+        asyncio.run(resolved(request, store, "alice", 100_000))
+    assert error.value.status == 413 and error.value.param == "input" and "input[9]" in error.value.message
+    assert len(asyncio.run(resolved(request, store, "alice", 1_000_000))[0]) == 20
 
 
 class CountingStore(MemoryResponseStore):

@@ -3,8 +3,9 @@
 Claude Code asks before it sends, to manage its context. The count is the prompt generation would
 send, rendered by the same code (route.MessagesRoute.render): system, tools and thinking included;
 it is the prompt the same request, served, reports in its usage (`input_tokens` and
-`cache_read_input_tokens` together, as Anthropic splits them). Nothing reaches a worker, and no
-model capacity is taken.
+`cache_read_input_tokens` together, as Anthropic splits them). Nothing reaches a worker. A count is
+admitted as a request (the key's concurrent requests and requests a minute, the graph's capacity),
+since rendering costs the gateway CPU, but is charged no tokens.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ PATH = b"/v1/messages/count_tokens"
 
 
 class CountTokensRoute:
-    api = None  # a count generates nothing: it is not admitted against the graph's capacity
+    api = "count_tokens"  # rendering costs CPU: a count is admitted as a request of the key's share
 
     def __init__(self, messages: MessagesRoute) -> None:
         self.messages = messages

@@ -4,7 +4,9 @@ OpenAI's API answers it so a client can manage its context before it sends; Dyna
 answers at best an estimate. Here the count is the prompt generation would send, rendered by the
 same code (route.ResponsesRoute.render): instructions, tools, item references and the stored
 conversation of `previous_response_id` included. It is the `usage.input_tokens` the same request,
-served, reports. Nothing reaches a worker, and no model capacity is taken.
+served, reports. Nothing reaches a worker. A count is admitted as a request (the key's concurrent
+requests and requests a minute, the graph's capacity), since rendering costs the gateway CPU, but is
+charged no tokens.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ PATH = b"/v1/responses/input_tokens"
 
 
 class InputTokensRoute:
-    api = None  # a count generates nothing: it is not admitted against the graph's capacity
+    api = "input_tokens"  # rendering costs CPU: a count is admitted as a request of the key's share
 
     def __init__(self, responses: ResponsesRoute) -> None:
         self.responses = responses

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.ids import response_of
 from dynamo_oss.gateway.protocol.responses import ItemReference, ResponsesRequest
@@ -24,8 +26,12 @@ def references(request: ResponsesRequest) -> bool:
     return not isinstance(request.input, str) and any(isinstance(item, ItemReference) for item in request.input)
 
 
-async def resolved(request: ResponsesRequest, store: ResponseStore | None, key: str | None) -> list[dict[str, Any]]:
-    """The request's input items as dicts, each `item_reference` replaced by the stored item it names."""
+async def resolved(
+    request: ResponsesRequest, store: ResponseStore | None, key: str | None, max_bytes: int
+) -> tuple[list[dict[str, Any]], int]:
+    """The request's input items as dicts, each `item_reference` replaced by the stored item it names, and
+    the bytes the referenced items come to. A few bytes of references may name megabytes of items: past
+    `max_bytes` (what the endpoint takes in a body) they are refused, as the same items sent whole would be."""
     assert not isinstance(request.input, str)
     if store is None:
         raise ApiError(
@@ -36,13 +42,23 @@ async def resolved(request: ResponsesRequest, store: ResponseStore | None, key: 
             code="unsupported_parameter",
         )
     records: dict[str, StoredResponse] = {}  # one read per response, however many of its items are named
-    items = []
+    items, referenced = [], 0
     for index, item in enumerate(request.input):
         if isinstance(item, ItemReference):
-            items.append(await _stored_item(item.id, f"input[{index}].id", store, key, records))
+            found = await _stored_item(item.id, f"input[{index}].id", store, key, records)
+            referenced += len(orjson.dumps(found))
+            if referenced > max_bytes:
+                raise ApiError(
+                    413,
+                    f"Invalid 'input': the items referenced up to input[{index}] come to more than "
+                    f"{max_bytes // 2**20} MiB, what this endpoint takes in a request's body; send fewer.",
+                    param="input",
+                    code="request_too_large",
+                )
+            items.append(found)
         else:
             items.append(item.model_dump(mode="json", exclude_none=True))
-    return items
+    return items, referenced
 
 
 async def _stored_item(

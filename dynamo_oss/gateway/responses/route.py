@@ -31,6 +31,7 @@ from dynamo_oss.gateway.harmony.completion import COMPLETIONS_URL, CompletionAns
 from dynamo_oss.gateway.harmony.conversation import conversation, generation
 from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS, Prompt, rendered
 from dynamo_oss.gateway.harmony.sealing import BoundSeal, ReasoningSeal
+from dynamo_oss.gateway.limits import Limits
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
 from dynamo_oss.gateway.responses.background import BackgroundAnswer, BackgroundResponses
@@ -73,9 +74,14 @@ class ResponsesRoute:
     api = "responses"
 
     def __init__(
-        self, seal: ReasoningSeal, store: ResponseStore | None = None, background: BackgroundResponses | None = None
+        self,
+        seal: ReasoningSeal,
+        store: ResponseStore | None = None,
+        background: BackgroundResponses | None = None,
+        max_body_bytes: int = Limits().max_body_bytes,
     ) -> None:
         self.seal = seal
+        self.max_body_bytes = max_body_bytes  # what item references may come to, as a body may
         self.store = store  # None: the graph keeps no responses
         self.background = background  # None: no background responses (the graph keeps no responses)
 
@@ -126,10 +132,10 @@ class ResponsesRoute:
         """The request checked, its item references and stored conversation read, and its prompt rendered:
         what generation sends, and what POST /v1/responses/input_tokens counts."""
         request, context = await typed_request(checks, self.api, body, ResponsesRequest, from_validation)
+        referenced = 0  # bytes of items named by reference, which the body's size does not show
         if references(request):
-            request = request.model_copy(
-                update={"input": ITEMS.validate_python(await resolved(request, self.store, caller.key))}
-            )
+            items, referenced = await resolved(request, self.store, caller.key, self.max_body_bytes)
+            request = request.model_copy(update={"input": ITEMS.validate_python(items)})
         inherited = await self._inherited(request, caller.key)
         seal = self.seal.bound(caller.tenant, request.model)
         stored = self.store is not None and request.store is not False
@@ -139,7 +145,7 @@ class ResponsesRoute:
             request.model_copy(update={"input": ITEMS.validate_python([*inherited, *own])}) if inherited else request
         )
         try:
-            heavy = len(body) > OFF_LOOP_BYTES or len(inherited) > OFF_LOOP_ITEMS
+            heavy = len(body) + referenced > OFF_LOOP_BYTES or len(inherited) > OFF_LOOP_ITEMS
             prompt = await rendered(lambda: conversation(whole, seal), caller.renders, heavy)
         except ApiError as err:
             raise _shifted(err, len(inherited)) from None
