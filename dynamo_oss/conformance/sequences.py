@@ -2,13 +2,15 @@
 
 A case of cases.py is one request and checks of its answer. These send a request, then act on what
 came back, as clients do: the Vercel AI SDK sends an earlier response's items back as
-`item_reference`s (with `store` on, OpenAI's default), and Claude Code counts a prompt's tokens
-before it sends it. Each compares two ways of sending the same prompt, by the prompt tokens the
-endpoint reports, so it holds for a real model: the answers' wording never matters.
+`item_reference`s (with `store` on, OpenAI's default), Claude Code counts a prompt's tokens before it
+sends it, and a long reasoning run is left to run in the background and polled. The references and
+counts compare two ways of sending the same prompt, by the prompt tokens the endpoint reports, so
+they hold for a real model: the answers' wording never matters.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +101,32 @@ def messages_count_tokens(client: openai.OpenAI, model: str) -> list[str]:
     return []
 
 
+BACKGROUND_DEADLINE_S = 120.0  # a short answer run in the background ends well within this
+ENDED = ("completed", "incomplete", "failed", "cancelled")
+
+
+def background_response(client: openai.OpenAI, model: str) -> list[str]:
+    """`background: true` is answered at once, queued or in progress, and the response, polled, ends
+    `completed` with its output; a cancel after its end leaves it as it was (OpenAI's documented rules)."""
+    created = client.responses.create(model=model, input=ASK, background=True, max_output_tokens=MAX_TOKENS)
+    if created.status not in ("queued", "in_progress"):
+        return [f"background: true answered {created.status!r}, not queued: the request was held to its end"]
+    deadline = time.monotonic() + BACKGROUND_DEADLINE_S
+    polled = created
+    while polled.status not in ENDED:
+        if time.monotonic() > deadline:
+            return [f"still {polled.status!r} after {BACKGROUND_DEADLINE_S:g} s of polling"]
+        time.sleep(0.2)
+        polled = client.responses.retrieve(created.id)
+    failures = []
+    if polled.status not in ("completed", "incomplete") or not polled.output:
+        failures.append(f"ended {polled.status!r} with {len(polled.output)} output items")
+    cancelled = client.responses.cancel(created.id)
+    if cancelled.status != polled.status:
+        failures.append(f"a cancel after its end turned {polled.status!r} into {cancelled.status!r}")
+    return failures
+
+
 SEQUENCES: list[Sequence] = [
     Sequence(
         "responses-item-reference",
@@ -109,6 +137,11 @@ SEQUENCES: list[Sequence] = [
         "responses-input-tokens",
         "no exact POST /v1/responses/input_tokens, or a count that differs from the prompt served",
         responses_input_tokens,
+    ),
+    Sequence(
+        "responses-background",
+        "background: true refused or held to its end, so long reasoning stays tied to one connection",
+        background_response,
     ),
     Sequence(
         "messages-count-tokens",
