@@ -34,7 +34,7 @@ from nats.js.api import DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from dynamo_oss.gateway.responses.nats_store import REQUEST_TIMEOUT_S, NatsResponseStore
+from dynamo_oss.gateway.responses.nats_store import REQUEST_TIMEOUT_S, NatsResponseStore, ensure_stream, kv_stream
 from dynamo_oss.gateway.responses.plane import Batch, Handler, Listing
 from dynamo_oss.gateway.responses.store import StoreUnavailable
 
@@ -115,7 +115,7 @@ class NatsEventLog:
                     duplicate_window=min(120.0, self.retention_s),
                     num_replicas=1,
                 )
-                await answered(_made(js, wanted))
+                await answered(ensure_stream(js, wanted))
                 self._js = js
         return self._js
 
@@ -232,34 +232,11 @@ class NatsRunners:
         async with self._made:
             if self._kv is None:
                 js = (await self.store.client()).jetstream(timeout=REQUEST_TIMEOUT_S)
-                wanted = StreamConfig(
-                    name=f"KV_{self.bucket}",
-                    description="dynamo-oss gateway processes running background responses; each entry lapses",
-                    subjects=[f"$KV.{self.bucket}.>"],
-                    allow_direct=True,
-                    allow_rollup_hdrs=True,
-                    deny_delete=True,
-                    discard=DiscardPolicy.OLD,
-                    duplicate_window=min(2.0, LAPSE_S),
-                    max_age=LAPSE_S,
-                    max_msgs_per_subject=1,
-                    storage=StorageType.FILE,  # a restart of nats-server forgets no live process
-                    num_replicas=1,
-                )
-                await answered(_made(js, wanted))
+                description = "dynamo-oss gateway processes running background responses; each entry lapses"
+                wanted = kv_stream(self.bucket, description, max_age=LAPSE_S, duplicate_window=min(2.0, LAPSE_S))
+                await answered(ensure_stream(js, wanted))
                 self._kv = await answered(js.key_value(self.bucket))
         return self._kv
-
-
-async def _made(js: JetStreamContext, wanted: StreamConfig) -> None:
-    """The stream as `wanted`: added, or updated where the graph's settings changed."""
-    try:
-        info = await js.stream_info(wanted.name)
-    except nats.js.errors.NotFoundError:
-        await js.add_stream(wanted)
-        return
-    if (info.config.max_age, info.config.max_bytes) != (wanted.max_age, wanted.max_bytes):
-        await js.update_stream(wanted)
 
 
 def _listing(value: bytes | None) -> Listing | None:

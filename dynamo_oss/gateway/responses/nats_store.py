@@ -28,6 +28,7 @@ import nats.errors
 import nats.js.errors
 import orjson
 from nats.aio.client import Client
+from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
@@ -150,32 +151,51 @@ class NatsResponseStore:
             except NatsAddressUnreadable as error:
                 raise StoreUnavailable(str(error)) from None
         js = self._client.jetstream(timeout=REQUEST_TIMEOUT_S)
-        wanted = StreamConfig(
-            name=f"KV_{self.bucket}",
-            description="dynamo-oss stored responses (store: true), by id",
-            subjects=[f"$KV.{self.bucket}.>"],
-            allow_direct=True,
-            allow_rollup_hdrs=True,
-            deny_delete=True,
-            discard=DiscardPolicy.OLD,  # full: the oldest responses go first, as they would by age
-            duplicate_window=min(120.0, self.retention_s),
+        wanted = kv_stream(
+            self.bucket,
+            "dynamo-oss stored responses (store: true), by id",
             max_age=self.retention_s,
-            max_bytes=self.max_bytes,
-            max_msgs_per_subject=1,
-            storage=StorageType.FILE,
-            num_replicas=1,
+            max_bytes=self.max_bytes,  # full: the oldest responses go first, as they would by age
+            duplicate_window=min(120.0, self.retention_s),
         )
-        try:
-            info = await js.stream_info(wanted.name)
-        except nats.js.errors.NotFoundError:
-            await js.add_stream(wanted)
-        else:
-            kept = (info.config.max_age, info.config.max_bytes, info.config.discard)
-            if kept != (wanted.max_age, wanted.max_bytes, wanted.discard):
-                await js.update_stream(wanted)  # the graph's retention or size changed
+        await ensure_stream(js, wanted)
         self._kv = await js.key_value(self.bucket)
         log.info("responses are stored in NATS bucket %s (retention %g s)", self.bucket, self.retention_s)
         return self._kv
+
+
+def kv_stream(
+    bucket: str, description: str, *, max_age: float, duplicate_window: float, max_bytes: int = -1
+) -> StreamConfig:
+    """The stream behind a JetStream key-value bucket of the graph's NATS: one value per key, on file (a
+    restart of nats-server forgets nothing), the oldest dropped first when full."""
+    return StreamConfig(
+        name=f"KV_{bucket}",
+        description=description,
+        subjects=[f"$KV.{bucket}.>"],
+        allow_direct=True,
+        allow_rollup_hdrs=True,
+        deny_delete=True,
+        discard=DiscardPolicy.OLD,
+        duplicate_window=duplicate_window,
+        max_age=max_age,
+        max_bytes=max_bytes,
+        max_msgs_per_subject=1,
+        storage=StorageType.FILE,
+        num_replicas=1,
+    )
+
+
+async def ensure_stream(js: JetStreamContext, wanted: StreamConfig) -> None:
+    """The stream as `wanted`: added, or updated where the graph's retention or size changed."""
+    try:
+        info = await js.stream_info(wanted.name)
+    except nats.js.errors.NotFoundError:
+        await js.add_stream(wanted)
+        return
+    kept = (info.config.max_age, info.config.max_bytes, info.config.discard)
+    if kept != (wanted.max_age, wanted.max_bytes, wanted.discard):
+        await js.update_stream(wanted)
 
 
 def _retrieved(task: asyncio.Task) -> None:
