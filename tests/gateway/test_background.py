@@ -15,7 +15,7 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from tests.gateway.test_response_store import MODEL, client
+from tests.support.keyed import MODEL, openai_client
 from tests.support.graphs import BACKGROUND_PER_KEY, ENDLESS, KEYS
 from tests.support.served import ServedGraph
 from tests.support.waiting import wait_for
@@ -59,7 +59,7 @@ def frontend_gauges(served: ServedGraph) -> dict[str, float]:
 
 
 def test_a_background_response_is_answered_queued_and_completes_without_its_client(served: ServedGraph) -> None:
-    alice = client(served, "alice")
+    alice = openai_client(served, "alice")
     created = alice.responses.create(model=MODEL, input="Say hello.", background=True)
     assert created.status == "queued" and created.background is True and created.output == []
     assert created.store is True and created.usage is None
@@ -73,7 +73,7 @@ def test_a_background_response_is_answered_queued_and_completes_without_its_clie
 
 
 def test_a_dropped_background_stream_resumed_after_its_last_event_gets_exactly_the_rest(served: ServedGraph) -> None:
-    alice = client(served, "alice")
+    alice = openai_client(served, "alice")
     first: list[dict] = []
     with httpx.stream(
         "POST",
@@ -110,7 +110,7 @@ def test_a_dropped_background_stream_resumed_after_its_last_event_gets_exactly_t
 def test_cancelling_a_running_background_response_ends_it_cancelled_and_stops_its_generation(
     served: ServedGraph,
 ) -> None:
-    alice = client(served, "alice")
+    alice = openai_client(served, "alice")
     before = frontend_gauges(served)["dynamo_frontend_output_tokens_total"]
     created = alice.responses.create(model=MODEL, input="Say hello.", background=True, **ENDLESS)
     running(alice, created.id)
@@ -127,7 +127,7 @@ def test_cancelling_a_running_background_response_ends_it_cancelled_and_stops_it
 def test_cancelling_an_ended_background_response_returns_it_unchanged_and_a_synchronous_one_is_refused(
     served: ServedGraph,
 ) -> None:
-    alice = client(served, "alice")
+    alice = openai_client(served, "alice")
     done = ended(alice, alice.responses.create(model=MODEL, input="Say hello.", background=True).id)
     assert alice.responses.cancel(done.id) == done == alice.responses.retrieve(done.id)
     synchronous = alice.responses.create(model=MODEL, input="Say hello.")
@@ -138,7 +138,7 @@ def test_cancelling_an_ended_background_response_returns_it_unchanged_and_a_sync
 
 
 def test_another_key_gets_404s_for_a_background_response_its_stream_and_its_cancel(served: ServedGraph) -> None:
-    alice, bob = client(served, "alice"), client(served, "bob")
+    alice, bob = openai_client(served, "alice"), openai_client(served, "bob")
     created = alice.responses.create(model=MODEL, input="Say hello.", background=True, stream=True)
     response_id = next(iter(created)).response.id
     created.close()
@@ -157,14 +157,14 @@ def test_another_key_gets_404s_for_a_background_response_its_stream_and_its_canc
 def test_background_responses_hold_their_key_s_share_until_they_end_and_are_bounded_per_key(
     served: ServedGraph,
 ) -> None:
-    heidi = client(served, "heidi")  # concurrent_requests=1 (tests.support.graphs.KEY_LIMITS)
+    heidi = openai_client(served, "heidi")  # concurrent_requests=1 (tests.support.graphs.KEY_LIMITS)
     held = heidi.responses.create(model=MODEL, input="Say hello.", background=True, **ENDLESS)
     with pytest.raises(openai.RateLimitError):
         heidi.responses.create(model=MODEL, input="Say hello.", max_output_tokens=8)
     heidi.responses.cancel(held.id)
     assert heidi.responses.create(model=MODEL, input="Say hello.", max_output_tokens=8).status == "incomplete"
 
-    judy = client(served, "judy")
+    judy = openai_client(served, "judy")
     bounded = [judy.responses.create(model=MODEL, input="Say hello.", background=True, **ENDLESS)]
     bounded += [judy.responses.create(model=MODEL, input="Say hi.", background=True, **ENDLESS)]
     assert len(bounded) == BACKGROUND_PER_KEY

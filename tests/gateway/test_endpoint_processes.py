@@ -74,7 +74,7 @@ def served_by(served: ServedGraph, request: Callable[[], object]) -> tuple[int, 
     def counted() -> list[int]:  # a process counts a request once its answer has gone out, not before
         return [pid for pid, count in answered(served).items() if count > before.get(pid, 0.0)]
 
-    wait_for(lambda: counted(), 10, "the answering process to count the request")
+    wait_for(counted, 10, "the answering process to count the request")
     (pid,) = counted()
     return pid, answer
 

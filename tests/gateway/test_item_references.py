@@ -18,7 +18,7 @@ from dynamo_oss.gateway.ids import ItemIds, response_of
 from dynamo_oss.gateway.protocol.responses import ItemReference, ResponsesRequest
 from dynamo_oss.gateway.responses.references import resolved
 from dynamo_oss.gateway.responses.store import MemoryResponseStore, StoredResponse, Versioned
-from tests.gateway.test_response_store import MODEL, WEATHER, _put, client, nats_url
+from tests.support.keyed import MODEL, RESPONSES_WEATHER, nats_url, openai_client, put_record
 from tests.support.graphs import KEYS, RETENTION_S
 from tests.support.served import ServedGraph
 
@@ -29,16 +29,16 @@ def served(keyed_graph: ServedGraph) -> ServedGraph:
 
 
 def test_a_tool_loop_by_item_references_is_served_as_if_the_items_were_sent_whole(served: ServedGraph) -> None:
-    alice = client(served, "alice")
+    alice = openai_client(served, "alice")
     ask = {"role": "user", "content": "Use get_weather for Paris."}
-    first = alice.responses.create(model=MODEL, input=[ask], tools=[WEATHER])
+    first = alice.responses.create(model=MODEL, input=[ask], tools=[RESPONSES_WEATHER])
     call = first.output[-1]
     assert call.type == "function_call" and all(response_of(item.id) == first.id for item in first.output)
     output = {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"}
     whole = [ask, *(item.model_dump(mode="json", exclude_none=True) for item in first.output), output]
     by_reference = [ask, *({"type": "item_reference", "id": item.id} for item in first.output), output]
-    sent_whole = alice.responses.create(model=MODEL, input=whole, tools=[WEATHER], store=False)
-    referenced = alice.responses.create(model=MODEL, input=by_reference, tools=[WEATHER])
+    sent_whole = alice.responses.create(model=MODEL, input=whole, tools=[RESPONSES_WEATHER], store=False)
+    referenced = alice.responses.create(model=MODEL, input=by_reference, tools=[RESPONSES_WEATHER])
     assert referenced.output[-1].type == "message"
     assert referenced.usage.input_tokens == sent_whole.usage.input_tokens  # the same prompt, token for token
     assert referenced.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens // 2
@@ -52,7 +52,7 @@ def test_a_tool_loop_by_item_references_is_served_as_if_the_items_were_sent_whol
         f"{served.endpoint}/responses",
         timeout=60,
         headers={"Authorization": f"Bearer {KEYS['alice']}"},
-        json={"model": MODEL, "input": untyped, "tools": [WEATHER], "stream": True},
+        json={"model": MODEL, "input": untyped, "tools": [RESPONSES_WEATHER], "stream": True},
     ) as reply:
         assert reply.status_code == 200
         last = [line for line in reply.iter_lines() if line.startswith("data: ")][-1]
@@ -60,7 +60,7 @@ def test_a_tool_loop_by_item_references_is_served_as_if_the_items_were_sent_whol
 
 
 def test_references_to_items_a_key_may_not_see_are_404s_that_reach_no_worker(served: ServedGraph) -> None:
-    alice, bob = client(served, "alice"), client(served, "bob")
+    alice, bob = openai_client(served, "alice"), openai_client(served, "bob")
     owned = alice.responses.create(model=MODEL, input="Say hello.")
     deleted = alice.responses.create(model=MODEL, input="Say goodbye.")
     alice.responses.delete(deleted.id)
@@ -72,7 +72,7 @@ def test_references_to_items_a_key_may_not_see_are_404s_that_reach_no_worker(ser
         input=[{"type": "message", "role": "user", "content": "Hi.", "id": ids.next("msg")}],
         response={**owned.model_dump(mode="json"), "id": ids.response_id},
     )
-    asyncio.run(_put(nats_url(served), stale))
+    asyncio.run(put_record(nats_url(served), stale))
     before = served.frontend_requests()
     for who, item_id in (
         (bob, owned.output[-1].id),  # alice's

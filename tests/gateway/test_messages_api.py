@@ -24,22 +24,14 @@ from dynamo_oss.gateway.harmony.rendering import RenderCache, render
 from dynamo_oss.gateway.protocol.chat import ChatRequest
 from dynamo_oss.gateway.tenancy import Tenants
 from tests.support.graphs import KEYS
+from tests.support.keyed import MESSAGES_WEATHER, base_url
 from tests.support.npm_clients import npm_client, run_in_own_group
 from tests.support.served import ServedGraph
 
 MODEL = "openai/gpt-oss-20b"
-WEATHER = {
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 EVENT = TypeAdapter(RawMessageStreamEvent)
 CLAUDE_CODE = Path(__file__).resolve().parent / "clients" / "claude-code"  # its package.json and lock file
 CLIENT_TIMEOUT_S = 120
-
-
-def base_url(keyed_graph: ServedGraph) -> str:
-    return keyed_graph.endpoint.removesuffix("/v1")
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +102,7 @@ def test_a_tool_loop_runs_with_its_thinking_handed_back_and_an_altered_one_is_re
     client: anthropic.Anthropic,
 ) -> None:
     ask = {"role": "user", "content": "Use get_weather for Paris."}
-    with client.messages.stream(model=MODEL, max_tokens=400, messages=[ask], tools=[WEATHER]) as stream:
+    with client.messages.stream(model=MODEL, max_tokens=400, messages=[ask], tools=[MESSAGES_WEATHER]) as stream:
         first = stream.get_final_message()
     thinking, call = first.content
     assert first.stop_reason == "tool_use" and thinking.type == "thinking"
@@ -118,14 +110,14 @@ def test_a_tool_loop_runs_with_its_thinking_handed_back_and_an_altered_one_is_re
     assert call.id.startswith("toolu_")
     result = {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Sunny, 21 C"}]}
     turn = [ask, {"role": "assistant", "content": first.content}, result]
-    second = client.messages.create(model=MODEL, max_tokens=400, messages=turn, tools=[WEATHER])
+    second = client.messages.create(model=MODEL, max_tokens=400, messages=turn, tools=[MESSAGES_WEATHER])
     assert second.stop_reason == "end_turn" and second.content[-1].type == "text" and second.content[-1].text
     altered = {"type": "thinking", "thinking": thinking.thinking + " (edited)", "signature": thinking.signature}
     with pytest.raises(anthropic.BadRequestError) as refused:
         client.messages.create(
             model=MODEL,
             max_tokens=400,
-            tools=[WEATHER],
+            tools=[MESSAGES_WEATHER],
             messages=[ask, {"role": "assistant", "content": [altered, call]}, result],
         )
     error = refused.value.body["error"]  # type: ignore[index]
@@ -135,14 +127,18 @@ def test_a_tool_loop_runs_with_its_thinking_handed_back_and_an_altered_one_is_re
 def test_tool_choice_forces_a_named_tool_or_none(client: anthropic.Anthropic) -> None:
     ask = [{"role": "user", "content": "What should I wear today?"}]
     forced = client.messages.create(
-        model=MODEL, max_tokens=400, messages=ask, tools=[WEATHER], tool_choice={"type": "tool", "name": "get_weather"}
+        model=MODEL,
+        max_tokens=400,
+        messages=ask,
+        tools=[MESSAGES_WEATHER],
+        tool_choice={"type": "tool", "name": "get_weather"},
     )
     assert forced.stop_reason == "tool_use" and forced.content[-1].name == "get_weather"
     assert isinstance(forced.content[-1].input["city"], str)
     refused = client.messages.create(
         model=MODEL,
         max_tokens=400,
-        tools=[WEATHER],
+        tools=[MESSAGES_WEATHER],
         tool_choice={"type": "none"},
         messages=[{"role": "user", "content": "Use get_weather for Paris."}],
     )
@@ -198,11 +194,16 @@ HI = [{"role": "user", "content": "hi"}]
         ),
         ({"messages": [*HI, {"role": "assistant", "content": "Sure"}], "max_tokens": 10}, "messages.1: "),
         (
-            {"messages": HI, "max_tokens": 10, "tools": [{**WEATHER, "input_schema": {"type": "string"}}]},
+            {"messages": HI, "max_tokens": 10, "tools": [{**MESSAGES_WEATHER, "input_schema": {"type": "string"}}]},
             "tools.0.input_schema",
         ),
         (
-            {"messages": HI, "max_tokens": 10, "tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}},
+            {
+                "messages": HI,
+                "max_tokens": 10,
+                "tools": [MESSAGES_WEATHER],
+                "tool_choice": {"type": "tool", "name": "nope"},
+            },
             "tool_choice.name",
         ),
     ],

@@ -18,7 +18,6 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-import yaml
 from openai.types.responses import Response, ResponseItem
 from pydantic import TypeAdapter
 
@@ -32,18 +31,11 @@ from dynamo_oss.gateway.responses.store import StoredResponse
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from tests.support.harmony import harmony_ids, render_request, sealed_with
 from tests.support.graphs import KEYS, RETENTION_S
+from tests.support.keyed import MODEL, RESPONSES_WEATHER, nats_url, openai_client, put_record
 from tests.support.ports import free_ports
 from tests.support.served import ServedGraph
 from tests.support.waiting import alive, wait_for
 
-MODEL = "openai/gpt-oss-20b"
-BUCKET = "responses-test-graph"  # commands.responses_bucket of write_graph's graph
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 ITEM = TypeAdapter(ResponseItem)
 
 
@@ -53,16 +45,8 @@ def served(keyed_graph: ServedGraph) -> ServedGraph:
     return keyed_graph
 
 
-def client(served: ServedGraph, name: str, endpoint: str | None = None) -> openai.OpenAI:
-    return openai.OpenAI(base_url=endpoint or served.endpoint, api_key=KEYS[name], max_retries=0, timeout=60)
-
-
-def nats_url(served: ServedGraph) -> str:
-    return f"nats://127.0.0.1:{yaml.safe_load(served.graph.read_text())['infrastructure']['nats']['port']}"
-
-
 def test_a_stored_response_is_read_listed_and_deleted_by_its_own_key_only(served: ServedGraph) -> None:
-    alice, bob = client(served, "alice"), client(served, "bob")
+    alice, bob = openai_client(served, "alice"), openai_client(served, "bob")
     ask = [{"role": "developer", "content": "Answer briefly."}, {"role": "user", "content": "Say hello."}]
     created = alice.responses.create(model=MODEL, input=ask)
     assert created.store is True and created.previous_response_id is None
@@ -99,13 +83,15 @@ def test_a_stored_response_is_read_listed_and_deleted_by_its_own_key_only(served
 def test_continuations_carry_the_conversation_and_its_tool_calls_and_find_its_prefix_cached(
     served: ServedGraph,
 ) -> None:
-    alice = client(served, "alice")
-    first = alice.responses.create(model=MODEL, input="Use get_weather for Paris.", tools=[WEATHER])
+    alice = openai_client(served, "alice")
+    first = alice.responses.create(model=MODEL, input="Use get_weather for Paris.", tools=[RESPONSES_WEATHER])
     call = first.output[-1]
     assert call.type == "function_call" and call.name == "get_weather"
     # The call is in the stored conversation: its output alone is a valid input, which it would not be without it.
     output = {"type": "function_call_output", "call_id": call.call_id, "output": "Sunny, 21 C"}
-    second = alice.responses.create(model=MODEL, input=[output], tools=[WEATHER], previous_response_id=first.id)
+    second = alice.responses.create(
+        model=MODEL, input=[output], tools=[RESPONSES_WEATHER], previous_response_id=first.id
+    )
     assert second.previous_response_id == first.id and second.output[-1].type == "message"
     assert second.usage.input_tokens > first.usage.input_tokens + first.usage.output_tokens - 2
     assert second.usage.input_tokens_details.cached_tokens >= first.usage.input_tokens // 2
@@ -117,7 +103,7 @@ def test_continuations_carry_the_conversation_and_its_tool_calls_and_find_its_pr
         json={
             "model": MODEL,
             "input": "And tomorrow?",
-            "tools": [WEATHER],
+            "tools": [RESPONSES_WEATHER],
             "stream": True,
             "previous_response_id": second.id,
         },
@@ -131,7 +117,7 @@ def test_continuations_carry_the_conversation_and_its_tool_calls_and_find_its_pr
 
 
 def test_bad_previous_response_ids_are_404s_that_name_them_and_reach_no_worker(served: ServedGraph) -> None:
-    alice, bob = client(served, "alice"), client(served, "bob")
+    alice, bob = openai_client(served, "alice"), openai_client(served, "bob")
     owned = alice.responses.create(model=MODEL, input="Say hello.")
     expired = f"resp_{'e' * 32}"
     stale = StoredResponse(
@@ -141,7 +127,7 @@ def test_bad_previous_response_ids_are_404s_that_name_them_and_reach_no_worker(s
         input=[],
         response={**owned.model_dump(mode="json"), "id": expired},
     )
-    asyncio.run(_put(nats_url(served), stale))
+    asyncio.run(put_record(nats_url(served), stale))
     before = served.frontend_requests()
     for who, response_id, code in (
         (alice, "resp_unknown", "response_not_found"),
@@ -158,14 +144,6 @@ def test_bad_previous_response_ids_are_404s_that_name_them_and_reach_no_worker(s
         alice.responses.retrieve(expired)
     assert f"past this graph's retention of {RETENTION_S} s" in error.value.message
     assert served.frontend_requests() == before
-
-
-async def _put(url: str, record: StoredResponse) -> None:
-    store = NatsResponseStore(BUCKET, RETENTION_S, 2**30, NatsConnection(url=url))
-    try:
-        await store.put(record)
-    finally:
-        await store.close()
 
 
 def test_nats_drops_a_response_past_the_bucket_s_retention(served: ServedGraph) -> None:
@@ -199,7 +177,7 @@ def test_a_continuation_s_prompt_begins_with_the_previous_prompt_and_then_its_ou
             model=MODEL,
             input=f"Question {turn}?",
             instructions="Be brief.",
-            tools=[WEATHER],
+            tools=[RESPONSES_WEATHER],
             previous_response_id=record.id if record else None,
         )
         ids = ItemIds(new_id("resp"))
@@ -229,7 +207,7 @@ def test_a_continuation_is_served_by_a_second_gateway_and_by_the_first_after_its
 ) -> None:
     """The store is the graph's NATS, not a gateway's memory: shared between gateway processes and
     outliving them. Last in this module: it kills the graph's gateway (the launcher restarts it)."""
-    alice = client(served, "alice")
+    alice = openai_client(served, "alice")
     first = alice.responses.create(model=MODEL, input="Remember the word heron.")
     pid = served.pid_of("gateway")
     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
@@ -248,7 +226,7 @@ def test_a_continuation_is_served_by_a_second_gateway_and_by_the_first_after_its
         assert second.poll() is None, (tmp_path / "second-gateway.log").read_text()
         os.kill(pid, signal.SIGKILL)
         wait_for(lambda: not alive(pid), 10, "the graph's gateway to die")
-        on_second = client(served, "alice", endpoint).responses.create(
+        on_second = openai_client(served, "alice", endpoint).responses.create(
             model=MODEL, input="Which word?", previous_response_id=first.id
         )
         assert on_second.previous_response_id == first.id and on_second.usage.input_tokens_details.cached_tokens > 0

@@ -13,9 +13,7 @@ import httpx
 import openai
 import pytest
 
-from tests.gateway.test_messages_api import WEATHER as CLAUDE_WEATHER
-from tests.gateway.test_messages_api import base_url
-from tests.gateway.test_response_store import MODEL, WEATHER, client
+from tests.support.keyed import MESSAGES_WEATHER, MODEL, RESPONSES_WEATHER, anthropic_client, openai_client
 from tests.support.graphs import KEYS
 from tests.support.served import ServedGraph
 
@@ -26,8 +24,12 @@ def served(keyed_graph: ServedGraph) -> ServedGraph:
 
 
 def test_responses_input_tokens_are_the_served_request_s_input_tokens(served: ServedGraph) -> None:
-    alice = client(served, "alice")
-    first: dict[str, Any] = {"input": "Use get_weather for Paris.", "instructions": "Be brief.", "tools": [WEATHER]}
+    alice = openai_client(served, "alice")
+    first: dict[str, Any] = {
+        "input": "Use get_weather for Paris.",
+        "instructions": "Be brief.",
+        "tools": [RESPONSES_WEATHER],
+    }
     served_first = alice.responses.create(model=MODEL, **first)
     call = served_first.output[-1]
     assert call.type == "function_call"
@@ -40,8 +42,8 @@ def test_responses_input_tokens_are_the_served_request_s_input_tokens(served: Se
     cases: list[dict[str, Any]] = [
         {"input": "Say hello."},
         first,
-        {"input": whole, "instructions": "Be brief.", "tools": [WEATHER], "reasoning": {"effort": "high"}},
-        {"input": [output], "tools": [WEATHER], "previous_response_id": served_first.id},
+        {"input": whole, "instructions": "Be brief.", "tools": [RESPONSES_WEATHER], "reasoning": {"effort": "high"}},
+        {"input": [output], "tools": [RESPONSES_WEATHER], "previous_response_id": served_first.id},
     ]
     before = served.frontend_requests()
     counts = [alice.responses.input_tokens.count(model=MODEL, **case) for case in cases]
@@ -55,12 +57,12 @@ def test_responses_input_tokens_are_the_served_request_s_input_tokens(served: Se
 
 
 def test_messages_count_tokens_are_the_served_request_s_input_tokens(served: ServedGraph) -> None:
-    claude = anthropic.Anthropic(base_url=base_url(served), api_key=KEYS["alice"], max_retries=0, timeout=60)
+    claude = anthropic_client(served, "alice")
     cases: list[dict[str, Any]] = [
         {"messages": [{"role": "user", "content": "Say hello."}]},
         {
             "system": "Be brief.",
-            "tools": [CLAUDE_WEATHER],
+            "tools": [MESSAGES_WEATHER],
             "thinking": {"type": "enabled", "budget_tokens": 1024},
             "messages": [{"role": "user", "content": "What is the weather in Paris?"}],
         },
@@ -76,8 +78,8 @@ def test_messages_count_tokens_are_the_served_request_s_input_tokens(served: Ser
 
 
 def test_bad_counts_are_refused_as_each_api_refuses_them_and_reach_no_worker(served: ServedGraph) -> None:
-    alice = client(served, "alice")
-    claude = anthropic.Anthropic(base_url=base_url(served), api_key=KEYS["alice"], max_retries=0, timeout=60)
+    alice = openai_client(served, "alice")
+    claude = anthropic_client(served, "alice")
     before = served.frontend_requests()
     with pytest.raises(openai.NotFoundError) as missing:
         alice.responses.input_tokens.count(model="no-such-model", input="Hi.")

@@ -1,0 +1,56 @@
+"""The session's keyed mocker graph (tests/gateway/conftest.py `keyed_graph`) as its tenants meet it: the
+model it serves, the weather tool each API's tests offer, each tenant's `openai` and `anthropic` client,
+and its NATS, where a test may put a stored response straight into the graph's store."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import yaml
+
+from dynamo_oss.gateway.config import NatsConnection
+from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
+from dynamo_oss.gateway.responses.store import StoredResponse
+from tests.support.graphs import KEYS, RETENTION_S
+from tests.support.served import ServedGraph
+
+MODEL = "openai/gpt-oss-20b"
+BUCKET = "responses-test-graph"  # commands.responses_bucket of write_graph's graph
+RESPONSES_WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+MESSAGES_WEATHER = {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+
+
+def openai_client(served: ServedGraph, name: str, endpoint: str | None = None) -> openai.OpenAI:
+    """Tenant `name`'s client of the OpenAI APIs, at the graph's endpoint (or `endpoint`)."""
+    return openai.OpenAI(base_url=endpoint or served.endpoint, api_key=KEYS[name], max_retries=0, timeout=60)
+
+
+def base_url(served: ServedGraph) -> str:
+    """The endpoint as Anthropic's clients take it: without /v1."""
+    return served.endpoint.removesuffix("/v1")
+
+
+def anthropic_client(served: ServedGraph, name: str) -> anthropic.Anthropic:
+    return anthropic.Anthropic(base_url=base_url(served), api_key=KEYS[name], max_retries=0, timeout=60)
+
+
+def nats_url(served: ServedGraph) -> str:
+    return f"nats://127.0.0.1:{yaml.safe_load(served.graph.read_text())['infrastructure']['nats']['port']}"
+
+
+async def put_record(url: str, record: StoredResponse) -> None:
+    """`record` stored in the graph's response store at NATS `url`, as a gateway stores one."""
+    store = NatsResponseStore(BUCKET, RETENTION_S, 2**30, NatsConnection(url=url))
+    try:
+        await store.put(record)
+    finally:
+        await store.close()
