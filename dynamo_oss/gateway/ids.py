@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import secrets
 
-_ITEM = re.compile(r"^[a-z]+_([0-9a-f]{32})_\d+$")
+_ITEM = re.compile(r"[a-z]+_([0-9a-f]{32})_\d+")
 
 
 def new_id(prefix: str) -> str:
@@ -31,5 +31,5 @@ class ItemIds:
 
 def response_of(item_id: str) -> str | None:
     """The id of the response whose item `item_id` is, or None for an id this gateway did not make."""
-    match = _ITEM.match(item_id)
+    match = _ITEM.fullmatch(item_id)
     return f"resp_{match.group(1)}" if match else None

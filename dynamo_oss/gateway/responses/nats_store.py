@@ -34,7 +34,7 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from dynamo_oss.gateway.config import NatsConnection
-from dynamo_oss.gateway.nats_connection import NatsAddressUnreadable, connect
+from dynamo_oss.gateway.nats_connection import NAME_CHARACTERS, NatsAddressUnreadable, connect
 from dynamo_oss.gateway.responses.store import Conflict, StoredResponse, StoreUnavailable, Versioned
 
 log = logging.getLogger("dynamo_oss.gateway.store")
@@ -42,14 +42,13 @@ log = logging.getLogger("dynamo_oss.gateway.store")
 CONNECT_TIMEOUT_S = 2.0  # a request waiting on a store that is not up gets its 503 this soon
 REQUEST_TIMEOUT_S = 5.0  # one JetStream call
 COMPRESSION_LEVEL = 1  # fast: a record is written once per response, on the answer's path
-BUCKET_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
 class NatsResponseStore:
     """ResponseStore over one JetStream key-value bucket of the graph's NATS (`connection`)."""
 
     def __init__(self, bucket: str, retention_s: float, max_bytes: int, connection: NatsConnection) -> None:
-        if not bucket or not set(bucket) <= BUCKET_CHARACTERS:
+        if not bucket or not set(bucket) <= NAME_CHARACTERS:
             raise ValueError(f"bucket {bucket!r}: a NATS key-value bucket is named with letters, digits, - and _")
         self.bucket, self.retention_s, self.max_bytes = bucket, retention_s, max_bytes
         self.connection = connection

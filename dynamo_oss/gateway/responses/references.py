@@ -77,7 +77,8 @@ async def _stored_item(
         raise ApiError(
             404,
             f"No item with id '{item_id}' is stored for this API key: its response was never stored "
-            f"(store: false), was deleted, or is past this graph's retention of {store.retention_s:g} s.",
+            f"(store: false), was deleted, or is past this graph's retention of {store.retention_s:g} s; send the "
+            "item itself instead.",
             param=param,
             code="item_not_found",
         )
