@@ -9,6 +9,7 @@ import openai
 import yaml
 
 from dynamo_oss.gateway.config import NatsConnection
+from dynamo_oss.gateway.nats_connection import GraphNats
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
 from dynamo_oss.gateway.responses.store import StoredResponse
 from tests.support.graphs import KEYS, RETENTION_S
@@ -49,8 +50,8 @@ def nats_url(served: ServedGraph) -> str:
 
 async def put_record(url: str, record: StoredResponse) -> None:
     """`record` stored in the graph's response store at NATS `url`, as a gateway stores one."""
-    store = NatsResponseStore(BUCKET, RETENTION_S, 2**30, NatsConnection(url=url))
+    nats = GraphNats(NatsConnection(url=url))
     try:
-        await store.put(record)
+        await NatsResponseStore(BUCKET, RETENTION_S, 2**30, nats).put(record)
     finally:
-        await store.close()
+        await nats.close()

@@ -36,7 +36,8 @@ from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
 from dynamo_oss.gateway.responses.background import BackgroundAnswer, BackgroundResponses
 from dynamo_oss.gateway.responses.references import references, resolved
-from dynamo_oss.gateway.responses.store import BackgroundRun, Conflict, ResponseStore, StoredResponse, StoreUnavailable
+from dynamo_oss.gateway.responses.store import BackgroundRun, ResponseStore, StoredResponse
+from dynamo_oss.gateway.stores import Conflict, StoreUnavailable
 from dynamo_oss.gateway.responses.stored import find, unavailable
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request

@@ -18,13 +18,8 @@ from dynamo_oss.gateway.responses.background import BackgroundResponses
 from dynamo_oss.gateway.responses.following import cancel, current, follow
 from dynamo_oss.gateway.routes import Checks, EventStreamAnswer, LocalAnswer
 from dynamo_oss.gateway.tenancy import Caller
-from dynamo_oss.gateway.responses.store import (
-    RESPONSE_ID_PATTERN,
-    ResponseStore,
-    StoredResponse,
-    StoreUnavailable,
-    Versioned,
-)
+from dynamo_oss.gateway.responses.store import RESPONSE_ID_PATTERN, ResponseStore, StoredResponse, Versioned
+from dynamo_oss.gateway.stores import StoreUnavailable
 
 PREFIX = b"/v1/responses/"
 METHODS = frozenset({b"GET", b"DELETE", b"POST"})  # what the paths under PREFIX take
