@@ -10,10 +10,10 @@ graph's retention, get the same 404 as one never stored, so no key learns what a
 from __future__ import annotations
 
 import re
-from typing import Any
 from urllib.parse import parse_qs
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.responses.background import BackgroundResponses
 from dynamo_oss.gateway.responses.following import cancel, current, follow
 from dynamo_oss.gateway.routes import Checks, EventStreamAnswer, LocalAnswer
@@ -108,7 +108,7 @@ class StoredResponsesRoute:
                     raise ApiError(400, "Cannot cancel a synchronous response: this gateway runs no background ones.")
                 return 200, await cancel(self.background, versioned)
             if match.group(2):
-                return 200, _page(record.input, parse_qs(query))
+                return 200, page(record.input, parse_qs(query), "input item of this response", DEFAULT_PAGE, MAX_PAGE)
             if method == b"GET":
                 return await self._read(versioned, parse_qs(query))
         except StoreUnavailable as error:
@@ -138,31 +138,3 @@ class StoredResponsesRoute:
         except ValueError:
             raise ApiError(400, "Invalid 'starting_after': expected an integer.", param="starting_after") from None
         return EventStreamAnswer(follow(self.background, versioned, after))
-
-
-def _page(items: list[dict[str, Any]], query: dict[str, list[str]]) -> dict[str, Any]:
-    """OpenAI's list of input items: `order` (desc by default), `after` an item id, `limit` 1-100."""
-    order = query.get("order", ["desc"])[0]
-    if order not in ("asc", "desc"):
-        raise ApiError(400, f"Invalid 'order': {order!r}. Expected 'asc' or 'desc'.", param="order")
-    try:
-        limit = int(query.get("limit", [str(DEFAULT_PAGE)])[0])
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_PAGE:
-        raise ApiError(400, f"Invalid 'limit': expected an integer from 1 to {MAX_PAGE}.", param="limit")
-    ordered = items if order == "asc" else items[::-1]
-    after = query.get("after", [None])[0]
-    if after is not None:
-        ids = [item.get("id") for item in ordered]
-        if after not in ids:
-            raise ApiError(400, f"Invalid 'after': no input item of this response has id '{after}'.", param="after")
-        ordered = ordered[ids.index(after) + 1 :]
-    data = ordered[:limit]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(ordered) > limit,
-    }
