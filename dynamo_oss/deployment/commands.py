@@ -18,7 +18,13 @@ from dynamo_oss.catalog.names import RouterMode
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.engines import SimulatedTiming, WorkerContext
-from dynamo_oss.gateway.config import ClusterShareConfig, GatewayConfig, NatsConnection, ResponsesStoreConfig
+from dynamo_oss.gateway.config import (
+    BatchesConfig,
+    ClusterShareConfig,
+    GatewayConfig,
+    NatsConnection,
+    ResponsesStoreConfig,
+)
 
 
 # Dynamo 1.6's gpt-oss parsers warn on healthy streams: the reasoning parser for every chunk of the
@@ -92,6 +98,7 @@ def gateway_config(
     gateway = deployment.gateway
     assert gateway is not None
     responses = stored_responses(deployment) if nats is not None else None
+    batches = batch_api(deployment) if nats is not None else None
     share = ClusterShareConfig(channel=limits_channel(deployment.name)) if nats is not None and several_places else None
     return GatewayConfig(
         processes=gateway.processes,
@@ -111,8 +118,9 @@ def gateway_config(
         max_in_flight=gateway.max_in_flight,
         metrics_host=metrics[0] if metrics else None,
         metrics_port=metrics[1] if metrics else None,
-        nats=nats if responses is not None or share is not None else None,
+        nats=nats if responses is not None or batches is not None or share is not None else None,
         responses=responses,
+        batches=batches,
         cluster_share=share,
     )
 
@@ -124,6 +132,20 @@ def stored_responses(deployment: Deployment) -> ResponsesStoreConfig | None:
     if not gateway.responses.store:
         return None
     return ResponsesStoreConfig(bucket=responses_bucket(deployment.name), settings=gateway.responses)
+
+
+def batch_api(deployment: Deployment) -> BatchesConfig | None:
+    """Where the gateway keeps files and batches in the graph's NATS, or None when the graph serves no Batch API."""
+    gateway = deployment.gateway
+    assert gateway is not None
+    if not gateway.batches.enabled:
+        return None
+    return BatchesConfig(
+        files_bucket=f"files-{deployment.name}",
+        batches_bucket=f"batches-{deployment.name}",
+        settings=gateway.batches,
+        targets=gateway.batch_targets,
+    )
 
 
 def gateway_args(config_file: Path) -> list[str]:

@@ -25,11 +25,13 @@ from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
 from dynamo_oss.graph.schema import (
     DEFAULT_SYSTEM_PORT,
+    BatchTargetsSection,
     EmbeddedEtcd,
     EmbeddedNats,
     EmbeddedPrometheus,
     FrontendAutoscaleSection,
     GatewayAuthSection,
+    GatewayBatchesSection,
     GatewayLimitsSection,
     GatewayResponsesSection,
     KeyLimitsSection,
@@ -85,6 +87,10 @@ class GatewayComponent(Frozen):
     key_file: Path | None = Field(default=None, description="the graph's key, resolved; None: made in the cache")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
     responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
+    batches: GatewayBatchesSection = Field(description="the Batch API: its limits and share of the graph")
+    batch_targets: BatchTargetsSection | None = Field(
+        default=None, description="the latency batch requests must not push interactive traffic past: the planner's"
+    )
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
     cache_isolation: Literal["tenant", "shared"] = Field(description="whose cached prefixes a key may reuse")
     limits_per_key: KeyLimitsSection | None = Field(default=None, description="each key's share of the graph")
@@ -262,6 +268,13 @@ def _default_admission(pools: list[Pool]) -> int:
     return 2 * batched
 
 
+def _batch_targets(spec: GraphSpec) -> BatchTargetsSection | None:
+    """The targets batch requests are held to: the planner's, or, on a graph without one, the batches' own."""
+    if spec.planner is not None:
+        return BatchTargetsSection(ttft_ms=spec.planner.ttft_ms, itl_ms=spec.planner.itl_ms)
+    return spec.gateway.batches.targets
+
+
 def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
     section = graph.spec.gateway
     auth = section.auth if isinstance(section.auth, GatewayAuthSection) else None
@@ -272,6 +285,8 @@ def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
         key_file=graph.resolve(section.key_file) if section.key_file else None,
         limits=section.limits,
         responses=section.responses,
+        batches=section.batches,
+        batch_targets=_batch_targets(graph.spec),
         open_on_purpose=section.auth == "none",
         cache_isolation=section.cache_isolation,
         limits_per_key=auth.limits_per_key if auth else None,

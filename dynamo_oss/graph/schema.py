@@ -416,6 +416,75 @@ class GatewayResponsesSection(Strict):
     )
 
 
+class BatchTargetsSection(Strict):
+    """The latency a graph without a planner holds its interactive traffic to, which batch work must not push
+    past (a graph with a planner holds it to the planner's targets)."""
+
+    ttft_ms: float = Field(gt=0, description="Time-to-first-token target, ms (p90 of interactive requests).")
+    itl_ms: float = Field(gt=0, description="Inter-token latency target, ms (mean of every stream).")
+
+
+class GatewayBatchesSection(Strict):
+    """OpenAI's Batch API (`/v1/files`, `/v1/batches`): JSONL files of requests kept in the graph's NATS object
+    store, run by the gateway in the capacity interactive traffic leaves, their answers written to output and
+    error files. Every file and batch belongs to the API key that made it."""
+
+    enabled: bool = Field(default=True, description="Serve /v1/files and /v1/batches (they need the graph's NATS).")
+    max_file_mib: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Largest batch input file, MiB (OpenAI allows 200 MB); an upload is also bounded by "
+        "gateway.limits.max_body_mib, the smaller of the two applying. Past it, a 400 at upload.",
+    )
+    max_lines: int = Field(
+        default=50_000,
+        ge=1,
+        le=1_000_000,
+        description="Most requests in one batch file (OpenAI's limit); past it, a 400 at upload.",
+    )
+    max_mib: int = Field(
+        default=8192,
+        ge=1,
+        le=1024 * 1024,
+        description="Most MiB the files (input, output and error) take in NATS together; a full store refuses "
+        "new uploads with a 400 saying to delete files, and never drops one a batch still needs.",
+    )
+    max_mib_per_key: int = Field(
+        default=2048,
+        ge=1,
+        le=1024 * 1024,
+        description="Most MiB of files one API key may keep, so no key fills the store for the others.",
+    )
+    max_batches_per_key: int = Field(
+        default=8,
+        ge=1,
+        le=10_000,
+        description="Batches one API key may have not yet ended (validating, in progress, finalizing, "
+        "cancelling); past it, creating another gets a 429.",
+    )
+    max_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Most of gateway.max_in_flight that batch requests may hold at once, over the graph: the "
+        "rest stays for interactive requests, which batch work never turns away.",
+    )
+    retention_s: int = Field(
+        default=30 * 24 * 3600,
+        ge=3600,
+        le=365 * 24 * 3600,
+        description="Seconds files and batches are kept (an output file counts from its batch's end); past "
+        "it NATS drops them.",
+    )
+    targets: BatchTargetsSection | None = Field(
+        default=None,
+        description="A graph without a planner: the TTFT and ITL its interactive traffic is held to, past which "
+        "batch requests are held back. A graph with a planner uses the planner's targets, and this is "
+        "refused. Without either, batch requests are bounded by max_share alone.",
+    )
+
+
 class GatewaySection(Strict):
     """dynamo-oss's request gateway, which clients meet at frontend.host:port."""
 
@@ -447,6 +516,7 @@ class GatewaySection(Strict):
         "`shared` lets every key reuse every cached prefix. Without keys, all requests share the cache.",
     )
     responses: GatewayResponsesSection = Field(default_factory=GatewayResponsesSection)
+    batches: GatewayBatchesSection = Field(default_factory=GatewayBatchesSection)
     key_file: FilePath | None = Field(
         default=None,
         description="The graph's key (32 random bytes, or their base64; owner-only), which seals reasoning and "
@@ -707,6 +777,11 @@ class GraphSpec(Strict):
             )
         if self.planner is not None and not scaled:
             raise ValueError("Got a planner section but no pool autoscales. Give a pool `autoscale: {min, max}`.")
+        if self.planner is not None and self.gateway.batches.targets is not None:
+            raise ValueError(
+                "gateway.batches.targets: batch requests are held to the planner's targets (planner.ttft_ms and "
+                "itl_ms) on a graph with a planner; leave gateway.batches.targets out"
+            )
         if self.planner and self.planner.max_gpus and self.planner.max_gpus > self.hardware.total_gpus:
             raise ValueError(
                 f"planner.max_gpus is {self.planner.max_gpus} but the graph has {self.hardware.total_gpus} GPUs"
