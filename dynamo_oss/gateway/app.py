@@ -26,6 +26,7 @@ import aiohttp
 import httptools
 
 from dynamo_oss.gateway.auth import ApiKeys
+from dynamo_oss.gateway.batches.api import BatchApi
 from dynamo_oss.gateway.chat.route import ChatRoute
 from dynamo_oss.gateway.errors import (
     RETRY_AFTER_S,
@@ -56,6 +57,7 @@ from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.fair_share import FairShare, Ticket
 from dynamo_oss.gateway.forwarding import Clientless, Sink, forward
 from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
+from dynamo_oss.gateway.latency import RecentLatency
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
@@ -64,6 +66,7 @@ from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
 from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHODS
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
+    BytesAnswer,
     Detached,
     EventStreamAnswer,
     LocalAnswer,
@@ -111,6 +114,7 @@ class Gateway:
         limits_per_key: KeyLimitsSection | None = None,
         ledger: Ledger | None = None,
         background: BackgroundResponses | None = None,
+        batch_api: BatchApi | None = None,
     ) -> None:
         self.frontends = Frontends(upstreams)
         self.counter = counter
@@ -125,6 +129,8 @@ class Gateway:
         probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
         responses = ResponsesRoute(seal, store, background, limits.max_body_bytes)
         messages = MessagesRoute(seal)
+        self.latency = RecentLatency()  # what this process's answers meet now, which paces batch work
+        batch_routes = batch_api.routes(limits.max_body_bytes) if batch_api is not None else ({}, {})
         self.routes = RouteTable(
             exact={
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
@@ -135,11 +141,16 @@ class Gateway:
                 (b"POST", COUNT_TOKENS): CountTokensRoute(messages),
                 (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
                 **probes,
+                **batch_routes[0],
             },
-            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store, background))},
+            under={
+                STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store, background)),
+                **batch_routes[1],
+            },
         )
         self.store = store  # None: the graph keeps no responses
         self.background = background  # the background responses this process runs
+        self.batches = batch_api.runner(self) if batch_api is not None else None  # the batches this process runs
         self.idle: list[UpstreamConnection] = []
         self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
         self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
@@ -243,6 +254,8 @@ class Gateway:
         task.add_done_callback(self.detached.discard)
 
     async def close(self) -> None:
+        if self.batches is not None:
+            await self.batches.close()
         for connection in self.idle:
             connection.transport.close()
         if self._session is not None:
@@ -558,7 +571,14 @@ class ClientConnection(asyncio.Protocol):
                     ticket = None  # the detached exchange's now, until it ends
                     await self.answer(answer, keep_alive)
                 else:
-                    await forward(self.gateway, self, method, headers, upstream)
+                    timing = upstream.transform.timing if upstream.transform is not None else None
+                    if timing is not None:
+                        self.gateway.latency.began(timing, interactive=True)
+                    try:
+                        await forward(self.gateway, self, method, headers, upstream)
+                    finally:
+                        if timing is not None:
+                            self.gateway.latency.ended(timing)
                     transform = upstream.transform
                     if transform is not None:
                         count_tokens(self.key, transform.billed)
@@ -593,9 +613,11 @@ class ClientConnection(asyncio.Protocol):
                     self.deadline.awaiting_headers()
 
     async def answer(self, answer: LocalAnswer, keep_alive: bool) -> None:
-        """A local answer: one JSON body, or events while they come."""
+        """A local answer: one JSON body, a file's bytes, or events while they come."""
         if isinstance(answer, EventStreamAnswer):
             await self._stream(answer.events)
+        elif isinstance(answer, BytesAnswer):
+            self.write_transformed(WholeAnswer(answer.content_type), answer.body, last=True)
         else:
             self.respond(*answer, keep_alive)
 
@@ -722,6 +744,14 @@ class LocalEvents:
 
 
 LOCAL_EVENTS = LocalEvents()
+
+
+@dataclass(frozen=True)
+class WholeAnswer:
+    """How a local answer's bytes are framed (ClientConnection.write_transformed): one body with its length."""
+
+    content_type: bytes
+    streaming = False
 
 
 def spent(transform: Transform | None) -> int:

@@ -139,11 +139,11 @@ class GraphNats:
 
 
 async def answered(call: Awaitable[T]) -> T:
-    """A NATS call's result; StoreUnavailable when NATS does not answer. A key-value bucket's own answers (no
-    such key, a conditional write's conflict) are the caller's to read."""
+    """A NATS call's result; StoreUnavailable when NATS does not answer. JetStream's own answers about what it
+    keeps (no such key or object, a conditional write's conflict) are the caller's to read."""
     try:
         return await asyncio.wait_for(call, REQUEST_TIMEOUT_S)
-    except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyWrongLastSequenceError):
+    except (nats.js.errors.NotFoundError, nats.js.errors.KeyWrongLastSequenceError):
         raise
     except (nats.errors.Error, OSError, TimeoutError) as error:
         raise StoreUnavailable(f"NATS did not answer ({error or type(error).__name__})") from None

@@ -12,7 +12,10 @@ from pathlib import Path
 
 from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
+from dynamo_oss.gateway.batches.api import BatchApi
+from dynamo_oss.gateway.batches.nats_batches import NatsBatchStore
 from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.gateway.files.nats_files import NatsFileStore
 from dynamo_oss.gateway.graph_key import KEY_BYTES, GraphKey, KeyFileUnusable
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.limits import Limits
@@ -54,7 +57,10 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         limits_per_key=config.limits_per_key,
         ledger=ledger,
         background=background,
+        batch_api=batch_api(config, nats),
     )
+    if gateway.batches is not None:
+        gateway.batches.start()
     try:
         await serve(gateway, config.host, config.port, DRAIN_TIMEOUT_S, stop)
     finally:
@@ -74,6 +80,22 @@ def response_store(config: GatewayConfig, nats: GraphNats | None) -> NatsRespons
         return NatsResponseStore(bucket, settings.retention_s, settings.max_mib * 2**20, nats)
     except ValueError as error:
         raise SystemExit(f"gateway: response store: {error}") from None
+
+
+def batch_api(config: GatewayConfig, nats: GraphNats | None) -> BatchApi | None:
+    """The graph's Batch API, when it serves one: its files and batches in the graph's NATS."""
+    if config.batches is None:
+        return None
+    assert config.nats is not None and nats is not None  # GatewayConfig requires it with batches
+    settings = config.batches.settings
+    try:
+        files_bucket = prefixed(config.nats, config.batches.files_bucket)
+        batches_bucket = prefixed(config.nats, config.batches.batches_bucket)
+        files = NatsFileStore(files_bucket, settings.retention_s, settings.max_mib * 2**20, nats)
+        batches = NatsBatchStore(batches_bucket, settings.retention_s, nats)
+    except ValueError as error:
+        raise SystemExit(f"gateway: batches: {error}") from None
+    return BatchApi(files, batches, settings, config.batches.targets)
 
 
 def background_responses(
