@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.assets.encodings import ENCODINGS_ENV
 from dynamo_oss.catalog.addresses import WILDCARDS, interface_of
-from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.catalog.names import PROMETHEUS_ENV, EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 from dynamo_oss.deployment.commands import (
     FRONTEND_ENV,
@@ -629,7 +629,7 @@ def _planner_processes(
     planner_env = {
         **env,
         "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
-        **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
+        **({PROMETHEUS_ENV: prometheus_url} if prometheus_url else {}),
     }
     metrics = PortUse(field="planner.metrics_port", host=_center(deployment), port=planner.metrics_port)
     argv = [

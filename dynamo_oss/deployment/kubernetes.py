@@ -55,7 +55,7 @@ from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
 from dynamo_oss.engines import engine_for
 from dynamo_oss.gateway.config import GatewayConfig, NatsConnection
-from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
+from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH, PROMETHEUS_ENV
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.schema import EmbeddedPrometheus
 
@@ -392,7 +392,7 @@ def _planner_component(deployment: Deployment, settings: dict[str, Any], target:
     }
     observability = deployment.observability
     if observability and observability.prometheus_url:
-        container["env"] = [{"name": "PROMETHEUS_ENDPOINT", "value": observability.prometheus_url}]
+        container["env"] = [{"name": PROMETHEUS_ENV, "value": observability.prometheus_url}]
     return {"name": "planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": {"containers": [container]}}}
 
 
