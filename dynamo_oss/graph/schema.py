@@ -421,7 +421,7 @@ class BatchTargetsSection(Strict):
     past (a graph with a planner holds it to the planner's targets)."""
 
     ttft_ms: float = Field(gt=0, description="Time-to-first-token target, ms (p90 of interactive requests).")
-    itl_ms: float = Field(gt=0, description="Inter-token latency target, ms (mean of every stream).")
+    itl_ms: float = Field(gt=0, description="Inter-token latency target, ms (p90 of every stream).")
 
 
 class GatewayBatchesSection(Strict):

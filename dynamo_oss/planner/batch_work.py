@@ -6,8 +6,9 @@ request count and mean ISL and OSL over the window) includes them, and the engin
 sequences. Left in, a batch would grow the pools (the gateway paces batch work up to the capacity it finds,
 the planner would size for it, the gateway would find more): so a batch never grows a pool, and runs in what
 the interactive sizing holds (scale-downs included, which leave it less room). The gateway counts every batch
-request it answers (`dynamo_oss_gateway_requests_total{api="batch"}`), their tokens and those it has started,
-in the graph's Prometheus; this reads them over the same window and takes them off.
+request it answers (`dynamo_oss_gateway_requests_total{api="batch"}`), their tokens, those it has started and
+the prompt tokens of those still waiting for a first token, in the graph's Prometheus; this reads them over the
+same window and takes them off the traffic and the backlog.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from prometheus_api_client import PrometheusConnect
 
-from dynamo_oss.planner.sizing import Backlog
+from dynamo_oss.planner.sizing import NO_BACKLOG, Backlog
 
 if TYPE_CHECKING:  # Dynamo's planner imports aisimulate_core, put on the path by its process (__main__.py)
     from dynamo.planner.plugins.types import TrafficMetrics
@@ -30,6 +31,7 @@ QUERY_TIMEOUT_S = 5.0
 ANSWERED = 'dynamo_oss_gateway_requests_total{api="batch"}'
 STARTED = "dynamo_oss_gateway_batch_requests_started_total"
 TOKENS = "dynamo_oss_gateway_batch_tokens_total"
+PREFILL = "dynamo_oss_gateway_batch_prefill_tokens"
 
 
 class BatchWork:
@@ -41,27 +43,30 @@ class BatchWork:
         )
         self._unreadable = False
 
-    async def interactive(self, traffic: TrafficMetrics) -> tuple[TrafficMetrics, int]:
+    async def interactive(self, traffic: TrafficMetrics) -> tuple[TrafficMetrics, Backlog]:
         """`traffic` without the batch requests answered over its window (their count, and their share of the
-        mean ISL and OSL), and the batch requests in flight now."""
+        mean ISL and OSL), and what batch requests hold in the engines now: their prompt tokens waiting for a
+        first token, and their sequences."""
         if self.prometheus is None or traffic.duration_s <= 0:
-            return traffic, 0
+            return traffic, NO_BACKLOG
         window = f"{max(1, round(traffic.duration_s))}s"
         queries = (
             f"sum(increase({ANSWERED}[{window}]))",
             f'sum(increase({TOKENS}{{kind="input"}}[{window}]))',
             f'sum(increase({TOKENS}{{kind="output"}}[{window}]))',
             f"sum({STARTED}) - sum({ANSWERED})",
+            f"sum({PREFILL})",
         )
         try:
-            requests, isl_sum, osl_sum, in_flight = await asyncio.to_thread(self._values, queries)
+            requests, isl_sum, osl_sum, in_flight, prefill = await asyncio.to_thread(self._values, queries)
         except Exception as error:  # noqa: BLE001 - Prometheus away: size on what Dynamo saw, say so once
             if not self._unreadable:
                 log.warning("cannot read batch work from Prometheus (%s): sizing for all traffic", error)
             self._unreadable = True
-            return traffic, 0
+            return traffic, NO_BACKLOG
         self._unreadable = False
-        return without(traffic, requests, isl_sum, osl_sum), max(0, round(in_flight))
+        held = Backlog(prefill_tokens=max(0.0, prefill), decode_requests=max(0.0, in_flight))
+        return without(traffic, requests, isl_sum, osl_sum), held
 
     def _values(self, queries: tuple[str, ...]) -> list[float]:
         assert self.prometheus is not None
@@ -86,6 +91,9 @@ def without(traffic: TrafficMetrics, requests: float, isl_sum: float, osl_sum: f
     return traffic.model_copy(update={"num_req": left, "isl": isl, "osl": osl})
 
 
-def less_batch(backlog: Backlog, in_flight: int) -> Backlog:
-    """The engines' backlog without the batch requests in flight among its decoding sequences."""
-    return backlog.model_copy(update={"decode_requests": max(0, backlog.decode_requests - in_flight)})
+def less_batch(backlog: Backlog, batch: Backlog) -> Backlog:
+    """The engines' backlog without what batch requests hold of it (never below none)."""
+    return Backlog(
+        prefill_tokens=max(0.0, backlog.prefill_tokens - batch.prefill_tokens),
+        decode_requests=max(0.0, backlog.decode_requests - batch.decode_requests),
+    )

@@ -49,7 +49,7 @@ from dynamo_oss.planner import metrics
 from dynamo_oss.planner.backlog import backlog_of
 from dynamo_oss.planner.batch_work import BatchWork, less_batch
 from dynamo_oss.planner.look import LOOK_FILE_ENV, Look
-from dynamo_oss.planner.sizing import Load, Sizer, SizingSpec
+from dynamo_oss.planner.sizing import NO_BACKLOG, Load, Sizer, SizingSpec
 
 log = logging.getLogger("dynamo_oss.planner")
 
@@ -102,14 +102,14 @@ class SlaPropose:
         if workers is None:
             return ProposeStageResponse(accept=AcceptResult())
         current = self._current(workers.expected_prefill, workers.expected_decode)
-        traffic, batch_in_flight = (None, 0)
+        traffic, batch = None, NO_BACKLOG
         if observations is not None and observations.traffic is not None:
-            traffic, batch_in_flight = await self.batch_work.interactive(observations.traffic)
+            traffic, batch = await self.batch_work.interactive(observations.traffic)
         load = self._load(traffic, context.predictions if context else None)
         if load is None:
             return self._answer(current, current, "no traffic observed yet: holding the pools as they are", None)
         backlog = backlog_of(observations.fpm if observations else None, "agg" not in self.spec.layout.pools)
-        backlog = less_batch(backlog, batch_in_flight)
+        backlog = less_batch(backlog, batch)
         sizing = self.sizer.size(
             load.model_copy(update={"requests_per_s": load.requests_per_s * self.headroom}), backlog
         )

@@ -146,7 +146,15 @@ def pacer(max_in_flight: int = 100, share: int = 16, targets: BatchTargetsSectio
     return Pacer(fair_share, share, targets, RecentLatency())
 
 
-def test_the_window_doubles_within_targets_then_halves_on_a_miss_and_holds() -> None:
+def answered_batch_request(paced: Pacer, ttft_s: float = 0.2, ago_s: float = 0.0) -> None:
+    """A batch request that had its first tokens `ago_s` ago, `ttft_s` after it was sent."""
+    now = time.monotonic() - ago_s
+    request = timed(now - ttft_s, now)
+    paced.latency.began(request, interactive=False)
+    paced.latency.ended(request)
+
+
+def test_the_window_doubles_once_a_round_trip_then_halves_on_a_miss_and_holds() -> None:
     async def test() -> None:
         paced = pacer()
         tickets = []
@@ -154,7 +162,10 @@ def test_the_window_doubles_within_targets_then_halves_on_a_miss_and_holds() -> 
             assert paced.window == window
             while paced.in_flight < paced.window:
                 tickets.append(await paced.admitted())
-            paced.tick(now=time.monotonic())
+            paced.tick()
+            assert paced.window == window  # no request sent since the last change has had its first tokens yet
+            answered_batch_request(paced, ttft_s=0.0)
+            paced.tick()
         assert paced.window == 16  # the share: never past it
         now = time.monotonic()
         paced.latency.ended(timed(now - 2, now - 1.9, now, tokens=11))  # 190 ms a token, past 50 ms
@@ -163,10 +174,27 @@ def test_the_window_doubles_within_targets_then_halves_on_a_miss_and_holds() -> 
         paced.tick(now + 1)
         assert paced.window == 8  # held: the answers under way still show the load before the cut
         paced.latency.itl.clear()
+        answered_batch_request(paced, ttft_s=0.0)
         paced.tick(now + 6)
         assert paced.window == 9  # past the hold and within targets: grows by one
         for ticket in tickets:
             paced.done(ticket)
+
+    run(test)
+
+
+def test_batch_requests_queueing_for_prefill_shrink_the_window_with_no_interactive_request_about() -> None:
+    async def test() -> None:
+        paced = pacer(share=64)
+        paced.window, paced.slow_start = 32, False
+        for _ in range(20):
+            answered_batch_request(paced, ttft_s=0.2, ago_s=30)  # what a batch request meets with nothing in its way
+        paced.tick()
+        assert paced.window == 32  # nothing queues, and the window is not full: it stays
+        for _ in range(20):
+            answered_batch_request(paced, ttft_s=2.0)  # ten times that: they wait for prefill
+        paced.tick()
+        assert paced.window == 28  # an eighth off
 
     run(test)
 

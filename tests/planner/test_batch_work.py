@@ -37,9 +37,12 @@ def test_a_window_of_batch_work_alone_leaves_no_traffic_and_no_batch_work_leaves
     assert without(seen, requests=0, isl_sum=0, osl_sum=0) == seen
 
 
-def test_batch_sequences_come_off_the_decode_backlog_but_never_below_none() -> None:
-    assert less_batch(Backlog(prefill_tokens=5, decode_requests=12), 8) == Backlog(prefill_tokens=5, decode_requests=4)
-    assert less_batch(Backlog(decode_requests=3), 8).decode_requests == 0
+def test_batch_prompts_and_sequences_come_off_the_engines_backlog_but_never_below_none() -> None:
+    held = Backlog(prefill_tokens=4000, decode_requests=8)
+    assert less_batch(Backlog(prefill_tokens=5000, decode_requests=12), held) == Backlog(
+        prefill_tokens=1000, decode_requests=4
+    )
+    assert less_batch(Backlog(prefill_tokens=10, decode_requests=3), held) == Backlog()
 
 
 def test_without_prometheus_the_traffic_is_sized_as_seen_and_the_log_says_so_once(
@@ -51,6 +54,6 @@ def test_without_prometheus_the_traffic_is_sized_as_seen_and_the_log_says_so_onc
         return [await work.interactive(seen), await work.interactive(seen)]
 
     with caplog.at_level(logging.WARNING, logger="dynamo_oss.planner"):
-        assert asyncio.run(twice()) == [(seen, 0), (seen, 0)]
+        assert asyncio.run(twice()) == [(seen, Backlog()), (seen, Backlog())]
     assert len([r for r in caplog.records if "cannot read batch work" in r.message]) == 1
-    assert asyncio.run(BatchWork(None).interactive(seen)) == (seen, 0)
+    assert asyncio.run(BatchWork(None).interactive(seen)) == (seen, Backlog())

@@ -19,6 +19,11 @@ TOKENS = Counter(
     "Tokens in the usage of batch requests' answers, by kind (input, output).",
     ["kind"],
 )
+PREFILL = Gauge(
+    "dynamo_oss_gateway_batch_prefill_tokens",
+    "Prompt tokens of batch requests sent and still waiting for their first token (what they add to prefill queues).",
+    multiprocess_mode="livesum",
+)
 WINDOW = Gauge(
     "dynamo_oss_gateway_batch_window",
     "Batch requests the gateway's processes may have in flight now (their pacing windows, summed).",

@@ -1,26 +1,35 @@
 """How many batch requests this gateway process may have in flight now: the capacity interactive traffic
-leaves, found as TCP finds a link's: a window that grows while the graph meets its targets and halves when it
-does not (additive increase, multiplicative decrease).
+leaves, found as TCP finds a link's: a window that grows while the graph meets its targets and nothing queues,
+and shrinks when it does not.
 
 Two bounds hold whatever the window says. Over the graph, batch requests hold at most
 `gateway.batches.max_share` of `gateway.max_in_flight`, counted in the ledger every process shares (and every
 place, where the graph's gateway runs in several), so interactive requests always find room; and a batch
 request starts only while the graph is below max_in_flight, so batch work never turns an interactive request
-away. Within them, the window follows the latency this process's answers meet (latency.py): the interactive
-TTFT p90 and the mean ITL of every answer over the last LOOK_S, against the graph's targets (the planner's, or
-gateway.batches.targets). It starts small and doubles each tick until the first time the graph misses its
-targets (slow start), then grows by one a tick; each miss halves it, at most once per HOLD_S, since answers
-already under way still show the load before the cut. At zero no batch request runs, until the graph meets
-its targets again. A graph without targets runs batch requests up to the share alone.
+away. Within them, the window follows the latency this process's answers meet (latency.py), judged every
+TICK_S over the last LOOK_S:
+
+- the interactive TTFT p90 or the ITL p90 of every answer past the graph's targets (the planner's, or
+  gateway.batches.targets): the window halves, at most once per HOLD_S, since answers already under way still
+  show the load before the cut. At zero no batch request runs until the graph meets its targets again; then
+  one does, to see.
+- batch requests queueing for prefill (their median TTFT three times what they meet when nothing is in their
+  way): the graph has no room left, and more batch work would only queue; the window shrinks by an eighth.
+- otherwise, while every place in the window is taken and a request sent since the last change has had its
+  first tokens (the change is seen in what the graph does: one round trip, as TCP grows once per round trip):
+  the window doubles until the first miss or queue (slow start), then grows by one.
+
+A graph without targets runs batch requests up to the share alone.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 
-from dynamo_oss.gateway.batches.metrics import WINDOW
+from dynamo_oss.gateway.batches.metrics import PREFILL, WINDOW
 from dynamo_oss.gateway.fair_share import FairShare, Ticket
 from dynamo_oss.gateway.latency import RecentLatency
 from dynamo_oss.graph.schema import BatchTargetsSection
@@ -45,6 +54,7 @@ class Pacer:
         self.in_flight = 0
         self.slow_start = True
         self.held_until = 0.0
+        self.changed_at = -math.inf  # when the window last moved
         self._room = asyncio.Event()
         self._ticking: asyncio.Task | None = None
 
@@ -76,19 +86,26 @@ class Pacer:
         assert self.targets is not None
         now = time.monotonic() if now is None else now
         judged = self.latency.judge(self.targets, LOOK_S, now)
+        PREFILL.set(self.latency.batch_prefill_tokens())
         if now < self.held_until:
             return
         if judged.over:
-            cut = self.window // 2
-            if cut != self.window:
-                log.info("batch requests held back to %d at once: %s", cut, judged.why)
-            self.window, self.slow_start, self.held_until = cut, False, now + HOLD_S
-            WINDOW.set(self.window)
-        elif self.in_flight >= self.window:  # the window is what limits: room to grow
-            grown = self.window * 2 if self.slow_start else self.window + 1
-            self.window = min(self.share, max(1, grown))
-            WINDOW.set(self.window)
-            self._room.set()
+            if self.window:
+                log.info("batch requests held back to %d at once: %s", self.window // 2, judged.why)
+            self._move(self.window // 2, now)
+            self.held_until = now + HOLD_S
+        elif self.window == 0:
+            self._move(1, now)  # the graph meets its targets again: one request, to see
+        elif self.latency.batch_queueing(LOOK_S, now):
+            self._move(self.window - max(1, self.window // 8), now)
+        elif self.in_flight >= self.window and self.latency.batch_answered_since(self.changed_at):
+            self._move(min(self.share, self.window * 2 if self.slow_start else self.window + 1), now, grown=True)
+
+    def _move(self, window: int, now: float, grown: bool = False) -> None:
+        self.slow_start = self.slow_start and grown
+        self.window, self.changed_at = max(0, window), now
+        WINDOW.set(self.window)
+        self._room.set()
 
     async def _tick_for_ever(self) -> None:
         while True:

@@ -56,7 +56,8 @@ class GatewayLine:
         transform = upstream.transform
         timing = transform.timing if transform is not None else None
         if timing is not None:
-            gateway.latency.began(timing, interactive=False)
+            assert transform is not None
+            gateway.latency.began(timing, interactive=False, prompt_tokens=transform.spent)
         try:
             if self.left:
                 return Sent(0, {}, TokenUsage(), retryable=False, left=True)
