@@ -18,7 +18,13 @@ from dynamo_oss.catalog.names import RouterMode
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.engines import SimulatedTiming, WorkerContext
-from dynamo_oss.gateway.config import ClusterShareConfig, GatewayConfig, NatsConnection, ResponsesStoreConfig
+from dynamo_oss.gateway.config import (
+    ClusterShareConfig,
+    GatewayConfig,
+    NatsConnection,
+    ResponsesStoreConfig,
+    TracingConfig,
+)
 
 
 # Dynamo 1.6's gpt-oss parsers warn on healthy streams: the reasoning parser for every chunk of the
@@ -81,6 +87,7 @@ def gateway_config(
     metrics: tuple[str, int] | None = None,
     nats: NatsConnection | None = None,
     several_places: bool = False,
+    tracing: TracingConfig | None = None,
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
     from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
@@ -88,7 +95,7 @@ def gateway_config(
     its /metrics on `metrics`, and how it reaches the graph's NATS (`nats`; without it, it keeps nothing
     there), where it stores responses when the graph keeps them and, when the graph's gateway runs in
     `several_places` (pods, nodes), shares its limits' counts with the others. A gateway in one place
-    counts alone, with no NATS traffic for it."""
+    counts alone, with no NATS traffic for it. With `tracing`, it records its spans and exports them there."""
     gateway = deployment.gateway
     assert gateway is not None
     responses = stored_responses(deployment) if nats is not None else None
@@ -114,6 +121,7 @@ def gateway_config(
         nats=nats if responses is not None or share is not None else None,
         responses=responses,
         cluster_share=share,
+        tracing=tracing,
     )
 
 
