@@ -80,8 +80,15 @@ def etcd_process(
 
 
 def prometheus_process(
-    prometheus: EmbeddedPrometheus, config: Path, address: str, run_dir: Path, problems: list[Problem]
+    prometheus: EmbeddedPrometheus,
+    config: Path,
+    address: str,
+    run_dir: Path,
+    problems: list[Problem],
+    exemplars: bool = False,
 ) -> ProcessPlan:
+    """Prometheus on `address`, its data in the run folder; with `exemplars`, it keeps the trace ids the
+    gateway's latency buckets carry (a traced graph's)."""
     binary = _embedded_binary(
         "prometheus",
         "observability.prometheus",
@@ -98,6 +105,7 @@ def prometheus_process(
             f"--web.listen-address={address}:{prometheus.port}",
             "--storage.tsdb.retention.time=2d",
             "--log.level=warn",
+            *(["--enable-feature=exemplar-storage"] if exemplars else []),
         ],
         env={},
         ports=[PortUse(field="observability.prometheus.port", host=address, port=prometheus.port)],

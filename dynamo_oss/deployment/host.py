@@ -343,7 +343,8 @@ def _observe(
     )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
-    processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
+    traced = observability.tracing is not None
+    processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems, traced))
     return launcher, _prometheus_url(deployment), targets.path
 
 

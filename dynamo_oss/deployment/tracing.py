@@ -48,6 +48,11 @@ def dynamo_env(tracing: EmbeddedTracing | ExternalTracing, endpoint: str, loggin
         "OTEL_TRACES_SAMPLER": "parentbased_traceidratio",
         "OTEL_TRACES_SAMPLER_ARG": f"{tracing.sample_ratio:g}",
         "DYN_LOGGING_CONFIG_PATH": str(logging_file),
+        # Tried on the harmony mocker, whose handler forwards each request to its engine through Dynamo's
+        # Python client: with DYN_LOG unset, the engine's spans (`client_request`, `router.route_request`,
+        # its `handle_payload`) started traces of their own; with it set, they joined the request's.
+        # Dynamo's default level, said out loud (the frontend and planner set their own).
+        "DYN_LOG": "info",
     }
 
 

@@ -39,6 +39,11 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         background = background_responses(store, config.responses.settings)
     keys = api_keys(config)
     ledger = Ledger(keys.names if keys else [], config.processes, process, config.ledger_file)
+    tracing = None
+    if config.tracing is not None:  # OpenTelemetry and gRPC load only where the graph traces
+        from dynamo_oss.gateway.tracing import Tracing
+
+        tracing = Tracing.of(config.tracing, config.state_dir)
     gateway = Gateway(
         config.upstreams,
         counter,
@@ -51,11 +56,14 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         limits_per_key=config.limits_per_key,
         ledger=ledger,
         background=background,
+        tracing=tracing,
     )
     try:
         await serve(gateway, config.host, config.port, DRAIN_TIMEOUT_S, stop)
     finally:
         ledger.close()
+        if tracing is not None:
+            tracing.close()
 
 
 def response_store(config: GatewayConfig) -> NatsResponseStore | None:

@@ -378,6 +378,7 @@ class Supervisor:
             endpoint=self.plan.endpoint,
             served_name=self.plan.served_name,
             prometheus_url=self.plan.prometheus_url,
+            traces_url=self.plan.traces_url,
             supervisor_pid=os.getpid(),
             ready=self.ready,
             stopped=stopped,
