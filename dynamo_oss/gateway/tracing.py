@@ -108,13 +108,14 @@ class RequestTrace:
 class Tracing:
     """The gateway's tracer: one per serving process, exporting to the graph's endpoint."""
 
-    def __init__(self, config: TracingConfig, exemplars: Exemplars) -> None:
+    def __init__(self, config: TracingConfig, exemplars: Exemplars, exporter: SpanExporter | None = None) -> None:
+        """`exporter`: where the spans go, the endpoint's OTLP exporter unless given."""
         provider = TracerProvider(
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
             resource=Resource.create({"service.name": SERVICE_NAME}),
         )
-        exporter = CountingExporter(OTLPSpanExporter(endpoint=config.endpoint, insecure=True, timeout=EXPORT_TIMEOUT_S))
-        provider.add_span_processor(CountingBatches(exporter))
+        exporter = exporter or OTLPSpanExporter(endpoint=config.endpoint, insecure=True, timeout=EXPORT_TIMEOUT_S)
+        provider.add_span_processor(CountingBatches(CountingExporter(exporter, config.endpoint)))
         self.provider = provider
         self.tracer: Tracer = provider.get_tracer("dynamo_oss.gateway")
         self.exemplars = exemplars
@@ -189,8 +190,8 @@ class CountingExporter(SpanExporter):
     """The OTLP exporter, counting the spans of every batch it could not send and saying so once, until
     a batch goes through again."""
 
-    def __init__(self, exporter: OTLPSpanExporter) -> None:
-        self.exporter = exporter
+    def __init__(self, exporter: SpanExporter, endpoint: str) -> None:
+        self.exporter, self.endpoint = exporter, endpoint
         self.failing = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -200,7 +201,7 @@ class CountingExporter(SpanExporter):
             result = SpanExportResult.FAILURE
         if result is SpanExportResult.SUCCESS:
             if self.failing:
-                log.warning("tracing: spans reach %s again", self.exporter._endpoint)  # noqa: SLF001
+                log.warning("tracing: spans reach %s again", self.endpoint)
             self.failing = False
             return result
         DROPPED.inc(len(spans))
@@ -208,7 +209,7 @@ class CountingExporter(SpanExporter):
             log.warning(
                 "tracing: spans cannot be exported to %s; requests are served as before, their spans dropped and "
                 "counted in dynamo_oss_gateway_trace_spans_dropped_total (said once until they go through again)",
-                self.exporter._endpoint,  # noqa: SLF001
+                self.endpoint,
             )
         self.failing = True
         return result
