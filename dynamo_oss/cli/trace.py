@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.cli.arguments import add_run_argument, positive_float
@@ -23,13 +24,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_run_argument(parser)
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--trace-id", help="the trace's id (32 hex digits), e.g. from a latency bucket's exemplar")
+    which.add_argument(
+        "--trace-id", type=trace_id, help="the trace's id (32 hex digits), e.g. from a latency bucket's exemplar"
+    )
     which.add_argument("--request-id", help="the x-request-id the client sent, or Dynamo's request id")
     parser.add_argument(
         "--minutes", type=positive_float, default=1.0, help="how far back to look for the request (default 1)"
     )
     parser.add_argument("--json", action="store_true", help="print the trace's spans as JSON instead")
     parser.set_defaults(handler=print_trace)
+
+
+def trace_id(text: str) -> str:
+    if re.fullmatch(r"[0-9a-fA-F]{32}", text) is None or not int(text, 16):
+        raise argparse.ArgumentTypeError(f'Got "{text}". It must be a trace id: 32 hex digits, not all zero.')
+    return text.lower()
 
 
 def print_trace(args: argparse.Namespace) -> int:
@@ -41,7 +50,7 @@ def print_trace(args: argparse.Namespace) -> int:
         )
     backend = TraceBackend(state.traces_url)
     if args.trace_id:
-        trace = backend.trace(args.trace_id.lower())
+        trace = backend.trace(args.trace_id)
     elif args.request_id:
         trace = backend.trace_of_request(args.request_id, args.minutes)
     else:

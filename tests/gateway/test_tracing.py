@@ -12,7 +12,6 @@ import secrets
 from pathlib import Path
 
 import httpx
-import orjson
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -24,43 +23,11 @@ from dynamo_oss.gateway.latency import Exemplars
 from dynamo_oss.gateway.routes import Upstream
 from dynamo_oss.gateway.text_completions import CompletionStream
 from dynamo_oss.gateway.tracing import DROPPED, Tracing
-from tests.support.harmony import completion_chunks, harmony_ids
+from tests.support.frontends import StandInFrontend
 from tests.support.ports import free_ports
 
 DEADLINE_S = 10
-ANSWER = "<|channel|>final<|message|>Hello there.<|return|>"
 TRACEPARENT = re.compile(rb"^00-([0-9a-f]{32})-([0-9a-f]{16})-(0[01])$")
-
-
-class RecordingFrontend:
-    """Answers every POST with ANSWER's completion chunks and its usage, recording each request's headers."""
-
-    def __init__(self) -> None:
-        self.heads: list[dict[bytes, bytes]] = []
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:
-                break
-            fields = dict(line.split(b": ", 1) for line in head.split(b"\r\n")[1:] if b": " in line)
-            await reader.readexactly(int(fields.get(b"content-length", b"0")))
-            if head.startswith(b"POST"):  # not the probes the gateway passes through
-                self.heads.append({name.lower(): value for name, value in fields.items()})
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-            chunks = completion_chunks(harmony_ids(ANSWER), 1)
-            usage = {"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(chunks)}}
-            for chunk in [*chunks, b"data: " + orjson.dumps(usage) + b"\n\n", b"data: [DONE]\n\n"]:
-                writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-            writer.write(b"0\r\n\r\n")
-            await writer.drain()
-        writer.close()
 
 
 class StreamingRoute:
@@ -72,9 +39,9 @@ class StreamingRoute:
         return Upstream(b"/v1/completions", body, CompletionStream(hide_usage=False))
 
 
-async def exchange(tracing: Tracing, headers_each: list[dict[str, str]]) -> tuple[list[int], RecordingFrontend]:
+async def exchange(tracing: Tracing, headers_each: list[dict[str, str]]) -> tuple[list[int], StandInFrontend]:
     """Each request through a gateway that traces with `tracing`; their statuses, and what the frontend saw."""
-    frontend = RecordingFrontend()
+    frontend = StandInFrontend()
     gateway = Gateway([await frontend.start()], None, GraphKey(b"g" * 32), tracing=tracing)
     gateway.routes.exact[(b"POST", b"/v1/streamed")] = StreamingRoute()
     stop, port = asyncio.Event(), free_ports(1)[0]
@@ -92,6 +59,7 @@ async def exchange(tracing: Tracing, headers_each: list[dict[str, str]]) -> tupl
             statuses.append(reply.status_code)
     stop.set()
     await asyncio.wait_for(serving, DEADLINE_S)
+    await frontend.stop()
     return statuses, frontend
 
 
@@ -141,7 +109,7 @@ def test_the_frontend_gets_the_gateway_s_traceparent_continuing_the_client_s_or_
         "gateway.first_token",
         "gateway.stream",
     ]
-    assert root.attributes["dynamo_oss.api"] == "completions" and root.attributes["gen_ai.usage.input_tokens"] == 7
+    assert root.attributes["dynamo_oss.api"] == "completions" and root.attributes["gen_ai.usage.input_tokens"] == 10
     assert root.attributes["http.response.status_code"] == 200
 
 
