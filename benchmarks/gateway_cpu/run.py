@@ -472,11 +472,14 @@ def main() -> None:
     summary = summarize(rows)
     settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)
-    (HERE / f"results{suffix}.json").write_text(
-        json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2)
-    )
-    report = markdown(summary, settings)
-    (HERE / f"results{suffix}.md").write_text(report)
+    write_report(f"results{suffix}", settings, summary, rows, markdown(summary, settings))
+
+
+def write_report(stem: str, settings: dict, summary: dict, rows: list[dict], report: str) -> None:
+    """STEM.json (the settings, the summary and every run) and the report as STEM.md, beside this file;
+    the report printed, and a failing exit when any request failed."""
+    (HERE / f"{stem}.json").write_text(json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2))
+    (HERE / f"{stem}.md").write_text(report)
     print(report)
     if summary["failed_requests"]:
         sys.exit(f"{summary['failed_requests']} requests failed")

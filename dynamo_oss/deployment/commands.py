@@ -24,6 +24,7 @@ from dynamo_oss.gateway.config import (
     GatewayConfig,
     NatsConnection,
     ResponsesStoreConfig,
+    TracingConfig,
 )
 
 
@@ -87,6 +88,7 @@ def gateway_config(
     metrics: tuple[str, int] | None = None,
     nats: NatsConnection | None = None,
     several_places: bool = False,
+    tracing: TracingConfig | None = None,
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
     from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
@@ -94,7 +96,7 @@ def gateway_config(
     its /metrics on `metrics`, and how it reaches the graph's NATS (`nats`; without it, it keeps nothing
     there), where it stores responses when the graph keeps them and, when the graph's gateway runs in
     `several_places` (pods, nodes), shares its limits' counts with the others. A gateway in one place
-    counts alone, with no NATS traffic for it."""
+    counts alone, with no NATS traffic for it. With `tracing`, it records its spans and exports them there."""
     gateway = deployment.gateway
     assert gateway is not None
     responses = stored_responses(deployment) if nats is not None else None
@@ -122,6 +124,7 @@ def gateway_config(
         responses=responses,
         batches=batches,
         cluster_share=share,
+        tracing=tracing,
     )
 
 

@@ -29,6 +29,8 @@ from dynamo_oss.graph.schema import (
     EmbeddedEtcd,
     EmbeddedNats,
     EmbeddedPrometheus,
+    EmbeddedTracing,
+    ExternalTracing,
     FrontendAutoscaleSection,
     GatewayAuthSection,
     GatewayBatchesSection,
@@ -36,6 +38,7 @@ from dynamo_oss.graph.schema import (
     GatewayResponsesSection,
     KeyLimitsSection,
     GraphSpec,
+    NoTracing,
 )
 
 
@@ -103,13 +106,16 @@ class GatewayComponent(Frozen):
 
 
 class Observability(Frozen):
-    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself; and
-    where the launcher and the gateway serve theirs."""
+    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself;
+    where the launcher and the gateway serve theirs; and where its traces go, if anywhere."""
 
     embedded_prometheus: EmbeddedPrometheus | None = Field(description="a Prometheus started with the graph")
     prometheus_url: str | None = Field(default=None, description="an external Prometheus")
     launcher_port: int = Field(description="the launcher's own /metrics")
     gateway_port: int = Field(description="the gateway's /metrics, summed over its processes")
+    tracing: EmbeddedTracing | ExternalTracing | None = Field(
+        default=None, description="where every process exports its spans, and the share of requests traced"
+    )
 
 
 class Autoscale(Frozen):
@@ -335,4 +341,5 @@ def _observability(spec: GraphSpec) -> Observability | None:
         prometheus_url=None if embedded else prometheus.url,
         launcher_port=section.launcher_port,
         gateway_port=section.gateway_port,
+        tracing=None if isinstance(section.tracing, NoTracing) else section.tracing,
     )

@@ -20,7 +20,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import httptools
@@ -84,6 +84,9 @@ from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
 from dynamo_oss.graph.schema import KeyLimitsSection
 
+if TYPE_CHECKING:  # OpenTelemetry is imported only where the graph traces (serving.py)
+    from dynamo_oss.gateway.tracing import RequestTrace, Tracing
+
 log = logging.getLogger("dynamo_oss.gateway")
 
 QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
@@ -115,8 +118,10 @@ class Gateway:
         ledger: Ledger | None = None,
         background: BackgroundResponses | None = None,
         batch_api: BatchApi | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.frontends = Frontends(upstreams)
+        self.tracing = tracing  # None: the graph traces nothing, and no request pays for it
         self.counter = counter
         self.keys = keys  # None: no key is asked for
         self.tenants = Tenants(graph_key, isolated=cache_isolation and keys is not None)
@@ -213,10 +218,12 @@ class Gateway:
             (shape for prefix, shape in ERROR_SHAPES.items() if path == prefix or path.startswith(prefix + b"/")), None
         )
 
+    def tenant_of(self, key: str | None) -> str:
+        return self.keys.tenant_of(key) if self.keys is not None and key is not None else NO_TENANT
+
     def caller(self, key: str | None) -> Caller:
         """Who a request showing the key named `key` is from."""
-        tenant = self.keys.tenant_of(key) if self.keys is not None and key is not None else NO_TENANT
-        return self.tenants.caller(key, tenant)
+        return self.tenants.caller(key, self.tenant_of(key))
 
     def forget_models(self) -> None:
         self._models = {}
@@ -296,6 +303,7 @@ class ClientConnection(asyncio.Protocol):
         self.error_shape: ErrorShape | None = None  # the current exchange's error shape (None: OpenAI's)
         self.rate_headers: list[tuple[bytes, bytes]] = []  # the current exchange's x-ratelimit-* (fair_share.py)
         self.status = 0  # the current exchange's response status, once sent
+        self.trace: RequestTrace | None = None  # the current exchange's part of its trace (tracing.py)
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
         self.left = asyncio.Event()  # the client has gone: a local answer's events stop
@@ -537,6 +545,8 @@ class ClientConnection(asyncio.Protocol):
                 self.error_shape = self.gateway.error_shape(request.target)
                 await self._exchange(request)
                 count_request(request.key, self.api, self.status)
+                if self.trace is not None and self.gateway.tracing is not None:
+                    self.gateway.tracing.end(self.trace, self.status, self.gateway.tenant_of(request.key))
         finally:
             self.gateway.bodies.give_back(request.held)
             self._queued -= request.held
@@ -553,10 +563,14 @@ class ClientConnection(asyncio.Protocol):
             request.route,
         )
         self.api = route.api
+        traced = self.gateway.tracing is not None and self.api is not None  # generations and counts, not probes
+        self.trace = self.gateway.tracing.begin(headers, self.api) if traced else None
         try:
             if self.api is not None:  # a generation or a count: the key's share, then the graph's capacity
                 ticket = self.gateway.fair_share.admit(self.key)
                 self.rate_headers = ticket.headers
+            if self.trace is not None:
+                self.trace.mark_admitted()
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
                 await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)

@@ -1,6 +1,6 @@
 """What one gateway process is told, in one typed file: where it listens, which Dynamo frontends it
-forwards to, where its keys and the graph's key are, its limits, where stored responses live, and
-whether its limits are shared with the gateway's other places.
+forwards to, where its keys and the graph's key are, its limits, where stored responses live,
+whether its limits are shared with the gateway's other places, and where its spans go.
 
 The deployment builds it from the graph (deployment.commands.gateway_config) and each renderer
 writes it once: a file of the run folder on a host, a ConfigMap's key on Kubernetes. The gateway
@@ -84,6 +84,14 @@ class ClusterShareConfig(_Strict):
     channel: str = Field(description="the name the places of one graph share their counts under, one per graph")
 
 
+class TracingConfig(_Strict):
+    """Where the gateway exports its spans (the endpoint every process of the graph exports to), and the
+    share of requests it starts a trace for (a client's sampled traceparent is always continued)."""
+
+    endpoint: str = Field(description="OTLP over gRPC, e.g. http://127.0.0.1:4317")
+    sample_ratio: float = Field(ge=0, le=1)
+
+
 class GatewayConfig(_Strict):
     """Everything a gateway process needs; every process of a graph's endpoint reads the same one."""
 
@@ -127,6 +135,7 @@ class GatewayConfig(_Strict):
     cluster_share: ClusterShareConfig | None = Field(
         default=None, description="None: the graph's gateway runs in this place alone, whose counts are its limits"
     )
+    tracing: TracingConfig | None = Field(default=None, description="None: no spans, nothing exported")
 
     @model_validator(mode="after")
     def _nats_for_what_it_keeps(self) -> GatewayConfig:

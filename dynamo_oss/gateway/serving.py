@@ -45,6 +45,11 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         background = background_responses(store, nats, config.responses.settings)
     keys = api_keys(config)
     ledger = Ledger(keys.names if keys else [], config.processes, process, config.ledger_file)
+    tracing = None
+    if config.tracing is not None:  # OpenTelemetry and gRPC load only where the graph traces
+        from dynamo_oss.gateway.tracing import Tracing
+
+        tracing = Tracing.of(config.tracing, config.state_dir)
     gateway = Gateway(
         config.upstreams,
         counter,
@@ -58,6 +63,7 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         ledger=ledger,
         background=background,
         batch_api=batch_api(config, nats),
+        tracing=tracing,
     )
     if gateway.batches is not None:
         gateway.batches.start()
@@ -67,6 +73,8 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         ledger.close()
         if nats is not None:
             await nats.close()
+        if tracing is not None:
+            tracing.close()
 
 
 def response_store(config: GatewayConfig, nats: GraphNats | None) -> NatsResponseStore | None:

@@ -22,7 +22,7 @@ FilePath = Annotated[Path, Field(strict=False)]  # YAML gives strings; paths are
 
 
 def _mode_shorthand(value: object) -> object:
-    """`etcd: embedded` is short for `etcd: {mode: embedded}`; likewise nats and prometheus."""
+    """`etcd: embedded` is short for `etcd: {mode: embedded}`; likewise nats, prometheus and tracing."""
     return {"mode": value} if isinstance(value, str) else value
 
 
@@ -659,6 +659,42 @@ class ExternalPrometheus(Strict):
     url: str = Field(description="Prometheus that scrapes this graph, e.g. http://prometheus:9090.")
 
 
+SampleRatio = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="Share of requests traced, decided once per request by the gateway (or by a client's "
+        "sampled traceparent) and followed by every process of the graph: 1 traces every request, 0.01 one in a "
+        "hundred.",
+    ),
+]
+
+
+class EmbeddedTracing(Strict):
+    """Arize Phoenix started with the graph on loopback: it receives OTLP over gRPC and keeps its spans in the
+    run folder."""
+
+    mode: Literal["embedded"] = "embedded"
+    port: Port = Field(default=6006, description="Port of the trace backend's UI and API (loopback).")
+    otlp_port: Port = Field(default=4317, description="Port it receives OTLP over gRPC on (loopback).")
+    sample_ratio: SampleRatio = 1.0
+
+
+class ExternalTracing(Strict):
+    mode: Literal["external"] = "external"
+    endpoint: str = Field(
+        pattern=r"^https?://[^/\s]+/?$",
+        description="OTLP over gRPC endpoint every process of the graph exports its spans and logs to, e.g. "
+        "http://otel-collector:4317 (an OpenTelemetry Collector, Jaeger, Tempo, Phoenix).",
+    )
+    sample_ratio: SampleRatio = 1.0
+
+
+class NoTracing(Strict):
+    mode: Literal["off"] = "off"
+
+
 class ObservabilitySection(Strict):
     prometheus: Annotated[EmbeddedPrometheus | ExternalPrometheus, Field(discriminator="mode")] = Field(
         default_factory=EmbeddedPrometheus,
@@ -673,8 +709,16 @@ class ObservabilitySection(Strict):
         description="Loopback port of the gateway's /metrics (requests and tokens per API key), "
         "scraped by the graph's Prometheus.",
     )
+    tracing: Annotated[EmbeddedTracing | ExternalTracing | NoTracing, Field(discriminator="mode")] = Field(
+        default_factory=NoTracing,
+        description="One trace per request, from the gateway through Dynamo's frontend, router and workers "
+        "(OpenTelemetry): `embedded` starts a trace backend with the graph, `external` exports to an OTLP "
+        "endpoint, `off` (the default) exports nothing.",
+    )
 
-    _shorthand = field_validator("prometheus", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
+    _shorthand = field_validator("prometheus", "tracing", mode="before")(
+        classmethod(lambda cls, value: _mode_shorthand(value))
+    )
 
 
 class PlannerSection(Strict):
@@ -764,7 +808,8 @@ class GraphSpec(Strict):
         default=None, description="Latency targets and GPU budget for the pools that autoscale."
     )
     observability: ObservabilitySection | None = Field(
-        default=None, description="Metrics: Prometheus and the launcher's own /metrics. Left out: neither."
+        default=None,
+        description="Metrics (Prometheus and the launcher's own /metrics) and traces. Left out: none of them.",
     )
 
     @model_validator(mode="after")
