@@ -203,18 +203,18 @@ def test_a_batch_past_its_window_ends_expired(served: ServedGraph) -> None:
 
 
 def test_batch_requests_are_billed_to_their_key_but_kept_out_of_its_interactive_limits(served: ServedGraph) -> None:
-    ivan = openai_client(served, "ivan")  # tokens_per_minute=60 (tests.support.graphs.KEY_LIMITS)
+    ken = openai_client(served, "ken")  # tokens_per_minute=60 (tests.support.graphs.KEY_LIMITS)
     data = jsonl(*(chat_line(f"l{n}", max_tokens=40) for n in range(4)))
-    uploaded = ivan.files.create(file=("in.jsonl", data), purpose="batch")
-    done = ended(ivan, ivan.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id)
+    uploaded = ken.files.create(file=("in.jsonl", data), purpose="batch")
+    done = ended(ken, ken.batches.create(input_file_id=uploaded.id, endpoint=CHAT, completion_window="24h").id)
     assert done.request_counts is not None and done.request_counts.completed == 4
     assert done.usage is not None and done.usage.total_tokens > 60  # past the key's minute, in batch work alone
-    answer = ivan.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
+    answer = ken.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Hi."}], max_tokens=4)
     assert answer.usage is not None  # its interactive minute is untouched
     requests = gateway_samples(served, "dynamo_oss_gateway_requests")
     batch = [
         s.value
         for s in requests
-        if s.name.endswith("_total") and s.labels == {"key": "ivan", "api": "batch", "status": "200"}
+        if s.name.endswith("_total") and s.labels == {"key": "ken", "api": "batch", "status": "200"}
     ]
     assert batch == [4]

@@ -54,13 +54,17 @@ def chat(graph: ServedGraph, headers: dict[str, str]) -> None:
 
 
 def whole(backend: TraceBackend, trace_id: str) -> Trace:
-    """The trace once both workers' spans and the gateway's have arrived."""
+    """The trace once both workers' spans and the gateway's have arrived, and every span between them: each process
+    exports in batches of its own, so a child may arrive before its parent (it reads as a root until then)."""
 
     def arrived() -> Trace | None:
         spans = backend.spans(trace_id=trace_id)
         names = {(s["name"], (s.get("attributes") or {}).get("component")) for s in spans}
         wanted = {("gateway.request", None), ("handle_payload", "prefill"), ("handle_payload", "backend")}
-        return backend.trace(trace_id) if wanted <= names else None
+        if not wanted <= names:
+            return None
+        trace = backend.trace(trace_id)
+        return trace if len(trace.roots) == 1 else None
 
     return wait_for(arrived, ARRIVAL_S, f"trace {trace_id}'s spans", every_s=1.0)  # type: ignore[return-value]
 
