@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import hashlib
 
+from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+
 
 class StoreUnavailable(Exception):
     """The store cannot be reached (NATS down or restarting), or refused the write: retryable."""
@@ -12,6 +14,16 @@ class StoreUnavailable(Exception):
 
 class Conflict(Exception):
     """A conditional write found the record changed (or gone) since the revision it was given."""
+
+
+def unavailable(store: str, error: StoreUnavailable) -> ApiError:
+    """A client's answer while `store` (the response store, the file store, ...) cannot answer: retryable."""
+    return ApiError(
+        503,
+        f"The {store} is unavailable ({error}); retry shortly.",
+        code="store_unavailable",
+        retry_after=RETRY_AFTER_S,
+    )
 
 
 def owner_tag(owner: str | None) -> str:

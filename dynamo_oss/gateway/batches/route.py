@@ -17,13 +17,13 @@ from pydantic import ValidationError
 
 from dynamo_oss.gateway.batches.records import WINDOW_S, BatchRecord, Counts, new_batch_id
 from dynamo_oss.gateway.batches.store import BatchStore
-from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError, from_validation
+from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.files.route import not_found as file_not_found
 from dynamo_oss.gateway.files.store import FileStore
 from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.protocol.batches import BatchCreateRequest
 from dynamo_oss.gateway.routes import Checks, LocalAnswer, parse_json
-from dynamo_oss.gateway.stores import Conflict, StoreUnavailable
+from dynamo_oss.gateway.stores import Conflict, StoreUnavailable, unavailable
 from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.graph.schema import GatewayBatchesSection
 
@@ -32,15 +32,6 @@ PREFIX = b"/v1/batches/"
 METHODS = frozenset({b"GET", b"POST"})  # what the paths under PREFIX take
 _PATH = re.compile(r"^/v1/batches/([^/]+)(/cancel)?/?$")
 MAX_PAGE, DEFAULT_PAGE = 100, 20  # OpenAI's largest `limit` for batches, and its default
-
-
-def unavailable(error: StoreUnavailable) -> ApiError:
-    return ApiError(
-        503,
-        f"The batch store is unavailable ({error}); retry shortly.",
-        code="store_unavailable",
-        retry_after=RETRY_AFTER_S,
-    )
 
 
 def not_found(batch_id: str) -> ApiError:
@@ -78,7 +69,7 @@ class BatchesRoute:
                 raise not_found(batch_id)
             return 200, versioned.record.openai()
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("batch store", error) from None
 
     async def _create(self, body: bytes, owner: str | None) -> BatchRecord:
         raw = parse_json(body)

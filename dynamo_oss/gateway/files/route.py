@@ -13,12 +13,12 @@ import asyncio
 import re
 from urllib.parse import parse_qs
 
-from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.files.multipart import form_fields, malformed
 from dynamo_oss.gateway.files.store import FileStore, StoredFile, StoreFull
 from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.routes import BytesAnswer, Checks, LocalAnswer
-from dynamo_oss.gateway.stores import StoreUnavailable
+from dynamo_oss.gateway.stores import StoreUnavailable, unavailable
 from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.graph.schema import GatewayBatchesSection
 
@@ -28,15 +28,6 @@ METHODS = frozenset({b"GET", b"DELETE"})  # what the paths under PREFIX take
 _PATH = re.compile(r"^/v1/files/([^/]+)(/content)?/?$")
 OFF_LOOP_BYTES = 1024 * 1024  # an upload this large is split and counted in a thread
 MAX_PAGE = 10_000  # OpenAI's largest `limit` for files, and its default
-
-
-def unavailable(error: StoreUnavailable) -> ApiError:
-    return ApiError(
-        503,
-        f"The file store is unavailable ({error}); retry shortly.",
-        code="store_unavailable",
-        retry_after=RETRY_AFTER_S,
-    )
 
 
 def not_found(file_id: str, param: str | None = None) -> ApiError:
@@ -85,7 +76,7 @@ class FilesRoute:
                 raise not_found(file_id)
             return 200, record.openai()
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("file store", error) from None
 
     async def _upload(self, body: bytes, owner: str | None) -> StoredFile:
         """The upload checked and kept: 400 for a form that is not an upload of a batch file within the limits."""

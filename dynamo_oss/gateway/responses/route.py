@@ -37,8 +37,8 @@ from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
 from dynamo_oss.gateway.responses.background import BackgroundAnswer, BackgroundResponses
 from dynamo_oss.gateway.responses.references import references, resolved
 from dynamo_oss.gateway.responses.store import BackgroundRun, ResponseStore, StoredResponse
-from dynamo_oss.gateway.stores import Conflict, StoreUnavailable
-from dynamo_oss.gateway.responses.stored import find, unavailable
+from dynamo_oss.gateway.stores import Conflict, StoreUnavailable, unavailable
+from dynamo_oss.gateway.responses.stored import find
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
 from dynamo_oss.gateway.tenancy import Caller
@@ -126,7 +126,7 @@ class ResponsesRoute:
         try:
             job = await self.background.create(record, answer, caller.key)
         except (StoreUnavailable, Conflict) as error:
-            raise unavailable(StoreUnavailable(str(error))) from None
+            raise unavailable("response store", StoreUnavailable(str(error))) from None
         return Upstream(url=COMPLETIONS_URL, body=completion, transform=answer, detached=job)
 
     async def render(self, body: bytes, checks: Checks, caller: Caller) -> Turn:

@@ -12,14 +12,14 @@ from __future__ import annotations
 import re
 from urllib.parse import parse_qs
 
-from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.responses.background import BackgroundResponses
 from dynamo_oss.gateway.responses.following import cancel, current, follow
 from dynamo_oss.gateway.routes import Checks, EventStreamAnswer, LocalAnswer
 from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.gateway.responses.store import RESPONSE_ID_PATTERN, ResponseStore, StoredResponse, Versioned
-from dynamo_oss.gateway.stores import StoreUnavailable
+from dynamo_oss.gateway.stores import StoreUnavailable, unavailable
 
 PREFIX = b"/v1/responses/"
 METHODS = frozenset({b"GET", b"DELETE", b"POST"})  # what the paths under PREFIX take
@@ -28,15 +28,6 @@ _TAKES = {None: (b"GET", b"DELETE"), "/input_items": (b"GET",), "/cancel": (b"PO
 _ID = re.compile(RESPONSE_ID_PATTERN)
 MAX_PAGE = 100  # OpenAI's largest `limit` for input items
 DEFAULT_PAGE = 20
-
-
-def unavailable(error: StoreUnavailable) -> ApiError:
-    return ApiError(
-        503,
-        f"The response store is unavailable ({error}); retry shortly.",
-        code="store_unavailable",
-        retry_after=RETRY_AFTER_S,
-    )
 
 
 async def find(store: ResponseStore, response_id: str, key: str | None, param: str | None) -> StoredResponse:
@@ -52,7 +43,7 @@ async def found(store: ResponseStore, response_id: str, key: str | None, param: 
         try:
             versioned = await store.read(response_id)
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("response store", error) from None
     record = versioned.record if versioned is not None else None
     if record is not None and record.owner == key and record.expired(store.retention_s):
         raise ApiError(
@@ -112,11 +103,11 @@ class StoredResponsesRoute:
             if method == b"GET":
                 return await self._read(versioned, parse_qs(query))
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("response store", error) from None
         try:
             await self.store.delete(response_id)
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("response store", error) from None
         return 200, {"id": response_id, "object": "response", "deleted": True}
 
     async def _read(self, versioned: Versioned, query: dict[str, list[str]]) -> LocalAnswer:
