@@ -33,6 +33,7 @@ log = logging.getLogger("dynamo_oss.gateway.store")
 
 CONNECT_TIMEOUT_S = 2.0  # a first connection that takes longer is given up (and tried again by its caller)
 REQUEST_TIMEOUT_S = 5.0  # one JetStream call
+HEADROOM = 4096  # bytes of a message kept for its subject and headers, below NATS's largest message
 ADDRESS_WAIT_S = 0.5  # how often an address file that is not written yet is read again
 T = TypeVar("T")
 NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")

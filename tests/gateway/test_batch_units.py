@@ -16,14 +16,14 @@ import openai.types
 import pytest
 
 from dynamo_oss.gateway.batches import runner as runner_module
-from dynamo_oss.gateway.batches.lines import read_lines
+from dynamo_oss.gateway.batches.lines import answered_line, read_lines, too_large
 from dynamo_oss.gateway.batches.pacing import Pacer
-from dynamo_oss.gateway.batches.records import BatchRecord, Counts, new_batch_id
+from dynamo_oss.gateway.batches.records import BatchRecord, Counts, TokenUsage, new_batch_id
 from dynamo_oss.gateway.batches.runner import BatchRunner
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.fair_share import FairShare
 from dynamo_oss.gateway.files.multipart import MAX_PART_HEAD_BYTES, form_fields
-from dynamo_oss.gateway.files.store import StoredFile
+from dynamo_oss.gateway.files.store import StoredFile, StoreFull
 from dynamo_oss.gateway.latency import RecentLatency, StreamTiming
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.graph.schema import BatchTargetsSection
@@ -460,3 +460,38 @@ def test_a_stopping_process_lets_its_batch_go_for_another_to_take_up_at_once() -
         await second.close()
 
     run(test)
+
+
+def test_a_batch_whose_files_cannot_be_kept_fails_saying_what_to_do() -> None:
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"))
+        full = graph.files.put
+
+        async def refuse_output(record: StoredFile, data: bytes) -> None:
+            if record.purpose == "batch_output":
+                raise StoreFull("the graph's file store is full (1 MiB)")
+            await full(record, data)
+
+        graph.files.put = refuse_output  # type: ignore[method-assign]
+        runner = graph.runner()
+        await runner.claim()
+        await until(lambda: len(graph.lines.waiting()) == 1)
+        graph.lines.sent[0].answer_with(200)
+        await until(lambda: graph.ended(batch_id))
+        record = graph.store.now(batch_id)
+        assert record.status == "failed" and record.errors and record.errors[0]["code"] == "file_storage_full"
+        assert "delete files no longer needed" in record.errors[0]["message"] and record.output_file_id is None
+        await runner.close()
+
+    run(test)
+
+
+def test_an_answer_too_large_to_keep_is_kept_as_its_error() -> None:
+    (request,) = read_lines(line("big").encode(), CHAT)
+    answer = answered_line(request, 200, {"text": "x" * 100}, TokenUsage(output_tokens=7))
+    kept = too_large(answer, "The answer was 2 MB compressed.")
+    data = json.loads(kept.data)
+    assert kept.failed and kept.line == answer.line and kept.usage == answer.usage
+    assert data["custom_id"] == "big" and data["response"] is None
+    assert data["error"] == {"code": "answer_too_large", "message": "The answer was 2 MB compressed. (answered 200)"}

@@ -137,6 +137,7 @@ def test_an_upload_past_the_graph_s_limits_is_a_400_and_keeps_nothing(served: Se
         (lambda: alice.files.create(file=("in.jsonl", too_large), purpose="batch"), "file_too_large"),
         (lambda: alice.files.create(file=("in.jsonl", b"\n\n"), purpose="batch"), None),
         (lambda: alice.files.create(file=("in.jsonl", jsonl(chat_line("a"))), purpose="fine-tune"), None),
+        (lambda: alice.files.create(file=("n" * 600 + ".jsonl", jsonl(chat_line("a"))), purpose="batch"), None),
     ]
     for upload, code in uploads:
         with pytest.raises(openai.BadRequestError) as refused:

@@ -116,3 +116,16 @@ def unsent_line(line: Line, code: str, message: str) -> Answer:
         "error": {"code": code, "message": message},
     }
     return Answer(line.number, True, orjson.dumps(data))
+
+
+def too_large(answer: Answer, message: str) -> Answer:
+    """`answer` replaced by its error, keeping its line's custom_id and the status it was answered with."""
+    sent = orjson.loads(answer.data)
+    status = (sent.get("response") or {}).get("status_code")
+    data = {
+        "id": sent["id"],
+        "custom_id": sent["custom_id"],
+        "response": None,
+        "error": {"code": "answer_too_large", "message": f"{message} (answered {status})"},
+    }
+    return Answer(answer.line, True, orjson.dumps(data), answer.usage)

@@ -20,8 +20,10 @@ from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
 from dynamo_oss.gateway.batches.records import BATCH_ID, BatchRecord, TokenUsage, Versioned
+from dynamo_oss.gateway.batches.lines import too_large
 from dynamo_oss.gateway.batches.store import Answer
 from dynamo_oss.gateway.nats_connection import (
+    HEADROOM,
     NAME_CHARACTERS,
     REQUEST_TIMEOUT_S,
     GraphNats,
@@ -93,14 +95,13 @@ class NatsBatchStore:
         return out
 
     async def keep_answer(self, batch_id: str, answer: Answer) -> None:
+        """Keep `answer`; one larger than NATS's largest message, even compressed, is kept as its error."""
         _, _, js = await self._buckets()
-        kept = {
-            "line": answer.line,
-            "failed": answer.failed,
-            "data": answer.data.decode(),
-            "usage": answer.usage.model_dump(),
-        }
-        data = zlib.compress(orjson.dumps(kept))
+        data = _message(answer)
+        largest = (await self.nats.client()).max_payload - HEADROOM
+        if len(data) > largest:
+            message = f"The answer was {len(data)} bytes compressed, more than NATS's largest message ({largest})."
+            data = _message(too_large(answer, message))
         await answered(js.publish(self.prefix + batch_id, data, stream=self.stream))
 
     async def answers(self, batch_id: str) -> list[Answer]:
@@ -161,6 +162,16 @@ class NatsBatchStore:
                 queue = await answered(js.key_value(f"{self.bucket}-queue"))
                 self._kv = (records, queue, js)
         return self._kv
+
+
+def _message(answer: Answer) -> bytes:
+    kept = {
+        "line": answer.line,
+        "failed": answer.failed,
+        "data": answer.data.decode(),
+        "usage": answer.usage.model_dump(),
+    }
+    return zlib.compress(orjson.dumps(kept))
 
 
 def _key(owner: str | None, batch_id: str) -> str:

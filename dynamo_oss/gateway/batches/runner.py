@@ -31,7 +31,7 @@ from dynamo_oss.gateway.batches.pacing import Pacer
 from dynamo_oss.gateway.batches.records import BatchRecord, Counts, Lease, Status, TokenUsage
 from dynamo_oss.gateway.batches.store import Answer, BatchStore
 from dynamo_oss.gateway.fair_share import Ticket
-from dynamo_oss.gateway.files.store import FileStore, StoredFile
+from dynamo_oss.gateway.files.store import FileStore, StoredFile, StoreFull
 from dynamo_oss.gateway.stores import Conflict, StoreUnavailable
 
 log = logging.getLogger("dynamo_oss.gateway.batches")
@@ -323,12 +323,16 @@ class Run:
                 if line.number not in self.answered:
                     await self._keep(unsent_line(line, f"batch_{status}", UNSENT[status]))
         files, owner = self.runner.files, self.record.owner
-        kept = {}
-        for field, (name, data) in zip(("output_file_id", "error_file_id"), self._files(), strict=True):
-            if data:
-                stored = StoredFile.made(owner, "batch_output", name, data, files.retention_s)
-                await files.put(stored, data)
-                kept[field] = stored.id
+        kept: dict[str, Any] = {}
+        try:
+            for field, (name, data) in zip(("output_file_id", "error_file_id"), self._files(), strict=True):
+                if data:
+                    stored = StoredFile.made(owner, "batch_output", name, data, files.retention_s)
+                    await files.put(stored, data)
+                    kept[field] = stored.id
+        except StoreFull as error:  # its answers cannot be written out: it fails, saying so
+            message = f"Its output could not be kept: {error}; delete files no longer needed and run it again."
+            status, kept = "failed", {**kept, "errors": [{"code": "file_storage_full", "message": message}]}
         ended = {"counts": self._counts(), "usage": self._usage(), "lease": None, **kept}
         await self._update(lambda record: record.moved(status, **ended), over_others=True)
         await self.runner.store.drop_answers(self.record.id)

@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.files.multipart import form_fields, malformed
-from dynamo_oss.gateway.files.store import FileStore, StoredFile, StoreFull
+from dynamo_oss.gateway.files.store import MAX_FILENAME, FileStore, StoredFile, StoreFull
 from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.routes import BytesAnswer, Checks, LocalAnswer
 from dynamo_oss.gateway.stores import StoreUnavailable, unavailable
@@ -95,6 +95,10 @@ class FilesRoute:
         upload = fields.get("file")
         if upload is None or upload.filename is None:
             raise malformed("it has no 'file' field with a filename")
+        if len(upload.filename) > MAX_FILENAME:
+            raise ApiError(
+                400, f"The file's name is longer than {MAX_FILENAME} characters; send a shorter one.", param="file"
+            )
         data = upload.value
         if len(data) > self.max_file_bytes:
             raise ApiError(
@@ -104,7 +108,8 @@ class FilesRoute:
                 param="file",
                 code="file_too_large",
             )
-        record = StoredFile.made(owner, "batch", upload.filename, data, self.settings.retention_s)
+        made = (owner, "batch", upload.filename, data, self.settings.retention_s)
+        record = await asyncio.to_thread(StoredFile.made, *made) if heavy else StoredFile.made(*made)
         if record.lines == 0:
             raise ApiError(400, "The file has no requests: a batch file holds one JSON request per line.", param="file")
         if record.lines > self.settings.max_lines:

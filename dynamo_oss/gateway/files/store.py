@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 FILE_ID_PATTERN = r"^file-[0-9a-f]{32}$"  # what a file id looks like (new_file_id)
 FILE_ID = re.compile(FILE_ID_PATTERN)
 Purpose = Literal["batch", "batch_output"]
+MAX_FILENAME = 512
 
 
 def new_file_id() -> str:
@@ -28,7 +29,7 @@ class StoredFile(BaseModel):
     id: str = Field(pattern=FILE_ID_PATTERN)
     owner: str | None = Field(description="the name of the API key that made it; None on a gateway without keys")
     purpose: Purpose = Field(description="batch: a batch's input; batch_output: a batch's output or error file")
-    filename: str = Field(max_length=512)
+    filename: str = Field(max_length=MAX_FILENAME)
     bytes: int = Field(ge=0)
     lines: int = Field(ge=0, description="its requests (or answers): non-blank lines")
     created_at: int = Field(description="Unix time it was kept")

@@ -34,7 +34,14 @@ from nats.js.api import DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from dynamo_oss.gateway.nats_connection import REQUEST_TIMEOUT_S, GraphNats, answered, ensure_stream, kv_stream
+from dynamo_oss.gateway.nats_connection import (
+    HEADROOM,
+    REQUEST_TIMEOUT_S,
+    GraphNats,
+    answered,
+    ensure_stream,
+    kv_stream,
+)
 from dynamo_oss.gateway.responses.plane import Batch, Handler, Listing
 from dynamo_oss.gateway.stores import StoreUnavailable
 
@@ -42,7 +49,6 @@ log = logging.getLogger("dynamo_oss.gateway.store")
 
 LAPSE_S = 8.0  # a runner's listing lasts this long unrenewed
 FIRST = "Dynamo-Oss-First"  # the header holding a message's first event's sequence number
-HEADROOM = 4096  # bytes of a message kept for its subject and headers, below NATS's largest message
 
 
 class NatsEventLog:
