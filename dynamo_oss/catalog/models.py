@@ -60,7 +60,8 @@ class ModelShape(BaseModel):
         return self.full_attention_layers * self.kv_bytes_per_layer_token(bytes_per_element)
 
     def kv_bytes(self, context: int, bytes_per_element: float = 2.0) -> float:
-        """KV bytes of one sequence of `context` tokens, honouring the 128-token window."""
+        """KV bytes of one sequence of `context` tokens, honouring the 128-token window, token for token:
+        what a contiguous cache holds. TensorRT-LLM holds blocks, in one pool per window: perf.kv_cache."""
         window = min(context, self.sliding_window)
         per_layer = self.kv_bytes_per_layer_token(bytes_per_element)
         return per_layer * (self.full_attention_layers * context + self.window_layers * window)

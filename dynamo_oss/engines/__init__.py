@@ -43,6 +43,11 @@ class EngineShape(BaseModel):
     max_seq_len: int | None = Field(None, ge=1, description="longest sequence (prompt plus output)")
     kv_cache_dtype: Literal["auto", "fp8", "bf16"] = Field("auto", description="KV cache elements")
     kv_block_size: int = Field(ge=1, description="tokens per KV cache block")
+    max_attention_window: tuple[int, ...] | None = Field(
+        None,
+        description="each layer's attention window, repeating over the layers (kv_cache_config."
+        "max_attention_window); None: every layer keeps the whole sequence in one KV pool",
+    )
 
     @property
     def gpus(self) -> int:

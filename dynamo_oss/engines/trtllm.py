@@ -14,7 +14,7 @@ import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -33,6 +33,7 @@ class _KvCacheKeys(BaseModel):
 
     dtype: Literal["auto", "fp8", "bf16"] = "auto"
     tokens_per_block: int = Field(DEFAULT_TOKENS_PER_BLOCK, ge=1)
+    max_attention_window: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
 
 
 class _LlmArgsKeys(BaseModel):
@@ -78,6 +79,7 @@ def read_llm_args(path: Path) -> EngineShape:
         max_seq_len=keys.max_seq_len,
         kv_cache_dtype=keys.kv_cache_config.dtype,
         kv_block_size=keys.kv_cache_config.tokens_per_block,
+        max_attention_window=tuple(windows) if (windows := keys.kv_cache_config.max_attention_window) else None,
     )
 
 
@@ -89,7 +91,11 @@ def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
         "enable_attention_dp": shape.attention_dp,
         "max_batch_size": shape.max_batch_size,
         "max_num_tokens": shape.max_num_tokens,
-        "kv_cache_config": {"free_gpu_memory_fraction": 0.9, "dtype": shape.kv_cache_dtype},
+        "kv_cache_config": {
+            "free_gpu_memory_fraction": 0.9,
+            "dtype": shape.kv_cache_dtype,
+            **({"max_attention_window": list(shape.max_attention_window)} if shape.max_attention_window else {}),
+        },
         "guided_decoding_backend": GUIDED_DECODING_BACKEND,
     }
     if role != "decode":

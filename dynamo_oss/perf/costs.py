@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from dynamo_oss.catalog.hardware import ComputeDtype, Hardware
 from dynamo_oss.catalog.models import ModelShape
+from dynamo_oss.perf.kv_cache import KvCache
 from dynamo_oss.perf.layout import Engine, Layout, PoolLayout, Precision, Role
 
 BYTES_PER_ELEMENT = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8}  # MXFP4: 4 bits + an 8-bit scale per 32
@@ -249,13 +250,15 @@ class CostModel:
     def kv_element_bytes(self) -> float:
         return BYTES_PER_ELEMENT[self.precision.kv_cache]
 
-    def kv_bytes_per_context_token(self) -> float:
-        """KV bytes that grow with context (full-attention layers only), whole worker."""
-        return self.shape.kv_bytes_per_context_token(self.kv_element_bytes)
-
-    def kv_bytes(self, context: int) -> float:
-        """KV bytes of one sequence, honouring the 128-token window of half the layers."""
-        return self.shape.kv_bytes(context, self.kv_element_bytes)
+    @property
+    def kv_cache(self) -> KvCache:
+        """One attention rank's KV cache as TensorRT-LLM lays it out (`kv_cache`)."""
+        return KvCache(
+            shape=self.shape,
+            element_bytes=self.kv_element_bytes,
+            kv_shards=self._kv_shards,
+            windowed=self.pool.windowed_kv,
+        )
 
     # ---- sharding ---------------------------------------------------------------------
     @property
@@ -296,19 +299,19 @@ class CostModel:
         experts = s.num_experts * s.num_layers * self.expert_params * BYTES_PER_ELEMENT[self.precision.experts]
         return dense / self._attention_shards + experts / self.pool.tp
 
-    def kv_capacity_tokens(self) -> int:
-        """Context tokens the KV cache of one attention rank holds.
-
-        The window layers' KV is reserved for a full batch (max_batch sequences of 128 tokens);
-        the rest holds full-attention KV, which grows with every token.
-        """
+    def kv_budget_bytes(self) -> float:
+        """KV cache memory on each GPU: a fraction of what the weights and the runtime leave."""
         free = self.gpu.hbm_bytes - self.weight_bytes_per_gpu() - RUNTIME_RESERVE_BYTES
-        budget = KV_MEMORY_FRACTION * free * self._kv_shards
-        s = self.shape
-        window = (
-            self.pool.max_batch * s.window_layers * s.sliding_window * s.kv_bytes_per_layer_token(self.kv_element_bytes)
-        )
-        return max(0, int((budget - window) / self.kv_bytes_per_context_token()))
+        return max(0.0, KV_MEMORY_FRACTION * free)
+
+    def kv_capacity_tokens(self) -> int:
+        """Context tokens the full-attention KV of one attention rank holds (its blocks times 32)."""
+        return self.kv_cache.context_tokens(self.kv_budget_bytes())
+
+    def largest_batch(self, context: int) -> int:
+        """Most sequences of `context` tokens one attention rank runs at once: its batch limit, or
+        what its KV cache holds, whichever is fewer."""
+        return min(self.pool.max_batch, self.kv_cache.sequences(self.kv_budget_bytes(), context))
 
     # ---- one step -----------------------------------------------------------------------
     def _roofline(
@@ -484,5 +487,5 @@ def kv_handoff_bandwidth(layout: Layout, factors: Factors | None = None) -> floa
 
 def kv_handoff_ms(layout: Layout, prompt_tokens: int, factors: Factors | None = None) -> float:
     """Time to move one prompt's KV from the prefill pool to the decode pool."""
-    nbytes = layout.shape.kv_bytes(prompt_tokens, BYTES_PER_ELEMENT[layout.precision.kv_cache])
+    nbytes = CostModel.for_pool(layout, "prefill", factors).kv_cache.sequence_bytes(prompt_tokens)
     return 1e3 * nbytes / kv_handoff_bandwidth(layout, factors)

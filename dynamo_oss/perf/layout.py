@@ -56,6 +56,11 @@ class PoolLayout(BaseModel):
     max_num_tokens: int = Field(
         8192, ge=256, description="token budget of one step; longer prompts are prefilled in chunks"
     )
+    windowed_kv: bool = Field(
+        True,
+        description="the engine keeps gpt-oss's window layers' KV in a pool of their own, 128 tokens a "
+        "sequence (kv_cache_config.max_attention_window); False: every layer keeps the whole sequence",
+    )
 
     @model_validator(mode="after")
     def _ep_divides_tp(self) -> PoolLayout:

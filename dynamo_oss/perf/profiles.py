@@ -36,7 +36,6 @@ from numpy.typing import ArrayLike
 from dynamo_oss.engines import PlannedFile, SimulatedTiming
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
 from dynamo_oss.perf.costs import (
-    BYTES_PER_ELEMENT,
     CostModel,
     Factors,
     attention_spans,
@@ -140,14 +139,15 @@ def simulated_timing(
 def kv_transfer_bytes_per_token(layout: Layout, prompt_tokens: int | None = None) -> int:
     """KV bytes per prompt token for the prefill mocker's --kv-bytes-per-token.
 
-    The mocker charges a constant per token; gpt-oss's window layers add a fixed 128 tokens
-    per sequence, spread here over `prompt_tokens` (none when not given: they matter only
-    for short prompts).
+    The mocker charges a constant per token; TensorRT-LLM sends whole blocks, and of gpt-oss's
+    window layers only the last few (`kv_cache`), so the handoff of a `prompt_tokens` prompt is
+    spread over its tokens. Not given: the full-attention layers' bytes per token alone, which is
+    what long prompts tend to.
     """
-    element = BYTES_PER_ELEMENT[layout.precision.kv_cache]
+    kv = CostModel.for_pool(layout, "prefill").kv_cache
     if prompt_tokens is None:
-        return round(layout.shape.kv_bytes_per_context_token(element))
-    return round(layout.shape.kv_bytes(prompt_tokens, element) / prompt_tokens)
+        return round(kv.kv_shards * kv.full_pool.block_bytes / kv.block_tokens)
+    return round(kv.sequence_bytes(prompt_tokens) / prompt_tokens)
 
 
 def kv_transfer_bandwidth_gbps(layout: Layout, factors: Factors | None = None) -> float:

@@ -36,8 +36,8 @@ def batch_beside_chunk(layout: Layout, workload: Workload, concurrency: int) -> 
     if layout.mode != "agg":
         return 1.0  # no pool mixes prefill and decode
     pool = layout.pools["agg"]
-    held = CostModel.for_pool(layout, "agg").kv_capacity_tokens() // (workload.isl + workload.osl)
-    return max(1.0, min(concurrency / (pool.workers * pool.ranks), pool.max_batch, held) - 1)
+    held = CostModel.for_pool(layout, "agg").largest_batch(workload.isl + workload.osl)
+    return max(1.0, min(concurrency / (pool.workers * pool.ranks), held) - 1)
 
 
 def replay_args(

@@ -125,7 +125,7 @@ def candidate_layouts(
 
 def _fits(layout: Layout, workload: Workload) -> bool:
     return all(
-        CostModel.for_pool(layout, role).kv_capacity_tokens() >= workload.isl + workload.osl for role in layout.pools
+        CostModel.for_pool(layout, role).largest_batch(workload.isl + workload.osl) >= 1 for role in layout.pools
     )
 
 
@@ -148,7 +148,7 @@ def steady_state(layout: Layout, workload: Workload, factors: Factors) -> np.nda
     role = "agg" if layout.mode == "agg" else "decode"
     pool = layout.pools[role]
     cost = CostModel.for_pool(layout, role, factors)
-    largest = min(pool.max_batch, cost.kv_capacity_tokens() // (isl + osl))
+    largest = cost.largest_batch(isl + osl)
     batch = np.unique(np.geomspace(1, max(largest, 1), 24).round())
     if role == "agg":
         full, window = attention_spans(0, isl, layout.shape.sliding_window)

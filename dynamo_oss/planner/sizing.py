@@ -137,7 +137,7 @@ class Sizer:
 
     def _largest_batch(self, role: Role, load: Load) -> float:
         cost = self.costs[role]
-        return float(min(cost.pool.max_batch, cost.kv_capacity_tokens() // int(load.isl + load.osl)))
+        return float(cost.largest_batch(int(load.isl + load.osl)))
 
     def _context(self, load: Load) -> float:
         return load.isl + load.osl / 2
@@ -169,8 +169,10 @@ class Sizer:
         ranks = self._workers("decode", sizes) * decode.ranks
         largest = self._largest_batch("decode", load)
         batch = settled_batch(load.requests_per_s * load.osl / ranks, lambda b: self.decode_step_ms(b, load), largest)
+        if batch is not None and backlog.decode_requests / ranks > largest:
+            batch = None  # the sequences decoding now do not fit in the pool's KV cache
         if batch is not None:
-            batch = max(batch, min(backlog.decode_requests / ranks, largest))
+            batch = max(batch, backlog.decode_requests / ranks)
         step = self.decode_step_ms(batch or largest, load)  # the first token waits one step (a full one if overrun)
         prefill = self.prefill_ms("prefill", load)
         handoff = self.spec.time_scale * kv_handoff_ms(self.spec.layout, int(load.isl), self.factors)
@@ -192,9 +194,9 @@ class Sizer:
 
         largest = self._largest_batch("agg", load)
         batch = settled_batch(load.requests_per_s * load.osl / ranks, request_ms_per_token, largest)
-        if batch is None:
+        if batch is None or backlog.decode_requests / ranks > largest:  # or what decodes now does not fit
             return math.inf, math.inf
-        batch = max(batch, min(backlog.decode_requests / ranks, largest))
+        batch = max(batch, backlog.decode_requests / ranks)
         wait = queue_wait_ms(ranks, load.requests_per_s, prefill, self.spec.percentile)
         wait += self._backlog_ms(backlog, prefill, load) / ranks
         return wait + prefill, self._agg_step_ms(batch, load)
