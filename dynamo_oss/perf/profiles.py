@@ -43,6 +43,7 @@ from dynamo_oss.perf.costs import (
     kv_handoff_bandwidth,
 )
 from dynamo_oss.perf.layout import Layout, Role
+from dynamo_oss.perf.speculation import CHAT, AcceptanceProfile
 
 BLOCK_SIZE = DEFAULT_TOKENS_PER_BLOCK  # the mocker stands in for TensorRT-LLM, so it keeps its KV block
 
@@ -106,13 +107,16 @@ def simulated_timing(
     *,
     prompt_tokens: int | None = None,
     decode_batch: float = 1.0,
+    acceptance: AcceptanceProfile = CHAT,
     factors: Factors | None = None,
 ) -> SimulatedTiming:
     """The speed and capacity of one worker of `layout`'s `role` pool, its profile to be written
     at `profile` (the mocker's --planner-profile-data, or its dynamo_profile timing model).
 
     prompt_tokens and decode_batch describe the workload (`profile_tables`); a served graph,
-    which knows neither, charges a chunk as one whole prompt beside one decode."""
+    which knows neither, charges a chunk as one whole prompt beside one decode. A speculative pool's
+    decode steps are its drafting and verifying steps, and the mocker draws the drafts each step keeps
+    from `acceptance` (chat traffic's unless the workload says)."""
     factors = factors or fitted_factors()
     pool = layout.pools[role]
     cost = CostModel.for_pool(layout, role, factors)
@@ -133,6 +137,7 @@ def simulated_timing(
         max_num_batched_tokens=pool.max_num_tokens,
         kv_transfer_gbps=kv_transfer_bandwidth_gbps(layout, factors) if handoff else None,
         kv_bytes_per_token=kv_transfer_bytes_per_token(layout, prompt_tokens) if handoff else None,
+        accept_rates=acceptance.accept_rates(pool.draft_tokens) if pool.draft_tokens and role != "prefill" else None,
     )
 
 

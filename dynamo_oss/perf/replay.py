@@ -48,7 +48,13 @@ def replay_args(
     args: dict[str, object] = {}
     for role, pool in layout.pools.items():
         timing = simulated_timing(
-            layout, role, folder / f"{role}.npz", prompt_tokens=workload.isl, decode_batch=decode_batch, factors=factors
+            layout,
+            role,
+            folder / f"{role}.npz",
+            prompt_tokens=workload.isl,
+            decode_batch=decode_batch,
+            acceptance=workload.profile,
+            factors=factors,
         )
         timing.profile.write()
         engine = replay_engine_args(timing, role, pool.tp)
