@@ -8,7 +8,8 @@ and the published recipes' splits, each without speculation and with 3 EAGLE3 dr
 agentic acceptance profile (perf/speculation.py), at 8 to 256 conversations in flight; and KV-aware
 routing against round robin.
 
-    uv run python benchmarks/agentic/run.py          # about 20 minutes on 2 cores; writes results.* and pareto.png
+    uv run python benchmarks/agentic/run.py            # writes results.md, results.json and pareto.png here
+    uv run python benchmarks/agentic/run.py --report   # the tables and plot again from results.json
 
 The trace is regenerated (deterministic, seed 42) into a temporary folder; conversations.py writes it
 beside this file for a look.
@@ -35,6 +36,8 @@ from dynamo_oss.perf.replay import TracePoint, replay_trace  # noqa: E402
 HERE = Path(__file__).resolve().parent
 LANES = (8, 16, 32, 64, 128, 256)
 DRAFTS = 3  # Dynamo's gpt-oss recipe drafts 3 tokens a step
+# The SLA the answer is read within, as benchmarks/isl32k's: TTFT p50 <= 2 s and p99 <= 5 s (None: no limit).
+SLAS: tuple[tuple[float, float] | None, ...] = (None, (2000.0, 5000.0))
 FP8 = Precision(kv_cache="fp8")
 # What a typical turn's prefill is: the tool's output and the last answer (about 5,400 new tokens) after
 # the conversation so far (about 56,000 cached), the trace's medians; a decode step's context is the
@@ -123,44 +126,52 @@ def points(rows: list[dict], hardware: str, layout: str, speculative: bool, rout
     ]
 
 
-def _front(rows: list[dict], hardware: str, mode: str, speculative: bool) -> list[ServingPoint]:
-    """The Pareto front of one mode's layouts on one GPU, without or with speculation."""
+def _front(
+    rows: list[dict], hardware: str, mode: str, speculative: bool, sla: tuple[float, float] | None
+) -> list[ServingPoint]:
+    """The Pareto front of one mode's layouts on one GPU, without or with speculation, within the SLA."""
     serving = [
         p.serving
         for name in LAYOUTS[hardware]
         if name.startswith(mode)
         for p in points(rows, hardware, name, speculative)
+        if sla is None or (p.serving.ttft_p50_ms <= sla[0] and p.serving.ttft_p99_ms <= sla[1])
     ]
     return pareto_front(serving)
 
 
 def answer(rows: list[dict]) -> list[dict]:
-    """Disaggregated over aggregated, aiperf tok/s/user at equal tok/s/GPU, for each GPU and speculation."""
+    """Disaggregated over aggregated, aiperf tok/s/user at equal tok/s/GPU, for each GPU, speculation and SLA;
+    and EAGLE3 over no speculation in each mode."""
     out = []
-    for hardware in LAYOUTS:
-        for speculative in (False, True):
-            agg, disagg = (_front(rows, hardware, mode, speculative) for mode in ("agg", "disagg"))
-            out.append(
-                {
-                    "hardware": hardware,
-                    "speculative": speculative,
-                    "best_tok_s_gpu": {
-                        "agg": max(p.tok_s_gpu for p in agg),
-                        "disagg": max(p.tok_s_gpu for p in disagg),
-                    },
-                    "ratio": ratio_summary(interactivity_ratios(agg, disagg)),
-                }
-            )
-        for mode in ("agg", "disagg"):
-            plain, eagle3 = (_front(rows, hardware, mode, speculative) for speculative in (False, True))
-            out.append(
-                {
-                    "hardware": hardware,
-                    "mode": mode,
-                    "eagle3_over_plain": ratio_summary(interactivity_ratios(plain, eagle3)),
-                }
-            )
+    for sla in SLAS:
+        for hardware in LAYOUTS:
+            for speculative in (False, True):
+                agg, disagg = (_front(rows, hardware, mode, speculative, sla) for mode in ("agg", "disagg"))
+                best = {"agg": max(p.tok_s_gpu for p in agg), "disagg": max(p.tok_s_gpu for p in disagg)}
+                ratio = ratio_summary(interactivity_ratios(agg, disagg))
+                out.append(
+                    {
+                        "sla": sla,
+                        "hardware": hardware,
+                        "speculative": speculative,
+                        "best_tok_s_gpu": best,
+                        "ratio": ratio,
+                    }
+                )
+            for mode in ("agg", "disagg"):
+                plain, eagle3 = (_front(rows, hardware, mode, speculative, sla) for speculative in (False, True))
+                ratio = ratio_summary(interactivity_ratios(plain, eagle3))
+                out.append({"sla": sla, "hardware": hardware, "mode": mode, "eagle3_over_plain": ratio})
     return out
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def _sla(sla: list[float] | tuple[float, float] | None) -> str:
+    return "none" if sla is None else f"{sla[0] / 1e3:g} s / {sla[1] / 1e3:g} s"
 
 
 def markdown(rows: list[dict], summary: list[dict], trace_shape: dict, seconds: float) -> str:
@@ -177,30 +188,31 @@ def markdown(rows: list[dict], summary: list[dict], trace_shape: dict, seconds: 
         "",
         "## Disaggregated over aggregated, tok/s/user at equal tok/s/GPU (8 GPUs)",
         "",
-        "| GPU | EAGLE3 | best tok/s/GPU agg / disagg | ratio at 50% / 90% / max | max at tok/s/GPU |",
-        "|---|---|---:|---:|---:|",
+        "Each side is the Pareto front of its layouts' points within the SLA (TTFT p50 / p99).",
+        "",
+        "| SLA | GPU | EAGLE3 | best tok/s/GPU agg / disagg | ratio at 50% / 90% / max | max at tok/s/GPU |",
+        "|---|---|---|---:|---:|---:|",
     ]
-    fmt = lambda v: "-" if v is None else f"{v:.2f}x"  # noqa: E731
-    for row in summary:
-        if "ratio" in row:
-            r, best = row["ratio"], row["best_tok_s_gpu"]
-            lines.append(
-                f"| {row['hardware']} | {'3 drafts' if row['speculative'] else 'none'} | {best['agg']:,.0f} / {best['disagg']:,.0f} | "
-                f"{fmt(r['at_50pct'])} / {fmt(r['at_90pct'])} / {fmt(r['max'])} | {r['max_at_tok_s_gpu'] or '-'} |"
-            )
+    for row in (row for row in summary if "ratio" in row):
+        r, best = row["ratio"], row["best_tok_s_gpu"]
+        lines.append(
+            f"| {_sla(row['sla'])} | {row['hardware']} | {'3 drafts' if row['speculative'] else 'none'} | "
+            f"{best['agg']:,.0f} / {best['disagg']:,.0f} | {_times(r['at_50pct'])} / {_times(r['at_90pct'])} / "
+            f"{_times(r['max'])} | {r['max_at_tok_s_gpu'] or '-'} |"
+        )
     lines += [
         "",
         "## EAGLE3 (3 drafts, agentic acceptance) over no speculation, tok/s/user at equal tok/s/GPU",
         "",
-        "| GPU | mode | ratio at 50% / 90% / max |",
-        "|---|---|---:|",
+        "| SLA | GPU | mode | ratio at 50% / 90% / max |",
+        "|---|---|---|---:|",
     ]
-    for row in summary:
-        if "eagle3_over_plain" in row:
-            r = row["eagle3_over_plain"]
-            lines.append(
-                f"| {row['hardware']} | {row['mode']} | {fmt(r['at_50pct'])} / {fmt(r['at_90pct'])} / {fmt(r['max'])} |"
-            )
+    for row in (row for row in summary if "eagle3_over_plain" in row):
+        r = row["eagle3_over_plain"]
+        lines.append(
+            f"| {_sla(row['sla'])} | {row['hardware']} | {row['mode']} | "
+            f"{_times(r['at_50pct'])} / {_times(r['at_90pct'])} / {_times(r['max'])} |"
+        )
     lines += [
         "",
         "## Every case",
@@ -211,8 +223,9 @@ def markdown(rows: list[dict], summary: list[dict], trace_shape: dict, seconds: 
     for row in rows:
         s = row["serving"]
         lines.append(
-            f"| {row['hardware']} | {row['layout']} | {'3' if row['speculative'] else '-'} | {row['router']} | {row['lanes']} | "
-            f"{s['tok_s_user']:.1f} | {s['tok_s_gpu']:.1f} | {s['ttft_p50_ms']:,.0f} | {s['ttft_p99_ms']:,.0f} | {row['kv_hit_rate']:.0%} |"
+            f"| {row['hardware']} | {row['layout']} | {'3' if row['speculative'] else '-'} | {row['router']} | "
+            f"{row['lanes']} | {s['tok_s_user']:.1f} | {s['tok_s_gpu']:.1f} | {s['ttft_p50_ms']:,.0f} | "
+            f"{s['ttft_p99_ms']:,.0f} | {row['kv_hit_rate']:.0%} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -227,20 +240,14 @@ def plot(rows: list[dict], path: Path) -> None:
     for ax, (hardware, layouts) in zip(axes, LAYOUTS.items(), strict=True):
         for name in layouts:
             for speculative in (False, True):
-                curve = sorted(
-                    (p.serving.tok_s_gpu, p.serving.tok_s_user) for p in points(rows, hardware, name, speculative)
-                )
+                curve = [(p.serving.tok_s_gpu, p.serving.tok_s_user) for p in points(rows, hardware, name, speculative)]
                 style = "-" if name.startswith("disagg") else "--"
-                ax.plot(
-                    *zip(*curve, strict=True),
-                    style,
-                    marker="o" if speculative else "s",
-                    label=f"{name}{' + EAGLE3x3' if speculative else ''}",
-                )
+                label = f"{name}{' + EAGLE3x3' if speculative else ''}"
+                ax.plot(*zip(*curve, strict=True), style, marker="o" if speculative else "s", label=label)
         ax.set(
             xscale="log",
             yscale="log",
-            xlabel="output tok/s/GPU (all GPUs)",
+            xlabel="output tok/s/GPU over all GPUs (8 to 256 conversations; a line turning back is past its ceiling)",
             ylabel="tok/s/user (aiperf)",
             title=f"gpt-oss-120b, 8 x {hardware.upper()}, agentic trace, KV routing",
         )
@@ -251,16 +258,19 @@ def plot(rows: list[dict], path: Path) -> None:
 
 
 def main() -> None:
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory() as folder:
-        trace = Path(folder) / "trace.jsonl"
-        trace_shape = shape(write(trace, Shape()))
-        rows = run(trace)
+    if "--report" in sys.argv:  # the tables and plot again from results.json, replaying nothing
+        saved = json.loads((HERE / "results.json").read_text())
+        rows, trace_shape, seconds = saved["rows"], saved["trace"], saved["seconds"]
+    else:
+        started = time.monotonic()
+        with tempfile.TemporaryDirectory() as folder:
+            trace = Path(folder) / "trace.jsonl"
+            trace_shape = shape(write(trace, Shape()))
+            rows = run(trace)
+        seconds = time.monotonic() - started
     summary = answer(rows)
-    seconds = time.monotonic() - started
-    (HERE / "results.json").write_text(
-        json.dumps({"trace": trace_shape, "summary": summary, "rows": rows}, indent=1) + "\n"
-    )
+    saved = {"seconds": seconds, "trace": trace_shape, "summary": summary, "rows": rows}
+    (HERE / "results.json").write_text(json.dumps(saved, indent=1) + "\n")
     (HERE / "results.md").write_text(markdown(rows, summary, trace_shape, seconds))
     plot(rows, HERE / "pareto.png")
     print(f"wrote results.md, results.json and pareto.png ({seconds:.0f} s)")
