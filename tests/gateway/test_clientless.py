@@ -37,6 +37,7 @@ class StandInFrontend:
         self.hold_after = hold_after
         self.release = asyncio.Event()
         self.requests: list[dict] = []
+        self.heads: list[bytes] = []  # each request's line and headers
         self.dropped = asyncio.Event()
         self.server: asyncio.Server | None = None
 
@@ -58,6 +59,7 @@ class StandInFrontend:
                 writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                 continue
             self.requests.append(json.loads(body))
+            self.heads.append(head)
             if not await self._answer(reader, writer):
                 return
         writer.close()
@@ -128,6 +130,27 @@ def test_an_exchange_no_client_reads_gets_the_answer_a_client_s_stream_would_car
         "Hello there."
     )
     assert exchange.status == 200 and exchange.error is None
+
+
+def test_a_route_s_headers_go_where_the_client_sent_none_by_that_name() -> None:
+    """The Responses route names a conversation's session for Dynamo's router (x-dynamo-session-id); a
+    client that named the session itself keeps its own name."""
+
+    async def run(client: list[tuple[bytes, bytes]]) -> bytes:
+        frontend = StandInFrontend()
+        gateway = Gateway([await frontend.start()], None, GraphKey(b"g" * 32))
+        own = ((b"x-dynamo-session-id", b"resp_1"),)
+        upstream = Upstream(b"/v1/completions", b'{"prompt": [1]}', transform(), headers=own)
+        exchange = Clientless(gateway, "responses", b"POST", client, upstream, lambda data, last: None)
+        await asyncio.wait_for(exchange.forward(), DEADLINE_S)
+        await gateway.close()
+        await frontend.stop()
+        return frontend.heads[0].lower()
+
+    head = asyncio.run(run([(b"x-tenant", b"t")]))
+    assert b"\r\nx-dynamo-session-id: resp_1\r\n" in head and b"\r\nx-tenant: t\r\n" in head
+    head = asyncio.run(run([(b"X-Dynamo-Session-Id", b"agent-7")]))
+    assert b"x-dynamo-session-id: agent-7" in head and b"resp_1" not in head
 
 
 def test_leaving_an_exchange_drops_the_frontend_s_connection_mid_answer() -> None:
