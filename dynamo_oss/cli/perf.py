@@ -14,6 +14,7 @@ from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.models import BUILTIN_MODELS
 from dynamo_oss.perf.calibration import (
     FITTED,
+    PUBLISHED,
     SPECULATIVE,
     compare,
     misses,
@@ -22,6 +23,7 @@ from dynamo_oss.perf.calibration import (
     speedups,
     table_markdown,
 )
+from dynamo_oss.perf.aic import AIC_REFERENCE_PATH, AIC_VERSION, aic_query, run_aic, stored_reference
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, HOPPER_MEASURED_PATH, fitted_factors
 from dynamo_oss.perf.endpoint import peak_output
 from dynamo_oss.perf.graphs import graph_files, layout_from_file
@@ -136,6 +138,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         choices=sorted({*FITTED, *SPECULATIVE}),
         metavar="FACTOR",
         help=f"fit these factors (of {', '.join([*FITTED, *SPECULATIVE])}; all if none named) and store them",
+    )
+    calibrate_parser.add_argument(
+        "--aic",
+        type=Path,
+        metavar="PYTHON",
+        help=f"first run AIConfigurator {AIC_VERSION} on the rows it can express, with PYTHON (an interpreter of "
+        f"an environment where aiconfigurator=={AIC_VERSION} is installed), and store its estimates in "
+        f"{AIC_REFERENCE_PATH.name}; without it, the stored estimates are shown",
     )
     calibrate_parser.set_defaults(handler=run_calibrate)
 
@@ -276,10 +286,17 @@ def run_calibrate(args: argparse.Namespace) -> int:
     print("factors:", factors.model_dump_json())
     if factors.hopper is not None:
         print(f"hopper efficiencies ({HOPPER_MEASURED_PATH.name}):", factors.hopper.model_dump_json())
+    if args.aic is not None:
+        queries = [query for query in (aic_query(row) for row in PUBLISHED) if query is not None]
+        aic = run_aic(args.aic, queries)
+        AIC_REFERENCE_PATH.write_text(aic.model_dump_json(indent=1) + "\n")
+        print(f"wrote {AIC_REFERENCE_PATH}")
+    else:
+        aic = stored_reference()
     comparisons = compare(factors)
-    print(table_markdown(comparisons))
+    print(table_markdown(comparisons, aic))
     print()
-    print(speedup_markdown(speedups(factors)))
+    print(speedup_markdown(speedups(factors, aic=aic)))
     layouts = [
         Layout(
             hardware="b200",

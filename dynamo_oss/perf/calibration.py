@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from dynamo_oss.perf.aic import AicReference, aic_metric
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, Factors, fitted_factors
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
 from dynamo_oss.perf.replay import simulate
@@ -498,25 +499,32 @@ def fit(base: Factors | None = None, names: tuple[str, ...] = tuple(FITTED)) -> 
 
 
 class Speedup(BaseModel):
-    """A batch's EAGLE3 output rate over its plain one, published and predicted."""
+    """A batch's EAGLE3 output rate over its plain one, published and predicted (and AIConfigurator's)."""
 
     batch: int
     published: float
     predicted: float
+    aic: float | None = None
 
 
-def speedups(factors: Factors | None = None, batches: tuple[int, ...] = tuple(_PR_12130_TOK_S)) -> list[Speedup]:
-    """What speculation gains at each batch of _PR_12130, as published and as the replay has it."""
+def speedups(
+    factors: Factors | None = None, batches: tuple[int, ...] = tuple(_PR_12130_TOK_S), aic: AicReference | None = None
+) -> list[Speedup]:
+    """What speculation gains at each batch of _PR_12130, as published, as the replay has it, and as
+    AIConfigurator's estimates (`aic`) have it."""
     factors = factors or fitted_factors()
     rows = {row.key: row for row in PUBLISHED}
+    estimates = aic.by_key() if aic is not None else {}
     out = []
     for batch in batches:
         plain, eagle3 = (rows[f"h200-tp8-{kind}-bs{batch}"] for kind in ("plain", "eagle3x3"))
+        aic_plain, aic_eagle3 = (aic_metric(estimates.get(row.key), "tok_s_gpu") for row in (plain, eagle3))
         out.append(
             Speedup(
                 batch=batch,
                 published=eagle3.published["tok_s_gpu"] / plain.published["tok_s_gpu"],
                 predicted=predict(eagle3, factors)["tok_s_gpu"] / predict(plain, factors)["tok_s_gpu"],
+                aic=aic_eagle3 / aic_plain if aic_plain and aic_eagle3 else None,
             )
         )
     return out
@@ -564,18 +572,26 @@ def misses(comparisons: list[Comparison]) -> list[Comparison]:
     return [c for c in comparisons if verdict(c).startswith("OVER")]
 
 
-def table_markdown(comparisons: list[Comparison]) -> str:
-    """The calibration table: each figure, the prediction and the error."""
+def table_markdown(comparisons: list[Comparison], aic: AicReference | None = None) -> str:
+    """The calibration table: each figure, the prediction and the error; with `aic`, AIConfigurator's
+    estimate of the figure beside them (blank where it was not asked or gave none)."""
     rows = {row.key: row for row in PUBLISHED}
-    lines = [
-        "| row | source | metric | published | model | error | |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
+    estimates = aic.by_key() if aic is not None else {}
+    head = "| row | source | metric | published | model | error | |"
+    rule = "|---|---|---|---:|---:|---:|---|"
+    if aic is not None:
+        head += f" AIConfigurator {aic.aiconfigurator} | its error |"
+        rule += "---:|---:|"
+    lines = [head, rule]
     for c in comparisons:
-        lines.append(
+        line = (
             f"| {c.key} | {rows[c.key].source} | {c.metric} | {c.published:,.0f} | {c.predicted:,.0f} "
             f"| {c.error:+.1%} | {verdict(c)} |"
         )
+        if aic is not None:
+            value = aic_metric(estimates.get(c.key), c.metric)
+            line += " |  |" if value is None else f" {value:,.0f} | {value / c.published - 1:+.1%} |"
+        lines.append(line)
     notes = [f"- {row.key}: {row.assumption}" for row in PUBLISHED if row.assumption]
     notes += [
         f"- {row.key}, {metric}: not fitted: {why}" for row in PUBLISHED for metric, why in row.known_misses.items()
@@ -590,10 +606,12 @@ def speedup_markdown(rows: list[Speedup]) -> str:
         f"EAGLE3 over plain decoding, output tok/s ({_PR_12130}; the model's fitted on batches "
         f"{', '.join(map(str, SPECULATIVE_BATCHES))}):",
         "",
-        "| batch | published | model | error |",
-        "|---:|---:|---:|---:|",
+        "| batch | published | model | error | AIConfigurator |",
+        "|---:|---:|---:|---:|---:|",
     ]
     lines += [
-        f"| {s.batch} | {s.published:.2f}x | {s.predicted:.2f}x | {s.predicted / s.published - 1:+.1%} |" for s in rows
+        f"| {s.batch} | {s.published:.2f}x | {s.predicted:.2f}x | {s.predicted / s.published - 1:+.1%} | "
+        + (f"{s.aic:.2f}x |" if s.aic is not None else " |")
+        for s in rows
     ]
     return "\n".join(lines)
