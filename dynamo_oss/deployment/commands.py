@@ -53,6 +53,7 @@ class FrontendConfig(Frozen):
     replica_sync: bool = Field(
         default=False, description="one of several frontends: share active sequences and KV events with the others"
     )
+    session_affinity_s: int | None = Field(default=None, description="idle seconds a session keeps its worker")
 
     def args(self) -> list[str]:
         """Its arguments after the interpreter."""
@@ -60,6 +61,8 @@ class FrontendConfig(Frozen):
         args = ["-m", "dynamo.frontend", *where, "--router-mode", self.router]
         args += ["--router-replica-sync"] if self.replica_sync and self.router == "kv" else []
         args += ["--migration-limit", str(self.migration_limit)]
+        if self.session_affinity_s is not None and self.router == "kv":
+            args += ["--router-session-affinity-ttl-secs", str(self.session_affinity_s)]
         return args + (["--namespace", self.namespace] if self.namespace else [])
 
 
@@ -71,6 +74,7 @@ def frontend_config(deployment: Deployment, listen: tuple[str, int] | None, name
         listen=listen,
         namespace=namespace,
         replica_sync=frontend.replica_sync and (frontend.replicas > 1 or frontend.autoscale is not None),
+        session_affinity_s=frontend.session_affinity_s,
     )
 
 

@@ -202,6 +202,16 @@ def _cluster_problems(deployment: Deployment, target: ClusterTarget) -> list[Pro
                     message=f"is {pool.engine}; dynamo deploy renders TensorRT-LLM workers (trtllm)",
                 )
             )
+        speculative = pool.shape.speculative
+        if speculative is not None and speculative.local_draft:
+            problems.append(
+                Problem(
+                    path=f"pools.{pool.role}.engine_args",
+                    message=f"speculative_config.speculative_model names the folder {speculative.draft_model} of "
+                    "this host; on a cluster the workers load the draft head from the Hugging Face hub (into "
+                    "--model-cache), so name it there, e.g. nvidia/gpt-oss-120b-Eagle3-v3",
+                )
+            )
     return problems
 
 

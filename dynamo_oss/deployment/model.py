@@ -78,6 +78,7 @@ class FrontendComponent(Frozen):
     replicas_sized: bool = Field(description="the graph left replicas to the endpoint's sizing")
     autoscale: FrontendAutoscaleSection | None = Field(description="on a cluster, an HPA resizes the pods")
     replica_sync: bool = Field(description="several frontends share the sequences each routes")
+    session_affinity_s: int | None = Field(default=None, description="idle seconds a session keeps its worker")
 
 
 class GatewayComponent(Frozen):
@@ -314,6 +315,7 @@ def _frontend(spec: GraphSpec) -> FrontendComponent:
         replicas_sized=given is None,
         autoscale=section.autoscale,
         replica_sync=section.replica_sync,
+        session_affinity_s=section.session_affinity_s,
     )
 
 

@@ -62,6 +62,8 @@ async def forward(gateway: Gateway, sink: Sink, method: bytes, headers: list, up
             sink.trace.watch_first_bytes(upstream.transform)
     head = [method + b" " + upstream.url + b" HTTP/1.1"]
     head += [n + b": " + v for n, v in headers if n.lower() not in NOT_FORWARDED]
+    sent = {n.lower() for n, _ in headers}
+    head += [n + b": " + v for n, v in upstream.headers if n.lower() not in sent]
     head.append(b"content-length: " + str(len(upstream.body)).encode())
     request = b"\r\n".join(head) + b"\r\n\r\n" + upstream.body
     head_only = method == b"HEAD"

@@ -199,12 +199,14 @@ class Detached(Protocol):
 @dataclass
 class Upstream:
     """The request that goes to the frontend, and the transform its answer takes (None: verbatim); with
-    `detached`, it runs on without the client, who is answered at once (a background response)."""
+    `detached`, it runs on without the client, who is answered at once (a background response);
+    `headers`, the route's own, go with the client's where it sent none by that name."""
 
     url: bytes
     body: bytes
     transform: Transform | None = None
     detached: Detached | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 class Checks(Protocol):

@@ -265,11 +265,24 @@ class FrontendSection(Strict):
         description="On a graph of several nodes, the nodes that run frontends (and gateways) on "
         "host:port, each its own way in (default: infrastructure.node).",
     )
+    session_affinity_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=86_400,
+        description="With router kv: keep a conversation on the worker its last turn ran on while it is idle "
+        "for at most this long (Dynamo's --router-session-affinity-ttl-secs). The gateway names a Responses "
+        "conversation's session (header x-dynamo-session-id) from its previous_response_id or prompt_cache_key. "
+        "Default: off, each turn routed on its KV overlap alone.",
+    )
 
     @model_validator(mode="after")
     def _replicas_or_autoscale(self) -> FrontendSection:
         if self.replicas is not None and self.autoscale is not None:
             raise ValueError("Give replicas or autoscale, not both: autoscale's min is where it starts.")
+        if self.session_affinity_s is not None and self.router != "kv":
+            raise ValueError(
+                f"session_affinity_s needs router kv (got router {self.router}): Dynamo's KV router keeps the sessions."
+            )
         return self
 
 

@@ -67,6 +67,27 @@ def test_an_exchange_no_client_reads_gets_the_answer_a_client_s_stream_would_car
     assert exchange.status == 200 and exchange.error is None
 
 
+def test_a_route_s_headers_go_where_the_client_sent_none_by_that_name() -> None:
+    """The Responses route names a conversation's session for Dynamo's router (x-dynamo-session-id); a
+    client that named the session itself keeps its own name."""
+
+    async def run(client: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+        frontend = StandInFrontend()
+        gateway = Gateway([await frontend.start()], None, GraphKey(b"g" * 32))
+        own = ((b"x-dynamo-session-id", b"resp_1"),)
+        upstream = Upstream(b"/v1/completions", b'{"prompt": [1]}', transform(), headers=own)
+        exchange = Clientless(gateway, "responses", b"POST", client, upstream, lambda data, last: None)
+        await asyncio.wait_for(exchange.forward(), DEADLINE_S)
+        await gateway.close()
+        await frontend.stop()
+        return frontend.heads[0]
+
+    head = asyncio.run(run([(b"x-tenant", b"t")]))
+    assert head[b"x-dynamo-session-id"] == b"resp_1" and head[b"x-tenant"] == b"t"
+    head = asyncio.run(run([(b"X-Dynamo-Session-Id", b"agent-7")]))
+    assert head[b"x-dynamo-session-id"] == b"agent-7" and b"resp_1" not in head.values()
+
+
 def test_leaving_an_exchange_drops_the_frontend_s_connection_mid_answer() -> None:
     async def run() -> tuple[bytes, StandInFrontend]:
         frontend = StandInFrontend(hold_after=4)
