@@ -3,7 +3,13 @@
 One concept per module, in nano-vllm's shape:
 - `config`: the engine arguments file (batch, token budget, KV cache, handoff), read into a typed model;
 - `engine`: the engine as the tree sees it (`ENGINE`): its shape, whether a host can run it, a worker's
-  command line.
+  command line;
+- `request`: a request from Dynamo's frontend read into a `sequence` (its tokens, blocks, stop rule), or
+  refused naming the field;
+- `sampling`: greedy and temperature sampling, one rule for numpy and torch;
+- `kv_layout`, `block_pool`, `block_manager`: the paged KV cache, one pool per attention window, with
+  prefix reuse and the KV events Dynamo's router reads;
+- `scheduler`: continuous batching with chunked prefill within a token budget, and preemption.
 
 A pool names it as `engine: gptoss` with `engine_args:` one of these files.
 """
