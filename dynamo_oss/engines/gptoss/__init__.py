@@ -9,7 +9,11 @@ One concept per module, in nano-vllm's shape:
 - `sampling`: greedy and temperature sampling, one rule for numpy and torch;
 - `kv_layout`, `block_pool`, `block_manager`: the paged KV cache, one pool per attention window, with
   prefix reuse and the KV events Dynamo's router reads;
-- `scheduler`: continuous batching with chunked prefill within a token budget, and preemption.
+- `scheduler`: continuous batching with chunked prefill within a token budget, and preemption;
+- `checkpoint`: the published checkpoint format (safetensors, MXFP4 experts), checked against the model it
+  claims and read without a copy;
+- `handoff`: the disaggregated handoff's bookkeeping: which blocks of which pool go to the decode worker,
+  the descriptor Dynamo's frontend carries between them, and how long the prefill worker keeps them.
 
 A pool names it as `engine: gptoss` with `engine_args:` one of these files.
 """
