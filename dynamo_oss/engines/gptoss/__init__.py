@@ -13,7 +13,8 @@ One concept per module, in nano-vllm's shape:
 - `checkpoint`: the published checkpoint format (safetensors, MXFP4 experts), checked against the model it
   claims and read without a copy;
 - `handoff`: the disaggregated handoff's bookkeeping: which blocks of which pool go to the decode worker,
-  the descriptor Dynamo's frontend carries between them, and how long the prefill worker keeps them.
+  the descriptor Dynamo's frontend carries between them, and how long the prefill worker keeps them;
+- `metrics`: forward-pass metrics, KV events and the KV snapshot, in Dynamo's formats.
 
 A pool names it as `engine: gptoss` with `engine_args:` one of these files.
 """
