@@ -14,7 +14,13 @@ One concept per module, in nano-vllm's shape:
   claims and read without a copy;
 - `handoff`: the disaggregated handoff's bookkeeping: which blocks of which pool go to the decode worker,
   the descriptor Dynamo's frontend carries between them, and how long the prefill worker keeps them;
-- `metrics`: forward-pass metrics, KV events and the KV snapshot, in Dynamo's formats.
+- `metrics`: forward-pass metrics, KV events and the KV snapshot, in Dynamo's formats;
+- `capacity`: the KV pools' blocks from the memory the GPU has left, refused with the numbers when too few;
+- `model_runner`: the seat of the GPU model runner (the forward pass, sampling on the device, the KV's
+  transfers), and the one place that opens it: it is NOT WRITTEN YET, so no host can serve this engine;
+- `engine_core`: the step loop on a thread of its own;
+- `worker`: `python -m dynamo_oss.engines.gptoss.worker`, the engine behind Dynamo's worker interface
+  (dynamo.common.backend), in the aggregated, prefill and decode roles.
 
 A pool names it as `engine: gptoss` with `engine_args:` one of these files.
 """

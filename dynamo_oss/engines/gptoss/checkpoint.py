@@ -137,6 +137,17 @@ def shape_from_config(config: Mapping[str, Any], where: str = "config.json") -> 
     raise CheckpointError(f"{where}: {key} is {config.get(key)!r}, but {closest.name} has {getattr(closest, field)}")
 
 
+def read_config(path: Path) -> dict[str, Any]:
+    """A config.json, which must be a JSON object."""
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise CheckpointError(f"{path}: not a readable config.json ({err})") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: must hold a JSON object")
+    return config
+
+
 class Checkpoint:
     """A checked checkpoint folder: its tensors, read as numpy arrays over the mapped files."""
 
@@ -162,12 +173,7 @@ def open_checkpoint(folder: Path, claimed: ModelShape) -> Checkpoint:
     """The checkpoint in `folder`, checked against the model it claims (its config.json, which must be
     `claimed`'s) tensor by tensor; CheckpointError names what differs."""
     config_path = folder / "config.json"
-    try:
-        config = json.loads(config_path.read_text())
-    except (OSError, json.JSONDecodeError) as err:
-        raise CheckpointError(f"{config_path}: not a readable config.json ({err})") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{config_path}: must hold a JSON object")
+    config = read_config(config_path)
     for key, field in CONFIG_FIELDS.items():
         if config.get(key) != getattr(claimed, field):
             raise CheckpointError(

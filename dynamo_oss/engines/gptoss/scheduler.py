@@ -93,6 +93,7 @@ class Scheduler:
         self.to_receive: deque[tuple[Sequence, Mapping[PoolName, range]]] = deque()
         self.receiving: dict[str, Sequence] = {}
         self._abandoned: set[str] = set()  # aborted while their KV was on the way
+        self._prompt_tokens = self._cached_tokens = 0  # over the prompts admitted so far, for the hit rate
 
     # Arrivals and departures.
 
@@ -146,6 +147,11 @@ class Scheduler:
         return bool(self.waiting or self.running or self.to_receive)
 
     @property
+    def hit_rate(self) -> float | None:
+        """The share of admitted prompts' tokens found in the prefix cache; None before any."""
+        return self._cached_tokens / self._prompt_tokens if self._prompt_tokens else None
+
+    @property
     def holding(self) -> int:
         """Sequences holding blocks: the batch max_batch_size bounds."""
         return len(self.running) + len(self.receiving)
@@ -173,6 +179,10 @@ class Scheduler:
             if not self.kv.can_admit(seq, hit, hit.tokens + count):
                 break  # first come, first served: nobody overtakes the sequence at the front
             self.waiting.popleft()
+            if not seq.admitted_before:  # a preempted sequence's prompt was counted already
+                seq.admitted_before = True
+                self._prompt_tokens += seq.prompt_len
+                self._cached_tokens += hit.tokens
             self.kv.admit(seq, hit)
             self.kv.grow(seq, seq.num_computed + count)
             seq.status = Status.RUNNING

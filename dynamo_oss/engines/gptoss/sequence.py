@@ -66,6 +66,7 @@ class Sequence:
     status: Status = Status.WAITING
     num_computed: int = 0
     num_cached: int = 0  # prompt tokens found in the prefix cache when it was admitted
+    admitted_before: bool = False  # admitted once already: it was preempted since
     tables: dict[PoolName, BlockTable] = field(default_factory=dict)
     block_hashes: list[int] = field(default_factory=list)  # chain hashes of its full blocks, as far as known
     finish_reason: str | None = None

@@ -80,6 +80,7 @@ def test_when_blocks_run_out_the_newest_sequence_is_preempted_and_computed_again
     scheduled, _ = step(sched)  # room again: its prompt and tokens so far, computed again
     # Its blocks went back last first, so "old" took its two last ones as it grew: its first block is cached.
     assert new.num_cached == 4 and shares(scheduled)["new"] == tokens - 4
+    assert sched.hit_rate == 0  # a preempted sequence's prompt counts once, at its first admission
     assert len(new.output) == generated + 1
 
 
