@@ -65,6 +65,9 @@ class KvHandoff(BaseModel):
     source: dict[str, str] = Field(
         default_factory=dict, description="where the decode worker reads the blocks from: the runner's transport"
     )
+    worker_id: dict[str, int | None] | None = Field(
+        None, description="the prefill worker's id and rank, which Dynamo's runtime may add on the way (unused)"
+    )
 
 
 def handoff_spans(pools: Mapping[PoolName, KvPool], prompt_tokens: int) -> dict[PoolName, range]:

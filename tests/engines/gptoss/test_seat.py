@@ -108,3 +108,14 @@ def test_serve_refuses_gptoss_at_once_on_a_host_without_gpus() -> None:
     assert "dynamo serve graphs/gptoss/disagg-h200x2.yaml --engine mocker" in result.stderr
     assert "serving" not in result.stdout  # nothing was started
     assert "Traceback" not in result.stderr
+
+
+def test_the_mocker_stands_in_for_gptoss_with_its_engine_file_s_shape(tmp_path: Path) -> None:
+    _, plan = plan_graph(STUDY / "disagg-h200x2.yaml", tmp_path, engine_override="mocker")
+    prefill, decode = plan.workers()
+    assert prefill.engine == decode.engine == "mocker"
+    for worker, batch, budget in [(prefill, "32", "20000"), (decode, "256", "8192")]:
+        argv = worker.argv
+        assert argv[argv.index("--max-num-seqs") + 1] == batch
+        assert argv[argv.index("--max-num-batched-tokens") + 1] == budget
+        assert argv[argv.index("--block-size") + 1] == "32"
