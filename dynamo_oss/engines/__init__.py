@@ -125,6 +125,7 @@ class WorkerContext(BaseModel):
 class Engine(Protocol):
     name: EngineName
     ready_timeout_s: float  # how long a worker may take to register after it starts
+    planner_backend: str  # the backend Dynamo's planner is configured with for its pools (it knows four)
 
     def planner_namespace(self, namespace: str) -> str:
         """Where Dynamo's planner finds the workers' forward-pass metrics and counts them."""

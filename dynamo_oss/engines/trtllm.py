@@ -88,6 +88,7 @@ def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
 class TrtllmEngine:
     name: Literal["trtllm"] = "trtllm"
     ready_timeout_s: float = READY_TIMEOUT_S
+    planner_backend: str = "trtllm"
 
     def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
         if engine_args is None:

@@ -20,6 +20,9 @@ GPU_RUNNER_MODULE = "dynamo_oss.engines.gptoss.gpu_runner"
 class GptOssEngine:
     name: Literal["gptoss"] = "gptoss"
     ready_timeout_s: float = READY_TIMEOUT_S
+    # Dynamo's planner knows vllm, sglang, trtllm and mocker, by their components' names: the gptoss
+    # workers register as TensorRT-LLM's do (prefill, backend) and publish forward-pass metrics alike.
+    planner_backend: str = "trtllm"
 
     def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
         if engine_args is None:

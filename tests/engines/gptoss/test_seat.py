@@ -10,6 +10,9 @@ import pytest
 import yaml
 
 from dynamo_oss.cli.check import plan_graph
+from dynamo_oss.deployment.model import build_deployment
+from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.planner.settings import planner_config
 from tests.support.commands import REPO, dynamo, run_dynamo
 
 STUDY = REPO / "graphs" / "gptoss"
@@ -119,3 +122,19 @@ def test_the_mocker_stands_in_for_gptoss_with_its_engine_file_s_shape(tmp_path: 
         assert argv[argv.index("--max-num-seqs") + 1] == batch
         assert argv[argv.index("--max-num-batched-tokens") + 1] == budget
         assert argv[argv.index("--block-size") + 1] == "32"
+
+
+def test_dynamo_s_planner_takes_the_configuration_of_autoscaled_gptoss_pools(
+    tmp_path: Path, dynamo_planner_config: type
+) -> None:
+    graph = yaml.safe_load((STUDY / "disagg-h200x2.yaml").read_text())
+    for pool in graph["pools"].values():
+        del pool["workers"]
+        pool["autoscale"] = {"min": 1, "max": 1}
+        pool["engine_args"] = str(STUDY / pool["engine_args"])
+    graph["planner"] = {"mode": "load", "ttft_ms": 2000, "itl_ms": 30}
+    path = tmp_path / "graph.yaml"
+    path.write_text(yaml.safe_dump(graph))
+    config = planner_config(build_deployment(load_graph(path)))
+    assert config is not None and config["backend"] == "trtllm"  # the component names it knows gptoss's by
+    dynamo_planner_config.model_validate(config)
