@@ -25,7 +25,8 @@ from dynamo_oss.engines.gptoss.model_runner import ModelRunner, step_batch
 from dynamo_oss.engines.gptoss.scheduler import Scheduler, SequenceOutput
 from dynamo_oss.engines.gptoss.sequence import Sequence
 
-IDLE_WAIT_S = 0.05  # how long an idle loop waits for work before it looks at transfers and holds again
+IDLE_WAIT_S = 0.05  # how long an idle loop waits for work before it looks at holds again
+RECEIVING_WAIT_S = 0.002  # ... and, while KV is on the way, at transfers: each wait adds to a request's TTFT
 
 log = logging.getLogger(__name__)
 
@@ -98,19 +99,22 @@ class EngineCore:
         return self.ledger.pending if self.ledger else 0
 
     def _run(self) -> None:
+        idle = True
         while not self._stopping.is_set():
             try:
-                self._take_in(block=not self.scheduler.has_work and not self.scheduler.receiving)
+                wait = RECEIVING_WAIT_S if self.scheduler.receiving else IDLE_WAIT_S
+                self._take_in(wait if idle else None)
                 self._follow_transfers()
-                self._step()
+                idle = not self._step()
             except Exception:  # a bug must end the requests it holds, not hang them
                 log.exception("gptoss engine: the step loop failed; ending every request")
                 self._fail_all("the engine's step loop failed")
                 return
 
-    def _take_in(self, block: bool) -> None:
+    def _take_in(self, wait_s: float | None) -> None:
+        """What was queued since; after a step that did nothing, wait up to `wait_s` for something."""
         try:
-            item = self._inbox.get(timeout=IDLE_WAIT_S) if block else self._inbox.get_nowait()
+            item = self._inbox.get(timeout=wait_s) if wait_s is not None else self._inbox.get_nowait()
         except queue.Empty:
             return
         while item is not None:
@@ -149,13 +153,14 @@ class EngineCore:
             for hold in self.ledger.expired(self.clock()):
                 self.scheduler.kv.release(hold)
 
-    def _step(self) -> None:
+    def _step(self) -> bool:
+        """Schedule and run one step; False when there was nothing to do."""
         step = self.scheduler.schedule()
         for seq in step.receiving:
             handoff = self._handoffs[seq.request_id]
             self.runner.receive(seq.request_id, handoff, transfer_pairs(handoff, seq))
         if not step.scheduled:
-            return
+            return bool(step.receiving)
         started = self.clock()
         tokens = self.runner.execute(step_batch(step))
         outputs = self.scheduler.postprocess(step, tokens)
@@ -163,6 +168,7 @@ class EngineCore:
         for output in outputs:
             self._emit_output(output)
         self._publish(step.load, wall)
+        return True
 
     def _emit_output(self, output: SequenceOutput) -> None:
         seq, handoff = output.seq, None
