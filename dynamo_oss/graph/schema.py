@@ -590,11 +590,14 @@ class PoolSection(Strict):
         "wider than a node, it spans whole nodes of one NVLink domain.",
     )
     engine: EngineName = Field(
-        default="trtllm", description="trtllm (TensorRT-LLM on GPUs) or mocker (Dynamo's simulated engine)."
+        default="trtllm",
+        description="trtllm (TensorRT-LLM on GPUs), gptoss (the project's own gpt-oss engine, on GPUs) "
+        "or mocker (Dynamo's simulated engine).",
     )
     engine_args: FilePath | None = Field(
         default=None,
-        description="Engine configuration YAML (TensorRT-LLM extra engine args), relative to the graph file.",
+        description="Engine configuration YAML (TensorRT-LLM extra engine args for trtllm, the gptoss engine's "
+        "own arguments for gptoss), relative to the graph file.",
     )
     nodes: list[NodeName] | None = Field(
         default=None, min_length=1, description="With several nodes: the ones its workers may run on (default: any)."
