@@ -81,6 +81,20 @@ def test_a_body_that_is_not_a_form_is_a_400_saying_what_is_wrong(body: bytes, wh
     assert why in refused.value.message and "curl -F file=@FILE -F purpose=batch" in refused.value.message
 
 
+def test_a_hostile_content_disposition_is_read_in_one_pass() -> None:
+    """Its parameters are a client's: a long unquoted run once made a regular expression backtrack for seconds."""
+    long_token = b"--b\r\nContent-Disposition: form-data; name=" + b"b" * 900 + b"\r\n\r\nx\r\n--b--"
+    assert list(form_fields(long_token)) == ["b" * 900]
+    for head, why in (
+        (b"form-data; name=" + b"b" * 2000, "longer than 1024"),
+        (b'form-data; name="unclosed', "without its closing quote"),
+        (b"form-data; name", "without a name and a value"),
+        (b"form-data garbage", "something other than parameters"),
+    ):
+        with pytest.raises(ApiError, match=why):
+            form_fields(b"--b\r\nContent-Disposition: " + head + b"\r\n\r\nx\r\n--b--")
+
+
 def test_so_many_fields_are_refused() -> None:
     parts = b"".join(b'--b\r\nContent-Disposition: form-data; name="f%d"\r\n\r\nx\r\n' % n for n in range(40))
     with pytest.raises(ApiError, match="more than 16 fields"):
