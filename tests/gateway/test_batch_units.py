@@ -239,7 +239,9 @@ def test_an_interactive_request_waiting_past_the_ttft_target_holds_batch_work_ba
     run(test)
 
 
-def test_batch_requests_take_at_most_their_share_and_never_the_graph_s_last_place(tmp_path: Any) -> None:
+def test_batch_requests_take_at_most_their_share_never_the_graph_s_last_place_and_no_interactive_one_s(
+    tmp_path: Any,
+) -> None:
     async def test() -> None:
         Ledger.create(tmp_path / "ledger")
         ledgers = [Ledger(["alice"], processes=2, process=index, path=tmp_path / "ledger") for index in (0, 1)]
@@ -255,7 +257,12 @@ def test_batch_requests_take_at_most_their_share_and_never_the_graph_s_last_plac
         blocked = asyncio.ensure_future(pacers[1].admitted())
         await asyncio.sleep(0.3)
         assert not blocked.done()  # it waits for room rather than take the last place
-        shares[1].done(interactive.pop(), 0)
+        interactive.append(shares[0].admit("alice"))  # and the batch's place never turns an interactive one away
+        with pytest.raises(ApiError) as refused:
+            shares[0].admit("alice")  # four interactive requests: at max_in_flight
+        assert refused.value.status == 503
+        for ticket in interactive[-2:]:
+            shares[1].done(ticket, 0)
         pacers[1].done(await asyncio.wait_for(blocked, 5))
         pacers[0].done(first[0])
 

@@ -5,8 +5,8 @@ and shrinks when it does not.
 Two bounds hold whatever the window says. Over the graph, batch requests hold at most
 `gateway.batches.max_share` of `gateway.max_in_flight`, counted in the ledger every process shares (and every
 place, where the graph's gateway runs in several), so interactive requests always find room; and a batch
-request starts only while the graph is below max_in_flight, so batch work never turns an interactive request
-away. Within them, the window follows the latency this process's answers meet (latency.py), judged every
+request starts only while the graph is below max_in_flight; interactive requests are admitted without
+counting batch requests (fair_share.py), so batch work never turns an interactive request away. Within them, the window follows the latency this process's answers meet (latency.py), judged every
 TICK_S over the last LOOK_S:
 
 - the interactive TTFT p90 or the ITL p90 of every answer past the graph's targets (the planner's, or
