@@ -461,7 +461,8 @@ class GatewayBatchesSection(Strict):
         ge=1,
         le=1024 * 1024,
         description="Most MiB the files (input, output and error) take in NATS together; a full store refuses "
-        "new uploads with a 400 saying to delete files, and never drops one a batch still needs.",
+        "new uploads with a 400 saying to delete files, and never drops one a batch still needs. The answers of "
+        "batches under way, kept until their files are written, take at most as much again.",
     )
     max_mib_per_key: int = Field(
         default=2048,

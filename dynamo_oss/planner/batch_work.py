@@ -6,9 +6,11 @@ request count and mean ISL and OSL over the window) includes them, and the engin
 sequences. Left in, a batch would grow the pools (the gateway paces batch work up to the capacity it finds,
 the planner would size for it, the gateway would find more): so a batch never grows a pool, and runs in what
 the interactive sizing holds (scale-downs included, which leave it less room). The gateway counts every batch
-request it answers (`dynamo_oss_gateway_requests_total{api="batch"}`), their tokens, those it has started and
-the prompt tokens of those still waiting for a first token, in the graph's Prometheus; this reads them over the
-same window and takes them off the traffic and the backlog.
+request Dynamo's frontend answered (`dynamo_oss_gateway_requests_total{api="batch"}`; those the gateway refused
+never reached it), their tokens, those decoding and the prompt tokens of those still waiting for a first token,
+in the graph's Prometheus; this reads them over the same window and takes them off the traffic and the backlog.
+The prompt tokens waiting include those being prefilled, which the engines' queue does not: the prefill backlog
+may be taken down a chunk a worker too far, never below none.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ log = logging.getLogger("dynamo_oss.planner")
 
 QUERY_TIMEOUT_S = 5.0
 ANSWERED = 'dynamo_oss_gateway_requests_total{api="batch"}'
-STARTED = "dynamo_oss_gateway_batch_requests_started_total"
+DECODING = "dynamo_oss_gateway_batch_decoding"
 TOKENS = "dynamo_oss_gateway_batch_tokens_total"
 PREFILL = "dynamo_oss_gateway_batch_prefill_tokens"
 
@@ -54,18 +56,18 @@ class BatchWork:
             f"sum(increase({ANSWERED}[{window}]))",
             f'sum(increase({TOKENS}{{kind="input"}}[{window}]))',
             f'sum(increase({TOKENS}{{kind="output"}}[{window}]))',
-            f"sum({STARTED}) - sum({ANSWERED})",
+            f"sum({DECODING})",
             f"sum({PREFILL})",
         )
         try:
-            requests, isl_sum, osl_sum, in_flight, prefill = await asyncio.to_thread(self._values, queries)
+            requests, isl_sum, osl_sum, decoding, prefill = await asyncio.to_thread(self._values, queries)
         except Exception as error:  # noqa: BLE001 - Prometheus away: size on what Dynamo saw, say so once
             if not self._unreadable:
                 log.warning("cannot read batch work from Prometheus (%s): sizing for all traffic", error)
             self._unreadable = True
             return traffic, NO_BACKLOG
         self._unreadable = False
-        held = Backlog(prefill_tokens=max(0.0, prefill), decode_requests=max(0.0, in_flight))
+        held = Backlog(prefill_tokens=max(0.0, prefill), decode_requests=max(0.0, decoding))
         return without(traffic, requests, isl_sum, osl_sum), held
 
     def _values(self, queries: tuple[str, ...]) -> list[float]:

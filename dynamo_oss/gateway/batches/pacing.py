@@ -13,8 +13,9 @@ TICK_S over the last LOOK_S:
   gateway.batches.targets): the window halves, at most once per HOLD_S, since answers already under way still
   show the load before the cut. At zero no batch request runs until the graph meets its targets again; then
   one does, to see.
-- batch requests queueing for prefill (their median TTFT three times what they meet when nothing is in their
-  way): the graph has no room left, and more batch work would only queue; the window shrinks by an eighth.
+- batch requests queueing for prefill (their median TTFT a prompt token three times what they meet when
+  nothing is in their way): the graph has no room left, and more batch work would only queue; the window
+  shrinks by an eighth (never below one: a queue alone does not stop the batch), at most once per HOLD_S.
 - otherwise, while every place in the window is taken and a request sent since the last change has had its
   first tokens (the change is seen in what the graph does: one round trip, as TCP grows once per round trip):
   the window doubles until the first miss or queue (slow start), then grows by one.
@@ -29,7 +30,7 @@ import logging
 import math
 import time
 
-from dynamo_oss.gateway.batches.metrics import PREFILL, WINDOW
+from dynamo_oss.gateway.batches.metrics import DECODING, PREFILL, WINDOW
 from dynamo_oss.gateway.fair_share import FairShare, Ticket
 from dynamo_oss.gateway.latency import RecentLatency
 from dynamo_oss.graph.schema import BatchTargetsSection
@@ -87,6 +88,7 @@ class Pacer:
         now = time.monotonic() if now is None else now
         judged = self.latency.judge(self.targets, LOOK_S, now)
         PREFILL.set(self.latency.batch_prefill_tokens())
+        DECODING.set(self.latency.batch_decoding())
         if now < self.held_until:
             return
         if judged.over:
@@ -97,7 +99,8 @@ class Pacer:
         elif self.window == 0:
             self._move(1, now)  # the graph meets its targets again: one request, to see
         elif self.latency.batch_queueing(LOOK_S, now):
-            self._move(self.window - max(1, self.window // 8), now)
+            self._move(max(1, self.window - max(1, self.window // 8)), now)
+            self.held_until = now + HOLD_S
         elif self.in_flight >= self.window and self.latency.batch_answered_since(self.changed_at):
             self._move(min(self.share, self.window * 2 if self.slow_start else self.window + 1), now, grown=True)
 
