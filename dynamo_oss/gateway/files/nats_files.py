@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -28,6 +30,7 @@ from dynamo_oss.gateway.stores import StoreUnavailable, owner_tag
 log = logging.getLogger("dynamo_oss.gateway.store")
 
 CHUNK_BYTES = 256 * 1024  # well below NATS's largest message (1 MiB by default)
+T = TypeVar("T")
 TRANSFER_TIMEOUT_S = 120.0  # a whole file's put or get (its chunks are acknowledged one by one)
 
 
@@ -147,7 +150,8 @@ def _record(value: bytes | None) -> StoredFile | None:
         return None
 
 
-async def _transfer(call):  # noqa: ANN001, ANN202 - a whole file's put or get, and its result
+async def _transfer(call: Awaitable[T]) -> T:
+    """A whole file's put or get; StoreUnavailable when NATS does not answer in TRANSFER_TIMEOUT_S."""
     try:
         return await asyncio.wait_for(call, TRANSFER_TIMEOUT_S)
     except nats.js.errors.APIError:  # JetStream's own answer: the caller's to read
