@@ -989,8 +989,10 @@ async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, 
     log.info("listening on %s:%d, upstream %s", host, port, upstreams)
     await stop.wait()
     server.close()
+    if gateway.batches is not None:  # its batch requests under way finish in the drain too, and no new one starts
+        gateway.batches.wind_down()
     deadline = loop.time() + drain_timeout_s
-    while gateway.exchanges and loop.time() < deadline:
+    while (gateway.exchanges or gateway.batches and gateway.batches.in_flight) and loop.time() < deadline:
         await asyncio.sleep(0.05)
     await gateway.close()
 

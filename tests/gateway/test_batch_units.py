@@ -671,3 +671,28 @@ def test_a_batch_no_runner_has_taken_up_is_cancelled_at_once_and_a_wrong_method_
         assert refused.value.status == 405 and "takes POST" in refused.value.message
 
     run(test)
+
+
+def test_a_draining_process_sends_no_more_lines_keeps_those_that_finish_and_lets_the_batch_go() -> None:
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"), line("b"), line("c"))
+        first, second = graph.runner(share=2), graph.runner(share=2)
+        await first.claim()
+        await until(lambda: len(graph.lines.waiting()) == 2)
+        first.wind_down()
+        graph.lines.sent[0].answer_with(200)  # finishes within the drain: kept
+        await until(lambda: first.in_flight == 1)
+        assert len(graph.lines.sent) == 2  # c is not sent by a draining process
+        await first.close()  # b, still in flight at the end of the drain, is left
+        record = graph.store.now(batch_id)
+        assert not record.ended and record.lease is None and [a.line for a in graph.store.kept[batch_id]] == [0]
+        await second.claim()
+        await until(lambda: len(graph.lines.waiting()) == 2)  # b and c, by the process that took it up
+        for exchange in graph.lines.waiting():
+            exchange.answer_with(200)
+        await until(lambda: graph.ended(batch_id))
+        assert graph.store.now(batch_id).counts == Counts(total=3, completed=3, failed=0)
+        await second.close()
+
+    run(test)

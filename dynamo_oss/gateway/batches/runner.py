@@ -139,6 +139,19 @@ class BatchRunner:
         self.resting[batch_id] = time.monotonic() + REST_S
         return self.failures[batch_id]
 
+    def wind_down(self) -> None:
+        """The process is draining: no batch is taken up and no line sent from now on, and those in flight may
+        finish (and be kept) before `close` lets the batches go."""
+        if self._claiming is not None:
+            self._claiming.cancel()
+        for run in self.runs.values():
+            run.winding_down.set()
+
+    @property
+    def in_flight(self) -> int:
+        """This process's batch requests under way."""
+        return self.pacer.in_flight
+
     async def close(self) -> None:
         """The process is stopping: its batches are let go at once, for another process to take up."""
         if self._claiming is not None:
@@ -175,6 +188,7 @@ class Run:
         self.letting_go = False  # the process is stopping: the batch is left for another
         self.lost = False  # another writer took the batch (its lease lapsed while this process was away)
         self.halted = asyncio.Event()  # no more lines are sent: cancelled, expired, let go, or lost
+        self.winding_down = asyncio.Event()  # the process drains: no more lines are sent, those in flight finish
         self.over = asyncio.Event()
         self.task: asyncio.Task | None = None
         self._writes = asyncio.Lock()  # one write of the record at a time, each on the revision the last left
@@ -231,7 +245,8 @@ class Run:
             task.add_done_callback(self.tasks.discard)
         while self.tasks:
             await asyncio.wait(set(self.tasks))
-        if not (self.letting_go or self.lost):
+        unsent = any(line.body is not None and line.number not in self.answered for line in self.lines)
+        if not (self.letting_go or self.lost or self.winding_down.is_set() and unsent and not self.stop):
             await self._end(self.stop or "completed")
 
     async def _started(self) -> bool:
@@ -246,9 +261,10 @@ class Run:
             return False
 
     def _stopped(self) -> bool:
+        """No more lines are to be sent (halted, or the process drains)."""
         if self.stop is None and time.time() > self.record.expires_at:
             self._halt("expired", "its completion window has ended")
-        return self.halted.is_set()
+        return self.halted.is_set() or self.winding_down.is_set()
 
     def _halt(self, status: Status | None, why: str) -> None:
         """No more lines are sent, and those in flight are left (which stops their generations); `status` is
@@ -268,18 +284,19 @@ class Run:
             return False
 
     async def _admitted(self) -> Ticket | None:
-        """Room for the next line (pacing.py), or None once the batch is halted first."""
+        """Room for the next line (pacing.py), or None once the batch is halted (or its process drains) first."""
         waiting = asyncio.ensure_future(self.runner.pacer.admitted())
-        halted = asyncio.ensure_future(self.halted.wait())
+        stops = [asyncio.ensure_future(self.halted.wait()), asyncio.ensure_future(self.winding_down.wait())]
         try:
-            await asyncio.wait((waiting, halted), return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait((waiting, *stops), return_when=asyncio.FIRST_COMPLETED)
         finally:
-            halted.cancel()
+            for stop in stops:
+                stop.cancel()
             if not waiting.done():
                 waiting.cancel()
                 await asyncio.wait((waiting,))
         ticket = waiting.result() if waiting.done() and not waiting.cancelled() else None
-        if ticket is not None and self.halted.is_set():
+        if ticket is not None and self._stopped():
             self.runner.pacer.done(ticket)
             return None
         return ticket
