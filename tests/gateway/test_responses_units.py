@@ -9,13 +9,14 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai_harmony import Conversation, Role
+from openai_harmony import Conversation, Role, StreamableParser
 from pydantic import ValidationError
 
 from tests.support.harmony import harmony_ids, render_request, sealed_with
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
+from dynamo_oss.gateway.harmony.decoding import MessageText
 from dynamo_oss.gateway.harmony.parsing import AnswerParser
 from dynamo_oss.gateway.graph_key import GraphKey, KeyFileUnusable
 from dynamo_oss.gateway.harmony.sealing import UnopenableReasoning
@@ -138,6 +139,48 @@ def test_the_answer_parser_agrees_with_openai_harmony(messages: list, piece: int
     texts = [value for kind, value in events if kind == "text"]
     assert [(h.channel, h.recipient) for h in headers] == [(m.channel, m.recipient) for m in reference]
     assert "".join(texts) == "".join(m.content[0].text for m in reference)
+
+
+def one_byte_token(byte: int) -> int:
+    """The token whose bytes are `byte` alone (o200k has one for each of the 256)."""
+    return next(
+        i
+        for i in range(1000)
+        if encoding().decode([i], errors="surrogateescape").encode(errors="surrogateescape") == bytes([byte])
+    )
+
+
+# What a message's text may hold, as token ids: whole words and characters, single bytes that are the start
+# or the middle of a character or no part of one, special tokens other than a message's end (text inside a
+# message), and, rarely, an id past the vocabulary.
+TEXT_IDS = st.one_of(
+    st.sampled_from(encoding().encode(" Once é 中 🙂 {}\n", disallowed_special=())),
+    st.sampled_from([one_byte_token(b) for b in (0x80, 0xA1, 0xBF, 0xC3, 0xE0, 0xE4, 0xED, 0xF0, 0xF4, 0xFF, 0x41)]),
+    st.sampled_from(harmony_ids("<|start|><|channel|><|message|><|constrain|><|reserved_200013|>")),
+    st.sampled_from([201_089, 2**31]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(TEXT_IDS, max_size=40))
+def test_a_message_text_is_decoded_token_by_token_as_openai_harmony_decodes_it(ids: list[int]) -> None:
+    """Harmony's own parser is left out of a message's text for speed (decoding.py): each token's delta is
+    the one harmony's parser gives, whatever bytes the tokens hold."""
+    harmony = StreamableParser(encoding(), role=Role.ASSISTANT)
+    for token in harmony_ids("<|channel|>final<|message|>"):
+        harmony.process(token)
+    text = MessageText()
+    for token in ids:
+        harmony.process(token)
+        assert text.push(token) == harmony.last_content_delta
+
+
+def test_bytes_held_back_when_a_message_ends_are_dropped_and_the_next_message_starts_clean() -> None:
+    ids = harmony_ids("<|channel|>analysis<|message|>a") + [one_byte_token(0xE4), *harmony_ids("<|end|>")]
+    ids += harmony_ids("<|start|>assistant<|channel|>final<|message|>b<|return|>")
+    assert [value for kind, value in parsed(ids, 1) if kind == "text"] == ["a", "b"]
+    reference = encoding().parse_messages_from_completion_tokens(ids, role=Role.ASSISTANT)
+    assert [m.content[0].text for m in reference] == ["a\ufffd", "b"]  # harmony's whole message keeps them lossily
 
 
 def request(**fields) -> ResponsesRequest:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from openai_harmony import HarmonyError, Role, StreamableParser, StreamState
 
+from dynamo_oss.gateway.harmony.decoding import MessageText
 from dynamo_oss.gateway.harmony.rendering import encoding
 
 START, MESSAGE = 200006, 200008
@@ -51,20 +52,19 @@ class AnswerParser:
     def __init__(self, declared: Collection[str]) -> None:
         self.declared = declared
         self.parser = _new_parser()
-        self.open = False  # inside a message's content
+        self.text: MessageText | None = None  # the open message's text; None outside a message's content
         self.channel: str | None = None
         self.reasoning_tokens = 0
 
     def feed(self, token_ids: list[int]) -> list[Event]:
         events: list[Event] = []
         for token in token_ids:
-            if self.open and token < FIRST_SPECIAL:  # the common case: one more token of the open message
-                if not self._process(token):
-                    events += self._lost_message()
-                    continue
-                if self.channel == "analysis":
+            text = self.text
+            if text is not None and token not in ENDS:  # the common case: one more token of the open message
+                if token < FIRST_SPECIAL and self.channel == "analysis":
                     self.reasoning_tokens += 1
-                delta = self.parser.last_content_delta
+                # a special token inside a message's text is that text, as harmony reads it
+                delta = text.push(token)
                 if delta:
                     events.append(("text", delta))
             else:
@@ -73,31 +73,28 @@ class AnswerParser:
 
     def finish(self) -> list[Event]:
         """The completion ended: close the open message, if any."""
-        if not self.open:
+        if self.text is None:
             return []
-        self.open = False
+        self.text = None
         return [("end", "")]
 
     def _structural(self, token: int) -> list[Event]:
-        if token in ENDS and self.open:
-            self.open, self.channel = False, None
+        """A token outside a message's text, or the one that ends it: harmony's parser reads it."""
+        if self.text is not None:  # one of ENDS
+            self.text, self.channel = None, None
             if token not in HARMONY_ENDS or not self._process(token):
                 self.parser = _new_parser()  # the end of text: whatever follows is a new header
             return [("end", ENDS[token])]
-        if not self._process(token):
-            return self._lost_message()
-        if self.open:  # a special token inside a message's text is that text, as harmony reads it
-            delta = self.parser.last_content_delta
-            return [("text", delta)] if delta else []
-        if token != MESSAGE or self.parser.state != StreamState.CONTENT:
+        if not self._process(token) or token != MESSAGE or self.parser.state != StreamState.CONTENT:
             return []
-        self.open, self.channel = True, self.parser.current_channel or "final"
+        self.text, self.channel = MessageText(), self.parser.current_channel or "final"
         return [("begin", self._header())]
 
     def _process(self, token: int) -> bool:
-        """One token through harmony's parser. Where harmony cannot read it (a message begun without
-        `<|start|>`, or text between two messages, which a model ignoring its end token writes), a
-        parser at a new header reads it instead; False when that one cannot either (it is dropped)."""
+        """One token through harmony's parser, outside a message's text. Where harmony cannot read it (a
+        message begun without `<|start|>`, or text between two messages, which a model ignoring its end
+        token writes), a parser at a new header reads it instead; False when that one cannot either (it
+        is dropped)."""
         try:
             self.parser.process(token)
             return True
@@ -108,14 +105,7 @@ class AnswerParser:
         except HarmonyError:
             self.parser = _new_parser()
             return False
-        return not self.open
-
-    def _lost_message(self) -> list[Event]:
-        """The open message, if any, ends where harmony lost its thread."""
-        if not self.open:
-            return []
-        self.open, self.channel = False, None
-        return [("end", "")]
+        return True
 
     def _header(self) -> Header:
         recipient = self.parser.current_recipient
