@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai_harmony import Conversation, Role, StreamableParser
+from openai_harmony import Conversation, HarmonyError, Role, StreamableParser, StreamState
 from pydantic import ValidationError
 
 from tests.support.harmony import harmony_ids, render_request, sealed_with
@@ -17,6 +17,7 @@ from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
 from dynamo_oss.gateway.harmony.decoding import MessageText
+from dynamo_oss.gateway.harmony.headers import read_header
 from dynamo_oss.gateway.harmony.parsing import AnswerParser
 from dynamo_oss.gateway.graph_key import GraphKey, KeyFileUnusable
 from dynamo_oss.gateway.harmony.sealing import UnopenableReasoning
@@ -181,6 +182,52 @@ def test_bytes_held_back_when_a_message_ends_are_dropped_and_the_next_message_st
     assert [value for kind, value in parsed(ids, 1) if kind == "text"] == ["a", "b"]
     reference = encoding().parse_messages_from_completion_tokens(ids, role=Role.ASSISTANT)
     assert [m.content[0].text for m in reference] == ["a\ufffd", "b"]  # harmony's whole message keeps them lossily
+
+
+HEADER_TEXT = st.lists(
+    st.sampled_from(
+        ["assistant", "user", "<|channel|>", "analysis", "final", "commentary", " to=", "functions.get_weather", " "]
+        + ["json", "<|constrain|>", "code", "<", "\t", "é", "<|end|>", "<|start|>", "to=x", "="]
+    ),
+    max_size=10,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(started=st.booleans(), header=HEADER_TEXT, after_end=st.booleans())
+def test_a_header_read_without_harmony_is_read_as_openai_harmony_reads_it(
+    started: bool, header: str, after_end: bool
+) -> None:
+    """headers.py reads a header only where harmony's own parser reads it the same; anything else is left to it."""
+    tokens = harmony_ids(("<|start|>" if started else "") + header + "<|message|>")
+    read = read_header(tokens, after_end)
+    harmony = StreamableParser(encoding(), role=None if after_end else Role.ASSISTANT)
+    try:
+        for token in tokens:
+            harmony.process(token)
+    except HarmonyError:
+        assert read is None
+        return
+    if read is not None:
+        assert harmony.state == StreamState.CONTENT
+        assert read == (harmony.current_channel, harmony.current_recipient, harmony.current_content_type)
+
+
+@pytest.mark.parametrize(
+    ("header", "after_end", "read"),
+    [
+        ("<|channel|>analysis", False, ("analysis", None, None)),
+        ("<|start|>assistant<|channel|>final", True, ("final", None, None)),
+        (
+            "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json",
+            True,
+            ("commentary", "functions.get_weather", "<|constrain|>json"),
+        ),
+        (" to=functions.get_weather<|channel|>commentary json", False, ("commentary", "functions.get_weather", "json")),
+    ],
+)
+def test_the_headers_gpt_oss_writes_are_read_without_harmony(header: str, after_end: bool, read: tuple) -> None:
+    assert read_header(harmony_ids(header + "<|message|>"), after_end) == read
 
 
 def request(**fields) -> ResponsesRequest:

@@ -5,7 +5,10 @@ The gateway asks Dynamo's frontend for each chunk's token ids (`nvext.extra_fiel
 ["completion_token_ids"]`, completion.py) and parses those, never the text: a message's bounds,
 channel and recipient come only from harmony's special tokens, so text a model copies from a
 document (`<|call|>` written as ordinary tokens) stays text. The prompt ends `<|start|>assistant`,
-so the ids begin inside the first message's header.
+so the ids begin inside the first message's header. What harmony's parser would read is read
+without it where that is the same and cheaper: a message's text (decoding.py) and the plain headers
+gpt-oss writes (headers.py); harmony's parser reads every other header, from the tokens held since
+the last message's end.
 
 A message to a recipient the request did not declare is not a call (OpenAI's API returns only
 calls to tools the request offered): it is written as what its channel holds, reasoning on
@@ -20,12 +23,12 @@ from dataclasses import dataclass
 from openai_harmony import HarmonyError, Role, StreamableParser, StreamState
 
 from dynamo_oss.gateway.harmony.decoding import MessageText
+from dynamo_oss.gateway.harmony.headers import FIRST_SPECIAL, MESSAGE, read_header
 from dynamo_oss.gateway.harmony.rendering import encoding
 
-START, MESSAGE = 200006, 200008
 HARMONY_ENDS = {200007: "<|end|>", 200012: "<|call|>", 200002: "<|return|>"}  # a message's end, in harmony
 ENDS = {**HARMONY_ENDS, 199999: "<|endoftext|>"}  # and gpt-oss's end of text, a stop token too
-FIRST_SPECIAL = 199998  # o200k_harmony's special tokens are the ids from here up
+MAX_HELD = 64  # tokens outside any message's text held for a header before harmony's parser reads them
 ASSISTANT = "assistant"  # the recipient of a tool's answer, never a call
 
 Event = tuple[str, object]  # ("begin", Header), ("text", str) or ("end", ending)
@@ -51,7 +54,9 @@ class AnswerParser:
 
     def __init__(self, declared: Collection[str]) -> None:
         self.declared = declared
-        self.parser = _new_parser()
+        self.parser: StreamableParser | None = None  # harmony's, while it reads what headers.py leaves to it
+        self.held: list[int] = []  # tokens since the last message's text, not yet read by harmony's parser
+        self.after_end = False  # they follow a message's end, not the prompt's `<|start|>assistant`
         self.text: MessageText | None = None  # the open message's text; None outside a message's content
         self.channel: str | None = None
         self.reasoning_tokens = 0
@@ -67,8 +72,12 @@ class AnswerParser:
                 delta = text.push(token)
                 if delta:
                     events.append(("text", delta))
+            elif text is not None:
+                events.append(self._end(token))
+            elif self.parser is None:
+                events += self._hold(token)
             else:
-                events += self._structural(token)
+                events += self._harmony_reads(token)
         return events
 
     def finish(self) -> list[Event]:
@@ -78,17 +87,30 @@ class AnswerParser:
         self.text = None
         return [("end", "")]
 
-    def _structural(self, token: int) -> list[Event]:
-        """A token outside a message's text, or the one that ends it: harmony's parser reads it."""
-        if self.text is not None:  # one of ENDS
-            self.text, self.channel = None, None
-            if token not in HARMONY_ENDS or not self._process(token):
-                self.parser = _new_parser()  # the end of text: whatever follows is a new header
-            return [("end", ENDS[token])]
+    def _end(self, token: int) -> Event:
+        """The open message ends. A header follows: after `<|start|>`, or, past gpt-oss's end of text, read
+        as after `<|start|>assistant`."""
+        self.text, self.channel, self.parser = None, None, None
+        self.after_end = token in HARMONY_ENDS
+        return ("end", ENDS[token])
+
+    def _hold(self, token: int) -> list[Event]:
+        """A token of the next header. At `<|message|>` the header is read, by headers.py where it can, else by
+        harmony's parser from the first token held, as is every token after it until a message begins."""
+        self.held.append(token)
+        if token == MESSAGE and (header := read_header(self.held, self.after_end)) is not None:
+            self.held = []
+            return self._begin(*header)
+        if token != MESSAGE and len(self.held) <= MAX_HELD:
+            return []
+        held, self.held = self.held, []
+        self.parser = StreamableParser(encoding(), role=None) if self.after_end else _new_parser()
+        return [event for token in held for event in self._harmony_reads(token)]
+
+    def _harmony_reads(self, token: int) -> list[Event]:
         if not self._process(token) or token != MESSAGE or self.parser.state != StreamState.CONTENT:
             return []
-        self.text, self.channel = MessageText(), self.parser.current_channel or "final"
-        return [("begin", self._header())]
+        return self._begin(self.parser.current_channel, self.parser.current_recipient, self.parser.current_content_type)
 
     def _process(self, token: int) -> bool:
         """One token through harmony's parser, outside a message's text. Where harmony cannot read it (a
@@ -107,12 +129,13 @@ class AnswerParser:
             return False
         return True
 
-    def _header(self) -> Header:
-        recipient = self.parser.current_recipient
-        content_type = self.parser.current_content_type
+    def _begin(self, channel: str | None, recipient: str | None, content_type: str | None) -> list[Event]:
+        self.text, self.channel = MessageText(), channel or "final"
         if recipient is None or recipient == ASSISTANT or recipient in self.declared:
-            return Header(channel=self.channel or "final", recipient=recipient, content_type=content_type)
-        return Header(channel=self.channel or "final", recipient=None, content_type=None, undeclared=recipient)
+            header = Header(channel=self.channel, recipient=recipient, content_type=content_type)
+        else:
+            header = Header(channel=self.channel, recipient=None, content_type=None, undeclared=recipient)
+        return [("begin", header)]
 
 
 def _new_parser() -> StreamableParser:
