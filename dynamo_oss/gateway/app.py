@@ -748,6 +748,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.pending: list[bytes] = []  # bytes before the status line is complete
         self.head_only = False
         self.complete = False
+        self.keep_alive = False  # the frontend keeps the connection open after this answer (read as it completes)
         self.event_stream = False  # a text/event-stream response
         self.chunked = False  # framed in chunks, so an error event can follow the last whole one
         self.in_chunk = False  # between a chunk's header and its end
@@ -761,6 +762,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def exchange(self, client: Sink, request: bytes, head_only: bool, transform: Transform | None) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
+        self.keep_alive = False
         self.transform, self.transformed = transform, []
         self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
@@ -847,7 +849,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.transformed.append(self.transform.feed(body))
 
     def on_message_complete(self) -> None:
-        self.complete = True
+        """The answer is whole. Whether the connection stays open is read now: httptools forgets it once
+        the parser has moved past the message."""
+        assert self.parser is not None
+        self.complete, self.keep_alive = True, self.parser.should_keep_alive()
 
     def _end_early(self) -> None:
         """The transform's answer is whole before the frontend's (a stop sequence): the client gets
@@ -872,6 +877,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.gateway.forget_models()
             self.transport.abort()
             self.done.set_exception(FrontendStarting())
+            return
         elif self.error_body is not None and self.status >= 500 and self.client.api is not None:
             # A request the gateway checked, failed by the graph: a worker that just died (Dynamo says
             # "Failed to generate completions" until its lease lapses) or none registered. Retryable.
@@ -886,7 +892,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
         elif isinstance(self.transform, Settling) and not self.client.transport.is_closing():
             # The answer's last bytes wait on I/O (the response store): the exchange ends once they are out.
-            keep_alive = self.parser.should_keep_alive() and not self.head_only
+            keep_alive = self.keep_alive and not self.head_only
             self.parser, self.settling = None, asyncio.get_running_loop().create_task(self._settle(keep_alive))
             return
         elif self.transform is not None and not self.client.transport.is_closing():
@@ -898,7 +904,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self.done.set_exception(err)
                 return
             self.client.write_transformed(self.transform, output, last=True)
-        if self.parser.should_keep_alive() and not self.head_only:
+        if self.keep_alive and not self.head_only:
             self._pool()
         else:
             self.transport.close()

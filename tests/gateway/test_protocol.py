@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 import yaml
 
@@ -128,6 +129,33 @@ def test_a_client_leaving_mid_stream_cancels_its_request_and_harms_nothing(serve
             )
             assert done.status_code == 200
     assert graph.process.poll() is None
+
+
+def test_the_gateway_keeps_its_connection_to_the_frontend_for_the_next_request(served) -> None:
+    """An answer read to its end leaves its connection to Dynamo's frontend pooled for the next request: a
+    connection per request would cost the gateway a connect and the frontend an accept each time. The gateway
+    closes a connection it does not keep, which leaves it in TIME_WAIT on this host."""
+    _, port, frontend = served
+
+    def closed_by_the_gateway() -> set[int]:
+        return {
+            c.laddr.port
+            for c in psutil.net_connections("tcp")
+            if c.status == psutil.CONN_TIME_WAIT and c.raddr and c.raddr.port == frontend
+        }
+
+    before = closed_by_the_gateway()
+    body = {**json.loads(BODY), "stream": True}
+    with httpx.Client(timeout=30) as client:
+        for _ in range(3):
+            with client.stream("POST", f"http://127.0.0.1:{port}/v1/chat/completions", json=body) as response:
+                assert (
+                    response.status_code == 200
+                    and [line for line in response.iter_lines() if line][-1] == "data: [DONE]"
+                )
+            plain = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=json.loads(BODY))
+            assert plain.status_code == 200
+    assert closed_by_the_gateway() - before == set()
 
 
 def test_a_gateway_given_a_model_name_makes_its_tokenizer_and_counts_prompts(served, tmp_path: Path) -> None:
