@@ -9,13 +9,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai_harmony import Conversation, HarmonyError, Role, StreamableParser, StreamState
+from openai_harmony import Conversation, HarmonyError, Message, RenderOptions, Role, StreamableParser, StreamState
 from pydantic import ValidationError
 
 from tests.support.harmony import harmony_ids, render_request, sealed_with
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
-from dynamo_oss.gateway.harmony.rendering import encoding
+from dynamo_oss.gateway.harmony.rendering import RenderCache, encoding
 from dynamo_oss.gateway.harmony.decoding import MessageText
 from dynamo_oss.gateway.harmony.headers import read_header
 from dynamo_oss.gateway.harmony.parsing import AnswerParser
@@ -391,6 +391,18 @@ PATH = {"type": "object", "properties": {"path": {"type": "string"}}}
 READ = {"type": "function", "name": "read", "parameters": PATH}
 NAMESPACED = {"type": "namespace", "name": "files", "description": "File tools", "tools": [READ]}
 FINAL_ANSWER = {"role": "assistant", "content": [{"type": "output_text", "text": "It is sunny."}]}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    text=st.lists(st.sampled_from([*"ab \n\t<|>é中🙂\x00", "<|start|>", "<|end|>", "<|message|>"])).map("".join),
+    functions=st.booleans(),
+)
+def test_a_user_s_text_is_rendered_as_openai_harmony_renders_it(text: str, functions: bool) -> None:
+    """rendering.py puts a user's plain text together itself (harmony's formatting tokens cost 0.1 ms)."""
+    message = Message.from_role_and_content(Role.USER, text)
+    options = RenderOptions(conversation_has_function_tools=functions)
+    assert RenderCache().tokens(message, functions) == tuple(encoding().render(message, options))
 
 
 @pytest.mark.parametrize(
