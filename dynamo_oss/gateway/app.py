@@ -32,6 +32,7 @@ from dynamo_oss.gateway.errors import (
     ApiError,
     from_upstream,
     openai_error,
+    stream_cut,
     stream_cut_event,
 )
 from dynamo_oss.gateway.limits import (
@@ -703,11 +704,14 @@ class ClientConnection(asyncio.Protocol):
         return b"".join(b"\r\n" + name + b": " + value for name, value in self.rate_headers)
 
     def end_stream(self, with_error_event: bool) -> None:
-        """The frontend went away mid-response. An event stream cut between two chunks gets an error
+        """The frontend went away mid-response. An answer none of which went out yet (a transform's that is
+        written whole at its end) is a retryable 503. An event stream cut between two chunks gets an error
         event and its last chunk: the client reads a well-formed stream that says what happened, and
         may send its next request on the same connection. Anything else is closed, which a client sees
         as a cut response, never as a corrupt one."""
-        if not with_error_event:
+        if not self.started:
+            self.respond(503, stream_cut(), keep_alive=True, retry_after=RETRY_AFTER_S)
+        elif not with_error_event:
             self.transport.close()
         elif not self.transport.is_closing():
             event = stream_cut_event()
