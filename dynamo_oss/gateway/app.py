@@ -675,7 +675,10 @@ class ClientConnection(asyncio.Protocol):
 
     def write_transformed(self, transform: Transform, data: bytes, last: bool) -> None:
         """A transform's output, framed: chunks for a stream (the head with the first), else one body."""
-        if transform.streaming:
+        if transform.streaming and self.started and not last:  # a read's output mid-stream, most writes
+            if data:
+                self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        elif transform.streaming:
             out = []
             if not self.started:
                 self.started, self.status = True, 200
