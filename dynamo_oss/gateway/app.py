@@ -756,6 +756,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.head_only = False
         self.complete = False
         self.keep_alive = False  # the frontend keeps the connection open after this answer (read as it completes)
+        self.kept = False  # kept for the next exchange, which may have it once this one is over (exchange())
         self.event_stream = False  # a text/event-stream response
         self.chunked = False  # framed in chunks, so an error event can follow the last whole one
         self.in_chunk = False  # between a chunk's header and its end
@@ -769,7 +770,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def exchange(self, client: Sink, request: bytes, head_only: bool, transform: Transform | None) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
-        self.keep_alive = False
+        self.keep_alive = self.kept = False
         self.transform, self.transformed = transform, []
         self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
@@ -781,6 +782,8 @@ class UpstreamConnection(asyncio.Protocol):
             await self.done
         finally:
             self.client = None
+            if self.kept:  # only now: an exchange that took it sooner would lose its client to the line above
+                self.gateway.idle.append(self)
 
     def data_received(self, data: bytes) -> None:
         acknowledge_at_once(self.socket)
@@ -938,12 +941,12 @@ class UpstreamConnection(asyncio.Protocol):
         self.done.set_result(None)
 
     def _pool(self) -> None:
-        """Back among the idle connections, reading again (its client may have paused it) and no longer
-        its client's to pause or abort."""
+        """Kept for the next exchange, among the idle connections once this exchange is over; reading again
+        (its client may have paused it) and no longer its client's to pause or abort."""
         assert self.client is not None
         self.client.upstream = None
         self.transport.resume_reading()
-        self.gateway.idle.append(self)
+        self.kept = True
 
 
 async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, stop: asyncio.Event) -> None:
