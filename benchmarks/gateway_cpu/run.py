@@ -19,7 +19,7 @@ time of the gateway (or the baseline's) and frontend processes is read before an
 output tokens the streams' usage reports. A third API is a control: /v1/completions, the stream the
 Responses path reads from the frontend, which the gateway passes through untransformed. After a
 warm-up of each API, REPEATS rounds run each API in turn, since this 2-core machine is noisy;
-medians and ranges are reported. Writes results.json and results.md beside this file; about 5
+medians and ranges are reported. Writes results.json and results.md beside this file; about 6
 minutes here:
 
     uv run python benchmarks/gateway_cpu/run.py
