@@ -141,7 +141,7 @@ class Gateway:
         )
         self.store = store  # None: the graph keeps no responses
         self.background = background  # the background responses this process runs
-        self.idle: list[UpstreamConnection] = []
+        self.idle: dict[str, list[UpstreamConnection]] = {}  # kept connections, by their frontend's base URL
         self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
         self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
         self._session: aiohttp.ClientSession | None = None
@@ -212,14 +212,22 @@ class Gateway:
         self._models = {}
 
     async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
-        """An idle keep-alive connection (and True), or a new one (and False)."""
-        while self.idle and not fresh:
-            connection = self.idle.pop()
+        """A kept connection to the frontend whose turn it is (and True), or a new one (and False). Requests take
+        the frontends in turn whether their connection is kept or new, so a frontend started again gets its
+        share back at once, not only as kept connections to the others close."""
+        order = self.frontends.in_turn()
+        kept = self.idle.get(order[0].base, [])
+        while kept and not fresh:
+            connection = kept.pop()
             if not connection.transport.is_closing():
                 return connection, True
-        connection = await self.frontends.connect(lambda frontend: UpstreamConnection(self, frontend))
+        connection = await self.frontends.connect(lambda frontend: UpstreamConnection(self, frontend), order)
         assert isinstance(connection, UpstreamConnection)
         return connection, False
+
+    def keep(self, connection: UpstreamConnection) -> None:
+        """`connection`, its exchange over, for a later request to its frontend."""
+        self.idle.setdefault(connection.frontend.base, []).append(connection)
 
     def detach(self, exchange: Clientless, detached: Detached, key: str | None, ticket: Ticket | None) -> None:
         """Run `detached` to its end with an exchange no client reads (routes.Detached): a drain waits for it as
@@ -244,8 +252,9 @@ class Gateway:
         task.add_done_callback(self.detached.discard)
 
     async def close(self) -> None:
-        for connection in self.idle:
-            connection.transport.close()
+        for kept in self.idle.values():
+            for connection in kept:
+                connection.transport.close()
         if self._session is not None:
             await self._session.close()
         if self.background is not None:
@@ -783,7 +792,7 @@ class UpstreamConnection(asyncio.Protocol):
         finally:
             self.client = None
             if self.kept:  # only now: an exchange that took it sooner would lose its client to the line above
-                self.gateway.idle.append(self)
+                self.gateway.keep(self)
 
     def data_received(self, data: bytes) -> None:
         acknowledge_at_once(self.socket)

@@ -159,7 +159,8 @@ def test_the_gateway_keeps_its_connection_to_the_frontend_for_the_next_request(s
                 )
             plain = client.post(f"http://127.0.0.1:{port}/v1/chat/completions", json=json.loads(BODY))
             assert plain.status_code == 200
-    assert closed_by_the_gateway() - before == set()
+    # Six requests, none closed; at most the model list's own keep-alive connection lapses meanwhile (aiohttp's 15 s).
+    assert len(closed_by_the_gateway() - before) <= 1
 
 
 class Recorded:
@@ -182,7 +183,8 @@ def test_a_kept_connection_is_offered_to_the_next_request_only_once_its_own_exch
     """Offered sooner (while the exchange that kept it had yet to resume), another request could take it
     and then lose its answer when that exchange let go of its client: Responses, whose last bytes wait on
     the store, hung that way once or twice in 320 under load."""
-    gateway = SimpleNamespace(idle=[])
+    kept: list[UpstreamConnection] = []
+    gateway = SimpleNamespace(keep=kept.append)
     upstream = UpstreamConnection(gateway, Frontend.at("http://127.0.0.1:1"))  # type: ignore[arg-type]
     upstream.transport, upstream.socket = Recorded(), None
     client = SimpleNamespace(transport=Recorded(), upstream=upstream, started=False, status=0, api=None)
@@ -191,9 +193,9 @@ def test_a_kept_connection_is_offered_to_the_next_request_only_once_its_own_exch
         under_way = asyncio.ensure_future(upstream.exchange(client, b"GET /v1/models HTTP/1.1\r\n\r\n", False, None))  # type: ignore[arg-type]
         await asyncio.sleep(0)  # the request is written
         upstream.data_received(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
-        assert gateway.idle == [] and upstream.client is client  # answered and kept, not yet offered
+        assert kept == [] and upstream.client is client  # answered and kept, not yet offered
         await under_way
-        assert gateway.idle == [upstream] and upstream.client is None and client.upstream is None
+        assert kept == [upstream] and upstream.client is None and client.upstream is None
 
     asyncio.run(exchange())
     assert b"".join(client.transport.written).endswith(b"\r\n\r\nok")
