@@ -209,21 +209,24 @@ class Counters:
 
     @classmethod
     def read(cls, supervisor_pid: int, pids: dict[str, int]) -> Counters:
-        graph, baseline = psutil.Process(supervisor_pid), psutil.Process(pids["baseline"])
-        watched = [psutil.Process(), graph, *graph.children(recursive=True), baseline]
-        ours = sum(cpu_seconds(p, gone=0.0) for p in watched)
+        """`pids` names the gateway's first process and the frontend, and the baseline's gateway if one runs."""
+        graph = psutil.Process(supervisor_pid)
+        baseline = [psutil.Process(pids["baseline"])] if "baseline" in pids else []
+        ours = sum(
+            cpu_seconds(p, gone=0.0) for p in [psutil.Process(), graph, *graph.children(recursive=True), *baseline]
+        )
         machine = psutil.cpu_times()
         serving = psutil.Process(pids["gateway"]).children()
-        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"])), "baseline": cpu_seconds(baseline)}
+        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"]))} | {
+            "baseline": cpu_seconds(p) for p in baseline
+        }
         cpu |= {f"gateway-{index}": cpu_seconds(process) for index, process in enumerate(sorted(serving, key=pid))}
+        reads = {"gateway": sum(process.io_counters().read_count for process in serving)}
         return cls(
             cpu=cpu,
             ours=ours,
             machine=machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
-            reads={
-                "gateway": sum(process.io_counters().read_count for process in serving),
-                "baseline": baseline.io_counters().read_count,
-            },
+            reads=reads | {"baseline": p.io_counters().read_count for p in baseline},
         )
 
 
@@ -295,11 +298,15 @@ async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[int 
     return results, time.monotonic() - started
 
 
-def measure(name: str, state: RunState, pids: dict[str, int], urls: dict[str, str], requests: int) -> dict:
-    """One run of `requests` streams of API `name` (to its gateway's base URL in `urls`), with the CPU each
-    watched process spent over it; "gateway" is the gateway that served it, today's or the baseline's."""
+def measure(
+    name: str, state: RunState, pids: dict[str, int], requests: int, urls: dict[str, str] | None = None
+) -> dict:
+    """One run of `requests` streams of API `name` (to its gateway's base URL in `urls`, else the graph's
+    endpoint), with the CPU each watched process spent over it; "gateway" is the gateway that served it,
+    today's or the baseline's."""
     before = Counters.read(state.supervisor_pid, pids)
-    results, wall = asyncio.run(load(urls[name], API[name], state.served_name, requests))
+    url = (urls or {}).get(name, state.endpoint.removesuffix("/v1"))
+    results, wall = asyncio.run(load(url, API[name], state.served_name, requests))
     after = Counters.read(state.supervisor_pid, pids)
     cpu = {process: after.cpu[process] - before.cpu[process] for process in after.cpu}
     served_by = "baseline" if name == PASSTHROUGH else "gateway"
@@ -540,23 +547,26 @@ def main() -> None:
             pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
             frontend_port = next(p for p in state.processes if p.name == "frontend").ports[0]
             with baseline_gateway(folder, frontend_port) as (baseline_url, pids["baseline"]):
-                urls = {api: state.endpoint.removesuffix("/v1") for api in APIS} | {PASSTHROUGH: baseline_url}
+                urls = {PASSTHROUGH: baseline_url}
                 print(
                     f"served in {time.monotonic() - started:.0f} s, and {BASELINE}'s gateway beside it; warm-up",
                     flush=True,
                 )
                 for api in APIS:
-                    measure(api, state, pids, urls, settings["warmup_requests_per_api"])
+                    measure(api, state, pids, settings["warmup_requests_per_api"], urls)
                 print("measuring", flush=True)
-                rows = [measure(api, state, pids, urls, requests) for _ in range(repeats) for api in APIS]
+                rows = [measure(api, state, pids, requests, urls) for _ in range(repeats) for api in APIS]
     summary = summarize(rows)
     settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)
-    (HERE / f"results{suffix}.json").write_text(
-        json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2)
-    )
-    report = markdown(summary, settings)
-    (HERE / f"results{suffix}.md").write_text(report)
+    write_report(f"results{suffix}", settings, summary, rows, markdown(summary, settings))
+
+
+def write_report(stem: str, settings: dict, summary: dict, rows: list[dict], report: str) -> None:
+    """STEM.json (the settings, the summary and every run) and the report as STEM.md, beside this file;
+    the report printed, and a failing exit when any request failed."""
+    (HERE / f"{stem}.json").write_text(json.dumps({"settings": settings, "summary": summary, "runs": rows}, indent=2))
+    (HERE / f"{stem}.md").write_text(report)
     print(report)
     if summary["failed_requests"]:
         sys.exit(f"{summary['failed_requests']} requests failed")

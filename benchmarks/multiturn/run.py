@@ -1,6 +1,8 @@
 """Multi-turn prefix reuse through stored responses: the share of later turns' prompt tokens served
-from cache, with the KV router against round-robin, and with the KV router in one Dynamo frontend
-against two (sharing the sequences each routes, `--router-replica-sync`, and not).
+from cache, with the KV router against round-robin, with the KV router in one Dynamo frontend
+against two (sharing the sequences each routes, `--router-replica-sync`, and not), and with the KV
+router keeping each conversation on its worker (session affinity: `frontend.session_affinity_s`, the
+gateway naming each conversation's session in `x-dynamo-session-id`) against weighing each turn anew.
 
 Why: a continuation (`previous_response_id`) is rendered so that the previous turn's prompt is its
 prefix (and, from the third turn, the previous turn's output too); that pays only if the router
@@ -51,12 +53,13 @@ from dynamo_oss.bench.served import served_graph
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "uv run python benchmarks/multiturn/run.py"
-# name -> (router, Dynamo frontends, replica sync)
+# name -> (router, Dynamo frontends, replica sync, session affinity's idle seconds or None)
 CONFIGURATIONS = {
-    "kv, one frontend": ("kv", 1, True),
-    "kv, two synced frontends": ("kv", 2, True),
-    "kv, two unsynced frontends": ("kv", 2, False),
-    "round-robin": ("round-robin", 1, True),
+    "kv, one frontend": ("kv", 1, True, None),
+    "kv, session affinity": ("kv", 1, True, 600),
+    "kv, two synced frontends": ("kv", 2, True, None),
+    "kv, two unsynced frontends": ("kv", 2, False, None),
+    "round-robin": ("round-robin", 1, True, None),
 }
 WORKERS = 2
 CONVERSATIONS = 16
@@ -119,13 +122,16 @@ def _cached(turns: list[Turn]) -> float:
 
 
 def graph_file(folder: Path, name: str) -> Path:
-    router, frontends, sync = CONFIGURATIONS[name]
+    router, frontends, sync, affinity = CONFIGURATIONS[name]
+    frontend: dict = {"router": router, "replicas": frontends, "replica_sync": sync}
+    if affinity is not None:
+        frontend["session_affinity_s"] = affinity
     graph = on_free_ports(
         {
             "name": "multiturn",
             "model": "gpt-oss-20b",
             "hardware": {"gpu": "h200", "gpus": WORKERS},
-            "frontend": {"router": router, "replicas": frontends, "replica_sync": sync},
+            "frontend": frontend,
             "gateway": {"processes": 1},
             "pools": {"agg": {"workers": WORKERS, "engine": "mocker"}},
         }
@@ -201,7 +207,7 @@ def measure(name: str, folder: Path, seeds: int) -> RouterResult:
 
 def report(results: list[RouterResult]) -> str:
     lines = [
-        "# Multi-turn prefix reuse: KV router against round-robin, one Dynamo frontend against two",
+        "# Multi-turn prefix reuse: KV router against round-robin, one Dynamo frontend against two, session affinity",
         "",
         f"Command: `{COMMAND}` ({datetime.now(timezone.utc):%Y-%m-%d}, {platform.node() or 'this machine'}).",
         "",
@@ -266,8 +272,13 @@ def main() -> None:
                 "concurrency": CONCURRENCY,
                 "time_scale": TIME_SCALE,
                 "configurations": {
-                    name: {"router": router, "frontends": frontends, "replica_sync": sync}
-                    for name, (router, frontends, sync) in CONFIGURATIONS.items()
+                    name: {
+                        "router": router,
+                        "frontends": frontends,
+                        "replica_sync": sync,
+                        "session_affinity_s": affinity,
+                    }
+                    for name, (router, frontends, sync, affinity) in CONFIGURATIONS.items()
                 },
                 "routers": [
                     {

@@ -33,7 +33,8 @@ def free_block(count: int) -> int:
 def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
     """`graph` (a graph file's contents) with every port it listens on moved into one free block:
     embedded etcd and NATS, the endpoint and Dynamo's frontend, Prometheus, the launcher's and the
-    gateway's metrics, the planner's, and each pool's run of worker ports (its autoscale maximum)."""
+    gateway's metrics, an embedded trace backend's two, the planner's, and each pool's run of worker
+    ports (its autoscale maximum)."""
     slots = {
         role: (pool.get("autoscale") or {}).get("max") or pool.get("workers", 1)
         for role, pool in graph["pools"].items()
@@ -41,7 +42,7 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
     frontend = graph.setdefault("frontend", {})
     # Dynamo's frontends take dynamo_port + i; left to the sizing, at most this host's cores of them.
     frontends = frontend.get("replicas") or (frontend.get("autoscale") or {}).get("min") or os.cpu_count() or 1
-    port = iter(range(free_block(8 + frontends + len(PLANNER_PORTS) + sum(slots.values())), 10**6))
+    port = iter(range(free_block(10 + frontends + len(PLANNER_PORTS) + sum(slots.values())), 10**6))
     graph["infrastructure"] = {
         **graph.get("infrastructure", {}),
         "etcd": {"mode": "embedded", "client_port": next(port), "peer_port": next(port)},
@@ -59,6 +60,13 @@ def on_free_ports(graph: dict[str, Any]) -> dict[str, Any]:
             "port": next(port),
         }
         observability.update(launcher_port=next(port), gateway_port=next(port))
+        tracing = observability.get("tracing")
+        if tracing == "embedded" or (isinstance(tracing, dict) and tracing.get("mode") == "embedded"):
+            observability["tracing"] = {
+                **(tracing if isinstance(tracing, dict) else {"mode": "embedded"}),
+                "port": next(port),
+                "otlp_port": next(port),
+            }
     if "planner" in graph:
         graph["planner"].update({field: next(port) for field in PLANNER_PORTS})
     for role, pool in graph["pools"].items():

@@ -60,7 +60,8 @@ class ModelShape(BaseModel):
         return self.full_attention_layers * self.kv_bytes_per_layer_token(bytes_per_element)
 
     def kv_bytes(self, context: int, bytes_per_element: float = 2.0) -> float:
-        """KV bytes of one sequence of `context` tokens, honouring the 128-token window."""
+        """KV bytes of one sequence of `context` tokens, honouring the 128-token window, token for token:
+        what a contiguous cache holds. TensorRT-LLM holds blocks, in one pool per window: perf.kv_cache."""
         window = min(context, self.sliding_window)
         per_layer = self.kv_bytes_per_layer_token(bytes_per_element)
         return per_layer * (self.full_attention_layers * context + self.window_layers * window)
@@ -98,6 +99,43 @@ GPT_OSS_120B = GPT_OSS_20B.model_copy(
 )
 
 BUILTIN_MODELS: dict[str, ModelShape] = {m.name: m for m in (GPT_OSS_20B, GPT_OSS_120B)}
+
+
+class DraftHead(BaseModel):
+    """An EAGLE3 draft head: one decoder layer over the model's own hidden states, and an output head.
+
+    EAGLE-3's design (Li et al., 2025): the layer's attention takes the token's embedding beside a
+    fused hidden state (2 x hidden wide) and a projection fuses three of the model's hidden states
+    (3 x hidden to hidden). Its widths here are gpt-oss's (attention 64 x 64, KV 8 x 64), its MLP as
+    wide as gpt-oss's four active experts, and its output head EAGLE-3's reduced draft vocabulary of
+    32,000 tokens: about 0.26B parameters, 0.5 GB in BF16, near the 0.6 GB of published gpt-oss-120b
+    EAGLE3 checkpoints (an assumption: NVIDIA's head's config was not read). Its KV is one
+    full-attention layer's.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    target: ModelShape
+    layers: int = 1
+    draft_vocab_size: int = 32_000
+
+    @property
+    def layer_params(self) -> float:
+        t = self.target
+        q, kv = t.num_attention_heads * t.head_dim, 2 * t.num_key_value_heads * t.head_dim
+        attention = 2 * t.hidden_size * (q + kv) + q * t.hidden_size
+        fuse = 3 * t.hidden_size * t.hidden_size
+        mlp = 3 * t.hidden_size * t.intermediate_size * t.experts_per_token
+        return attention + fuse + mlp
+
+    @property
+    def head_params(self) -> float:
+        return self.draft_vocab_size * self.target.hidden_size
+
+
+# The EAGLE3 heads published for TensorRT-LLM, by the model they draft for (speculative_model): NVIDIA's
+# for gpt-oss-120b (Hugging Face nvidia/gpt-oss-120b-Eagle3-v3, May 2026). NVIDIA publishes none for 20b.
+PUBLISHED_DRAFT_HEADS: dict[str, str] = {"gpt-oss-120b": "nvidia/gpt-oss-120b-Eagle3-v3"}
 
 # Dynamo's parsers for gpt-oss's harmony format (dynamo.llm's reasoning and tool-call parser
 # names): every engine puts them on its model card, so the frontend splits channels alike.

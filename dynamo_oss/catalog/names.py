@@ -17,6 +17,9 @@ RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-tw
 # the first frontend's at this path, frontend i's at this path + /i (frontend_metrics_path).
 FRONTEND_METRICS_PATH = "/metrics/frontend"
 
+# Where Dynamo's planner reads the graph's Prometheus (and the sla mode the batch work in it).
+PROMETHEUS_ENV = "PROMETHEUS_ENDPOINT"
+
 # Dynamo parses DYN_SYSTEM_PORT as a signed 16-bit integer: a worker given a higher port exits at start.
 MAX_SYSTEM_PORT = 32767
 

@@ -18,14 +18,14 @@ EXIT_USER_ERROR = 2
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from dynamo_oss.cli import bench, check, conformance, dashboard, deploy, perf, scale, serve, status
+    from dynamo_oss.cli import bench, check, conformance, dashboard, deploy, perf, scale, serve, status, trace
 
     parser = argparse.ArgumentParser(
         prog="dynamo",
         description="Run, check and size gpt-oss deployments on NVIDIA Dynamo from one graph file.",
     )
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in (check, serve, status, scale, deploy, perf, bench, conformance, dashboard):
+    for module in (check, serve, status, scale, deploy, perf, bench, conformance, dashboard, trace):
         module.register(subparsers)
     return parser
 

@@ -12,7 +12,18 @@ from pydantic import ValidationError
 from dynamo_oss.catalog.errors import UserError
 from dynamo_oss.catalog.hardware import HARDWARE
 from dynamo_oss.catalog.models import BUILTIN_MODELS
-from dynamo_oss.perf.calibration import FITTED, compare, misses, refit, table_markdown
+from dynamo_oss.perf.calibration import (
+    FITTED,
+    PUBLISHED,
+    SPECULATIVE,
+    compare,
+    misses,
+    refit,
+    speedup_markdown,
+    speedups,
+    table_markdown,
+)
+from dynamo_oss.perf.aic import AIC_REFERENCE_PATH, AIC_VERSION, aic_query, run_aic, stored_reference
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, HOPPER_MEASURED_PATH, fitted_factors
 from dynamo_oss.perf.endpoint import peak_output
 from dynamo_oss.perf.graphs import graph_files, layout_from_file
@@ -27,7 +38,9 @@ from dynamo_oss.cli.arguments import concurrencies, positive_int
 from dynamo_oss.cli.endpoint import describe_needs, describe_peak
 from dynamo_oss.perf.metrics import DEFINITIONS, ServingPoint
 from dynamo_oss.perf.replay import check_step_times, simulate
-from dynamo_oss.perf.search import LayoutPoint, search
+from dynamo_oss.perf.search import LayoutPoint, draft_choices, search
+from dynamo_oss.perf.speculation import PROFILES
+from dynamo_oss.engines import MAX_DRAFT_TOKENS
 
 DEFAULT_CONCURRENCY = "1,2,4,8,16,32,64,128,256"
 
@@ -38,6 +51,13 @@ def _add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-cache", choices=["bf16", "fp8"], default="fp8", help="KV cache precision")
     parser.add_argument("--isl", type=positive_int, required=True, help="input tokens per request")
     parser.add_argument("--osl", type=positive_int, required=True, help="output tokens per request")
+    parser.add_argument(
+        "--acceptance",
+        choices=sorted(PROFILES),
+        default="chat",
+        help="the traffic's acceptance profile: how many EAGLE3 drafts a speculative pool keeps a step "
+        "(chat: MT-Bench's, agentic: HumanEval's; dynamo_oss/perf/speculation.py names the sources)",
+    )
     parser.add_argument("--json", action="store_true", help="print JSON for machines")
 
 
@@ -62,6 +82,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         )
         simulate_parser.add_argument(f"--{prefix}workers", type=positive_int, help=f"{label} workers")
     simulate_parser.add_argument("--gpus", type=positive_int, help="aggregated GPUs in all (workers = gpus / tp)")
+    simulate_parser.add_argument(
+        "--draft-tokens",
+        type=int,
+        default=0,
+        choices=range(0, MAX_DRAFT_TOKENS + 1),
+        metavar="N",
+        help=f"EAGLE3 tokens every worker drafts a step, 0 to {MAX_DRAFT_TOKENS} (default 0: no speculation)",
+    )
     simulate_parser.add_argument("--concurrency", type=concurrencies, default=concurrencies(DEFAULT_CONCURRENCY))
     simulate_parser.add_argument(
         "--requests", type=positive_int, help="requests per concurrency (default 10 x concurrency)"
@@ -77,6 +105,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     _add_model_args(plan_parser)
     plan_parser.add_argument("--gpus", type=positive_int, required=True)
+    plan_parser.add_argument(
+        "--no-speculation",
+        action="store_true",
+        help=f"search layouts without EAGLE3 speculative decoding only (by default every decoding pool is "
+        f"also tried drafting 1 to {MAX_DRAFT_TOKENS} tokens a step, where the model has a published head)",
+    )
     plan_parser.add_argument("--ttft-ms", type=float, help="median TTFT target")
     plan_parser.add_argument("--itl-ms", type=float, help="median ITL target")
     plan_parser.add_argument("--concurrency", type=concurrencies, default=concurrencies(DEFAULT_CONCURRENCY + ",512"))
@@ -101,9 +135,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     calibrate_parser.add_argument(
         "--refit",
         nargs="*",
-        choices=sorted(FITTED),
+        choices=sorted({*FITTED, *SPECULATIVE}),
         metavar="FACTOR",
-        help=f"fit these factors (of {', '.join(FITTED)}; all if none named) and store them",
+        help=f"fit these factors (of {', '.join([*FITTED, *SPECULATIVE])}; all if none named) and store them",
+    )
+    calibrate_parser.add_argument(
+        "--aic",
+        type=Path,
+        metavar="PYTHON",
+        help=f"first run AIConfigurator {AIC_VERSION} on the rows it can express, with PYTHON (an interpreter of "
+        f"an environment where aiconfigurator=={AIC_VERSION} is installed), and store its estimates in "
+        f"{AIC_REFERENCE_PATH.name}; without it, the stored estimates are shown",
     )
     calibrate_parser.set_defaults(handler=run_calibrate)
 
@@ -121,6 +163,7 @@ def layout_from_args(args: argparse.Namespace) -> Layout:
             tp=flags[f"{prefix}tp"],
             ep=flags[f"{prefix}ep"],
             attention_dp=flags[f"{prefix}attention_dp"],
+            draft_tokens=args.draft_tokens,
             **extra,
         )
 
@@ -162,7 +205,7 @@ def _table(rows: Sequence[tuple[str, ServingPoint]]) -> str:
 
 def run_simulate(args: argparse.Namespace) -> int:
     layout = layout_from_args(args)
-    workload = Workload(isl=args.isl, osl=args.osl)
+    workload = Workload(isl=args.isl, osl=args.osl, acceptance=args.acceptance)
     points = simulate(layout, workload, args.concurrency, requests=args.requests)
     if args.json:
         print(
@@ -184,7 +227,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
 
 def run_plan(args: argparse.Namespace) -> int:
-    workload = Workload(isl=args.isl, osl=args.osl)
+    workload = Workload(isl=args.isl, osl=args.osl, acceptance=args.acceptance)
     result = search(
         args.model,
         args.hardware,
@@ -195,6 +238,7 @@ def run_plan(args: argparse.Namespace) -> int:
         ttft_limits=(args.ttft_ms,),
         precision=Precision(kv_cache=args.kv_cache),
         requests=args.requests,
+        drafts=(0,) if args.no_speculation else draft_choices(args.model),
     )
     best: list[LayoutPoint] = result.front(ttft_ms=args.ttft_ms, itl_ms=args.itl_ms)[: args.top]
     if args.json:
@@ -235,15 +279,24 @@ def run_plan(args: argparse.Namespace) -> int:
 
 def run_calibrate(args: argparse.Namespace) -> int:
     if args.refit is not None:
-        factors = refit(tuple(args.refit) or tuple(FITTED))
+        factors = refit(tuple(args.refit) or (*FITTED, *SPECULATIVE))
         print(f"wrote {FITTED_FACTORS_PATH}")
     else:
         factors = fitted_factors()
     print("factors:", factors.model_dump_json())
     if factors.hopper is not None:
         print(f"hopper efficiencies ({HOPPER_MEASURED_PATH.name}):", factors.hopper.model_dump_json())
+    if args.aic is not None:
+        queries = [query for query in (aic_query(row) for row in PUBLISHED) if query is not None]
+        aic = run_aic(args.aic, queries)
+        AIC_REFERENCE_PATH.write_text(aic.model_dump_json(indent=1) + "\n")
+        print(f"wrote {AIC_REFERENCE_PATH}")
+    else:
+        aic = stored_reference()
     comparisons = compare(factors)
-    print(table_markdown(comparisons))
+    print(table_markdown(comparisons, aic))
+    print()
+    print(speedup_markdown(speedups(factors, aic=aic)))
     layouts = [
         Layout(
             hardware="b200",

@@ -18,7 +18,14 @@ from dynamo_oss.catalog.names import RouterMode
 from dynamo_oss.deployment.frozen import Frozen
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.engines import SimulatedTiming, WorkerContext
-from dynamo_oss.gateway.config import ClusterShareConfig, GatewayConfig, NatsConnection, ResponsesStoreConfig
+from dynamo_oss.gateway.config import (
+    BatchesConfig,
+    ClusterShareConfig,
+    GatewayConfig,
+    NatsConnection,
+    ResponsesStoreConfig,
+    TracingConfig,
+)
 
 
 # Dynamo 1.6's gpt-oss parsers warn on healthy streams: the reasoning parser for every chunk of the
@@ -46,6 +53,7 @@ class FrontendConfig(Frozen):
     replica_sync: bool = Field(
         default=False, description="one of several frontends: share active sequences and KV events with the others"
     )
+    session_affinity_s: int | None = Field(default=None, description="idle seconds a session keeps its worker")
 
     def args(self) -> list[str]:
         """Its arguments after the interpreter."""
@@ -53,6 +61,8 @@ class FrontendConfig(Frozen):
         args = ["-m", "dynamo.frontend", *where, "--router-mode", self.router]
         args += ["--router-replica-sync"] if self.replica_sync and self.router == "kv" else []
         args += ["--migration-limit", str(self.migration_limit)]
+        if self.session_affinity_s is not None and self.router == "kv":
+            args += ["--router-session-affinity-ttl-secs", str(self.session_affinity_s)]
         return args + (["--namespace", self.namespace] if self.namespace else [])
 
 
@@ -64,6 +74,7 @@ def frontend_config(deployment: Deployment, listen: tuple[str, int] | None, name
         listen=listen,
         namespace=namespace,
         replica_sync=frontend.replica_sync and (frontend.replicas > 1 or frontend.autoscale is not None),
+        session_affinity_s=frontend.session_affinity_s,
     )
 
 
@@ -81,6 +92,7 @@ def gateway_config(
     metrics: tuple[str, int] | None = None,
     nats: NatsConnection | None = None,
     several_places: bool = False,
+    tracing: TracingConfig | None = None,
 ) -> GatewayConfig:
     """What the gateway on `listen` is told, in front of the Dynamo frontends at `upstreams`: its tokenizer
     from `model_folder` (or made from the built-in `model`), what its processes share in `state_dir`, the
@@ -88,10 +100,11 @@ def gateway_config(
     its /metrics on `metrics`, and how it reaches the graph's NATS (`nats`; without it, it keeps nothing
     there), where it stores responses when the graph keeps them and, when the graph's gateway runs in
     `several_places` (pods, nodes), shares its limits' counts with the others. A gateway in one place
-    counts alone, with no NATS traffic for it."""
+    counts alone, with no NATS traffic for it. With `tracing`, it records its spans and exports them there."""
     gateway = deployment.gateway
     assert gateway is not None
     responses = stored_responses(deployment) if nats is not None else None
+    batches = batch_api(deployment) if nats is not None else None
     share = ClusterShareConfig(channel=limits_channel(deployment.name)) if nats is not None and several_places else None
     return GatewayConfig(
         processes=gateway.processes,
@@ -111,9 +124,11 @@ def gateway_config(
         max_in_flight=gateway.max_in_flight,
         metrics_host=metrics[0] if metrics else None,
         metrics_port=metrics[1] if metrics else None,
-        nats=nats if responses is not None or share is not None else None,
+        nats=nats if responses is not None or batches is not None or share is not None else None,
         responses=responses,
+        batches=batches,
         cluster_share=share,
+        tracing=tracing,
     )
 
 
@@ -124,6 +139,20 @@ def stored_responses(deployment: Deployment) -> ResponsesStoreConfig | None:
     if not gateway.responses.store:
         return None
     return ResponsesStoreConfig(bucket=responses_bucket(deployment.name), settings=gateway.responses)
+
+
+def batch_api(deployment: Deployment) -> BatchesConfig | None:
+    """Where the gateway keeps files and batches in the graph's NATS, or None when the graph serves no Batch API."""
+    gateway = deployment.gateway
+    assert gateway is not None
+    if not gateway.batches.enabled:
+        return None
+    return BatchesConfig(
+        files_bucket=f"files-{deployment.name}",
+        batches_bucket=f"batches-{deployment.name}",
+        settings=gateway.batches,
+        targets=gateway.batch_targets,
+    )
 
 
 def gateway_args(config_file: Path) -> list[str]:

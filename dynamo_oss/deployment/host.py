@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from dynamo_oss.assets.cache import resolve_cache_root
 from dynamo_oss.assets.encodings import ENCODINGS_ENV
 from dynamo_oss.catalog.addresses import WILDCARDS, interface_of
-from dynamo_oss.catalog.names import EngineName, PoolRole
+from dynamo_oss.catalog.names import PROMETHEUS_ENV, EngineName, PoolRole
 from dynamo_oss.deployment.access import EtcdAccess, InfrastructureTls
 from dynamo_oss.deployment.commands import (
     FRONTEND_ENV,
@@ -29,13 +29,23 @@ from dynamo_oss.deployment.commands import (
     gateway_config,
     worker_context,
 )
-from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process
+from dynamo_oss.deployment.embedded import etcd_process, nats_process, prometheus_process, trace_backend_process
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.placement import Node
 from dynamo_oss.deployment.processes import LOOPBACK, NodeProcesses, PortUse, ProcessPlan
 from dynamo_oss.deployment.scrape import scrape_config, worker_targets
+from dynamo_oss.deployment.tracing import (
+    DYNAMO_LOGGING,
+    DYNAMO_LOGGING_FILE,
+    dynamo_env,
+    gateway_tracing,
+    otlp_endpoint,
+    service_env,
+    tracing_of,
+)
 from dynamo_oss.engines import PlannedFile, SimulatedTiming, engine_for
 from dynamo_oss.graph.errors import GraphError, Problem
+from dynamo_oss.graph.schema import EmbeddedTracing
 from dynamo_oss.gateway.config import NatsConnection, NatsTlsFiles
 
 
@@ -85,6 +95,7 @@ class HostPlan(BaseModel):
     worker_targets: Path | None = None  # Prometheus's file of worker targets, which the launcher keeps current
     ready_timeout_s: float  # the slowest engine's time to register
     prometheus_url: str | None = None  # where the graph's metrics can be queried
+    traces_url: str | None = None  # the embedded trace backend's UI and API, where the graph's traces can be read
     planner: str | None = None  # what the planner sizes, and on what, for the operator
     launcher_metrics: PortUse | None = None  # where the launcher serves its own /metrics
     nats_monitoring: str | None = None  # an embedded nats-server's monitoring URL, which the launcher exports
@@ -159,9 +170,17 @@ def plan_host(
         "DYN_SYSTEM_HOST": here.address,
         **(tls.client_env() if tls else {}),
     }
+    tracing, traced_files = tracing_of(deployment), []
+    if tracing is not None:
+        logging = PlannedFile(
+            path=run_dir / DYNAMO_LOGGING_FILE, purpose="Dynamo's log filters", content=DYNAMO_LOGGING.encode()
+        )
+        shared_env.update(dynamo_env(tracing, otlp_endpoint(tracing, center.address or LOOPBACK), logging.path))
+        traced_files.append(logging)
     workers, spare, files = _worker_processes(
         deployment, here, model_folder, shared_env, timings or {}, mocker_responses, problems
     )
+    files += traced_files
     frontend_nodes = deployment.placement.frontend_nodes
     frontends = []
     if here.name in frontend_nodes:
@@ -221,6 +240,7 @@ def plan_host(
         worker_targets=worker_targets,
         ready_timeout_s=max(engine_for(name).ready_timeout_s for name in deployment.engines),
         prometheus_url=prometheus_url,
+        traces_url=_traces_url(deployment),
         planner=_planner_summary(deployment) if planner else None,
         launcher_metrics=launcher_metrics,
         nats_monitoring=f"http://{center.address}:{nats.monitoring_port}" if on_center and nats is not None else None,
@@ -299,6 +319,8 @@ def _observe(
     if observability is None:
         return None, None, None
     launcher = PortUse(field="observability.launcher_port", host=_center(deployment), port=observability.launcher_port)
+    if isinstance(observability.tracing, EmbeddedTracing):
+        processes.append(trace_backend_process(observability.tracing, _center(deployment), run_dir, problems))
     prometheus = observability.embedded_prometheus  # where an embedded one listens
     if prometheus is None:
         return launcher, _prometheus_url(deployment), None
@@ -321,7 +343,8 @@ def _observe(
     )
     config = PlannedFile(path=run_dir / "prometheus.yml", purpose="Prometheus scrape config", content=scrape.encode())
     files += [config, targets]
-    processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems))
+    traced = observability.tracing is not None
+    processes.append(prometheus_process(prometheus, config.path, _center(deployment), run_dir, problems, traced))
     return launcher, _prometheus_url(deployment), targets.path
 
 
@@ -363,6 +386,12 @@ def _prometheus_url(deployment: Deployment) -> str | None:
     if observability.embedded_prometheus is not None:
         return f"http://{_center(deployment)}:{observability.embedded_prometheus.port}"
     return observability.prometheus_url
+
+
+def _traces_url(deployment: Deployment) -> str | None:
+    """The embedded trace backend's UI and API (an external OTLP endpoint has neither), or none."""
+    tracing = tracing_of(deployment)
+    return f"http://{_center(deployment)}:{tracing.port}" if isinstance(tracing, EmbeddedTracing) else None
 
 
 def _share_elsewhere(
@@ -430,7 +459,7 @@ def _frontend_processes(
                 name="frontend" if replicas == 1 else f"frontend-{index}",
                 kind="frontend",
                 argv=[sys.executable, *frontend.args()],
-                env={**shared_env, **FRONTEND_ENV},
+                env={**shared_env, **FRONTEND_ENV, **service_env(deployment, "dynamo-frontend")},
                 ports=[PortUse(field=dynamo_field + (f" + {index}" if index else ""), host=dynamo_host, port=port)],
             )
         )
@@ -457,6 +486,7 @@ def _frontend_processes(
             metrics=(ports[1].host, ports[1].port) if ports[1:] else None,
             nats=_nats_connection(nats_url, tls, run_dir, files),
             several_places=len(deployment.placement.frontend_nodes) > 1,
+            tracing=gateway_tracing(deployment, _center(deployment)),
         )
         config_file = PlannedFile(
             path=run_dir / "gateway.json",
@@ -561,6 +591,7 @@ def _worker_processes(
         for slot in slots:
             port = pool.system_port + slot.index
             env = {**shared_env, **engine.worker_env(context), "DYN_SYSTEM_PORT": str(port), **gpu_env(slot.gpus)}
+            env.update(service_env(deployment, f"dynamo-{pool.role}"))
             argv = [sys.executable, *engine.worker_argv(context)]
             if len(slot.nodes) > 1:
                 hosts = [(deployment.placement.node(name).address or "", len(slot.gpus)) for name in slot.nodes]
@@ -625,11 +656,11 @@ def _planner_processes(
     )
     files.append(config_file)
     # It counts workers and reads their load where the engine registers them.
-    env = {**shared_env, "DYN_NAMESPACE": _planner_namespace(deployment)}
+    env = {**shared_env, "DYN_NAMESPACE": _planner_namespace(deployment), **service_env(deployment, "dynamo-planner")}
     planner_env = {
         **env,
         "DYN_LOG": "warn,base=info",  # one summary line per look at the load, not six
-        **({"PROMETHEUS_ENDPOINT": prometheus_url} if prometheus_url else {}),
+        **({PROMETHEUS_ENV: prometheus_url} if prometheus_url else {}),
     }
     metrics = PortUse(field="planner.metrics_port", host=_center(deployment), port=planner.metrics_port)
     argv = [

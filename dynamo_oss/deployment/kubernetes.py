@@ -53,11 +53,19 @@ from dynamo_oss.deployment.commands import (
 )
 from dynamo_oss.deployment.model import Deployment, Pool
 from dynamo_oss.deployment.processes import LOOPBACK
+from dynamo_oss.deployment.tracing import (
+    DYNAMO_LOGGING,
+    DYNAMO_LOGGING_FILE,
+    dynamo_env,
+    gateway_tracing,
+    otlp_endpoint,
+    tracing_of,
+)
 from dynamo_oss.engines import engine_for
 from dynamo_oss.gateway.config import GatewayConfig, NatsConnection
-from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH
+from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH, PROMETHEUS_ENV
 from dynamo_oss.graph.errors import GraphError, Problem
-from dynamo_oss.graph.schema import EmbeddedPrometheus
+from dynamo_oss.graph.schema import EmbeddedPrometheus, EmbeddedTracing
 
 OPERATOR_API_VERSION = "nvidia.com/v1beta1"
 CONFIG_MOUNT = Path("/opt/dynamo-oss/config")  # the ConfigMap of engine arguments and chat template
@@ -178,12 +186,30 @@ def _cluster_problems(deployment: Deployment, target: ClusterTarget) -> list[Pro
                 "a built-in model from the Hugging Face hub (into --model-cache)",
             )
         )
+    if isinstance(tracing_of(deployment), EmbeddedTracing):
+        problems.append(
+            Problem(
+                path="observability.tracing",
+                message="is embedded, a trace backend `dynamo serve` starts on one host; on a cluster give "
+                "{mode: external, endpoint: http://COLLECTOR:4317} (an OpenTelemetry Collector, Jaeger, Tempo)",
+            )
+        )
     for pool in deployment.pools:
         if pool.engine != "trtllm":
             problems.append(
                 Problem(
                     path=f"pools.{pool.role}.engine",
                     message=f"is {pool.engine}; dynamo deploy renders TensorRT-LLM workers (trtllm)",
+                )
+            )
+        speculative = pool.shape.speculative
+        if speculative is not None and speculative.local_draft:
+            problems.append(
+                Problem(
+                    path=f"pools.{pool.role}.engine_args",
+                    message=f"speculative_config.speculative_model names the folder {speculative.draft_model} of "
+                    "this host; on a cluster the workers load the draft head from the Hugging Face hub (into "
+                    "--model-cache), so name it there, e.g. nvidia/gpt-oss-120b-Eagle3-v3",
                 )
             )
     return problems
@@ -200,6 +226,8 @@ def _metadata(name: str, target: ClusterTarget) -> dict[str, Any]:
 def _config_map(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:
     data = {f"{pool.role}.yaml": pool.engine_args.read_text() for pool in deployment.pools if pool.engine_args}
     data[TEMPLATE_FILE] = chat_template()
+    if tracing_of(deployment):
+        data[DYNAMO_LOGGING_FILE] = DYNAMO_LOGGING
     if deployment.gateway:
         data[GATEWAY_CONFIG] = _gateway_config(deployment).model_dump_json(indent=1, exclude_none=True)
     return {
@@ -232,6 +260,7 @@ def _gateway_config(deployment: Deployment) -> GatewayConfig:
         metrics=("0.0.0.0", GATEWAY_METRICS_PORT),
         nats=NatsConnection(url_file=NATS_ADDRESS_MOUNT / "server", prefix_env="POD_NAMESPACE"),
         several_places=deployment.frontend.replicas > 1 or deployment.frontend.autoscale is not None,
+        tracing=gateway_tracing(deployment, LOOPBACK),
     )
 
 
@@ -245,8 +274,10 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         "image": target.image,
         "command": ["python3"],
         "args": args,
-        "env": [{"name": name, "value": value} for name, value in FRONTEND_ENV.items()],
+        "env": _env({**_traced(deployment, "dynamo-frontend"), **FRONTEND_ENV}),
     }
+    if tracing_of(deployment):  # Dynamo's log filters, in the ConfigMap
+        main["volumeMounts"] = [_config_mount()]
     containers = [main]
     if deployment.gateway:
         keys = deployment.gateway
@@ -285,7 +316,10 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
                 f"(umask 077 && printf '%s' \"$NATS_SERVER\" > {NATS_ADDRESS_MOUNT / 'server'}) && exec python3 "
                 + shlex.join(args)
             ]
-            main["volumeMounts"] = [{"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT)}]
+            main["volumeMounts"] = [
+                *main.get("volumeMounts", []),
+                {"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT)},
+            ]
             mounts.append({"name": "nats-address", "mountPath": str(NATS_ADDRESS_MOUNT), "readOnly": True})
             volumes.append({"name": "nats-address", "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}})
             env.append({"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}})
@@ -294,7 +328,8 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
         containers.append(container)
         spec: dict[str, Any] = {"containers": containers, "volumes": volumes}
     else:
-        spec = {"containers": containers}
+        config = [{"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}}]
+        spec = {"containers": containers, **({"volumes": config} if tracing_of(deployment) else {})}
     # Dynamo's frontend spends about what the gateway does per token (benchmarks/gateway_cpu).
     main["resources"] = {"requests": {"cpu": str(deployment.gateway.processes if deployment.gateway else 1)}}
     component: dict[str, Any] = {"name": "frontend", "type": "frontend", "replicas": deployment.frontend.replicas}
@@ -352,8 +387,8 @@ def _pool_component(deployment: Deployment, pool: Pool, target: ClusterTarget) -
         engine_args_file=CONFIG_MOUNT / f"{pool.role}.yaml",
         namespace="$(DYN_NAMESPACE)",  # the operator sets DYN_NAMESPACE
     )
-    env = engine.worker_env(context)
-    mounts = [{"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True}]
+    env = {**_traced(deployment, f"dynamo-{pool.role}"), **engine.worker_env(context)}
+    mounts = [_config_mount()]
     volumes: list[dict[str, Any]] = [{"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}}]
     if target.model_cache:
         env["HF_HOME"] = MODEL_CACHE_MOUNT
@@ -391,9 +426,36 @@ def _planner_component(deployment: Deployment, settings: dict[str, Any], target:
         "args": ["-m", "dynamo_oss.planner", "--config", json.dumps(config, separators=(",", ":"))],
     }
     observability = deployment.observability
+    env = _traced(deployment, "dynamo-planner")
     if observability and observability.prometheus_url:
-        container["env"] = [{"name": "PROMETHEUS_ENDPOINT", "value": observability.prometheus_url}]
-    return {"name": "planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": {"containers": [container]}}}
+        env[PROMETHEUS_ENV] = observability.prometheus_url
+    if env:
+        container["env"] = _env(env)
+    spec: dict[str, Any] = {"containers": [container]}
+    if tracing_of(deployment):  # Dynamo's log filters, in the ConfigMap
+        container["volumeMounts"] = [_config_mount()]
+        spec["volumes"] = [{"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}}]
+    return {"name": "planner", "type": "planner", "replicas": 1, "podTemplate": {"spec": spec}}
+
+
+def _traced(deployment: Deployment, service: str) -> dict[str, str]:
+    """A Dynamo component's OpenTelemetry variables (deployment/tracing.py), as every host process gets them."""
+    tracing = tracing_of(deployment)
+    if tracing is None:
+        return {}
+    assert not isinstance(tracing, EmbeddedTracing)  # _cluster_problems refuses it
+    return {
+        **dynamo_env(tracing, otlp_endpoint(tracing, LOOPBACK), CONFIG_MOUNT / DYNAMO_LOGGING_FILE),
+        "OTEL_SERVICE_NAME": service,
+    }
+
+
+def _env(values: dict[str, str]) -> list[dict[str, str]]:
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def _config_mount() -> dict[str, Any]:
+    return {"name": "dynamo-oss-config", "mountPath": str(CONFIG_MOUNT), "readOnly": True}
 
 
 def _pod_monitor(deployment: Deployment, target: ClusterTarget) -> dict[str, Any]:

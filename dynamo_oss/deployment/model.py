@@ -25,15 +25,20 @@ from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import Graph
 from dynamo_oss.graph.schema import (
     DEFAULT_SYSTEM_PORT,
+    BatchTargetsSection,
     EmbeddedEtcd,
     EmbeddedNats,
     EmbeddedPrometheus,
+    EmbeddedTracing,
+    ExternalTracing,
     FrontendAutoscaleSection,
     GatewayAuthSection,
+    GatewayBatchesSection,
     GatewayLimitsSection,
     GatewayResponsesSection,
     KeyLimitsSection,
     GraphSpec,
+    NoTracing,
 )
 
 
@@ -73,6 +78,7 @@ class FrontendComponent(Frozen):
     replicas_sized: bool = Field(description="the graph left replicas to the endpoint's sizing")
     autoscale: FrontendAutoscaleSection | None = Field(description="on a cluster, an HPA resizes the pods")
     replica_sync: bool = Field(description="several frontends share the sequences each routes")
+    session_affinity_s: int | None = Field(default=None, description="idle seconds a session keeps its worker")
 
 
 class GatewayComponent(Frozen):
@@ -85,6 +91,10 @@ class GatewayComponent(Frozen):
     key_file: Path | None = Field(default=None, description="the graph's key, resolved; None: made in the cache")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
     responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
+    batches: GatewayBatchesSection = Field(description="the Batch API: its limits and share of the graph")
+    batch_targets: BatchTargetsSection | None = Field(
+        default=None, description="the latency batch requests must not push interactive traffic past: the planner's"
+    )
     open_on_purpose: bool = Field(default=False, description="the graph says `auth: none`")
     cache_isolation: Literal["tenant", "shared"] = Field(description="whose cached prefixes a key may reuse")
     limits_per_key: KeyLimitsSection | None = Field(default=None, description="each key's share of the graph")
@@ -97,13 +107,16 @@ class GatewayComponent(Frozen):
 
 
 class Observability(Frozen):
-    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself; and
-    where the launcher and the gateway serve theirs."""
+    """Where the graph's metrics go: an embedded Prometheus, or one outside that scrapes it itself;
+    where the launcher and the gateway serve theirs; and where its traces go, if anywhere."""
 
     embedded_prometheus: EmbeddedPrometheus | None = Field(description="a Prometheus started with the graph")
     prometheus_url: str | None = Field(default=None, description="an external Prometheus")
     launcher_port: int = Field(description="the launcher's own /metrics")
     gateway_port: int = Field(description="the gateway's /metrics, summed over its processes")
+    tracing: EmbeddedTracing | ExternalTracing | None = Field(
+        default=None, description="where every process exports its spans, and the share of requests traced"
+    )
 
 
 class Autoscale(Frozen):
@@ -262,6 +275,13 @@ def _default_admission(pools: list[Pool]) -> int:
     return 2 * batched
 
 
+def _batch_targets(spec: GraphSpec) -> BatchTargetsSection | None:
+    """The targets batch requests are held to: the planner's, or, on a graph without one, the batches' own."""
+    if spec.planner is not None:
+        return BatchTargetsSection(ttft_ms=spec.planner.ttft_ms, itl_ms=spec.planner.itl_ms)
+    return spec.gateway.batches.targets
+
+
 def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
     section = graph.spec.gateway
     auth = section.auth if isinstance(section.auth, GatewayAuthSection) else None
@@ -272,6 +292,8 @@ def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
         key_file=graph.resolve(section.key_file) if section.key_file else None,
         limits=section.limits,
         responses=section.responses,
+        batches=section.batches,
+        batch_targets=_batch_targets(graph.spec),
         open_on_purpose=section.auth == "none",
         cache_isolation=section.cache_isolation,
         limits_per_key=auth.limits_per_key if auth else None,
@@ -293,6 +315,7 @@ def _frontend(spec: GraphSpec) -> FrontendComponent:
         replicas_sized=given is None,
         autoscale=section.autoscale,
         replica_sync=section.replica_sync,
+        session_affinity_s=section.session_affinity_s,
     )
 
 
@@ -320,4 +343,5 @@ def _observability(spec: GraphSpec) -> Observability | None:
         prometheus_url=None if embedded else prometheus.url,
         launcher_port=section.launcher_port,
         gateway_port=section.gateway_port,
+        tracing=None if isinstance(section.tracing, NoTracing) else section.tracing,
     )

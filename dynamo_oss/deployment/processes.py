@@ -12,7 +12,7 @@ from dynamo_oss.catalog.names import EngineName, PoolRole
 LOOPBACK = "127.0.0.1"
 
 
-ProcessKind = Literal["etcd", "nats", "prometheus", "frontend", "worker", "gateway", "planner"]
+ProcessKind = Literal["etcd", "nats", "prometheus", "traces", "frontend", "worker", "gateway", "planner"]
 
 
 class PortUse(BaseModel):
@@ -34,6 +34,7 @@ class ProcessPlan(BaseModel):
     env_unset: list[str] = []  # taken out of the caller's environment
     ports: list[PortUse] = []
     gpus: list[int] = []
+    terminal: bool = True  # its warnings and errors reach the terminal; False: its log file only (launch/terminal.py)
 
 
 class NodeProcesses(BaseModel):

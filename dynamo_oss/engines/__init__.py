@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 
 import importlib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal, Protocol
 
@@ -25,6 +26,24 @@ DEFAULT_MAX_BATCH_SIZE = 2048  # TensorRT-LLM's max_batch_size when a configurat
 
 class EngineArgsError(ValueError):
     """An engine configuration file the engine cannot use; the message says what and where."""
+
+
+MAX_DRAFT_TOKENS = 5  # the most Dynamo's mocker simulates (--aic-nextn 1..5), and so what a graph may run
+
+
+class Speculation(BaseModel):
+    """Speculative decoding as a worker runs it: a draft head proposes tokens the model verifies in one step."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    method: Literal["eagle3"] = Field(description="the drafting method; EAGLE3 is the one gpt-oss has heads for")
+    draft_tokens: int = Field(ge=1, le=MAX_DRAFT_TOKENS, description="tokens drafted per step and verified at once")
+    draft_model: str = Field(min_length=1, description="the draft head: a Hugging Face name or a local folder")
+
+    @property
+    def local_draft(self) -> bool:
+        """The draft head is a folder of this host, which a cluster's workers cannot read."""
+        return self.draft_model.startswith(("/", "~"))
 
 
 class EngineShape(BaseModel):
@@ -43,6 +62,12 @@ class EngineShape(BaseModel):
     max_seq_len: int | None = Field(None, ge=1, description="longest sequence (prompt plus output)")
     kv_cache_dtype: Literal["auto", "fp8", "bf16"] = Field("auto", description="KV cache elements")
     kv_block_size: int = Field(ge=1, description="tokens per KV cache block")
+    max_attention_window: tuple[int, ...] | None = Field(
+        None,
+        description="each layer's attention window, repeating over the layers (kv_cache_config."
+        "max_attention_window); None: every layer keeps the whole sequence in one KV pool",
+    )
+    speculative: Speculation | None = Field(None, description="speculative decoding; None: one token per step")
 
     @property
     def gpus(self) -> int:
@@ -97,6 +122,11 @@ class SimulatedTiming(BaseModel):
     max_num_batched_tokens: int = Field(ge=1, description="token budget of one step")
     kv_transfer_gbps: float | None = Field(None, description="prefill-to-decode KV handoff, decimal GB/s")
     kv_bytes_per_token: int | None = Field(None, description="KV bytes handed over per prompt token")
+    accept_rates: tuple[float, ...] | None = Field(
+        None,
+        description="speculative decoding: one per draft token, the chance it is accepted when all before it "
+        "were (the step times then include drafting and verifying); None: one token a step",
+    )
     time_scale: float = Field(
         1.0,
         gt=0,
@@ -147,6 +177,11 @@ class Engine(Protocol):
         """A worker's `command` (interpreter first) launched as one worker over several nodes, `hosts`
         being each node's address and GPUs, with the variables `env` passed to every rank; None when
         the engine cannot span nodes."""
+
+
+def flags(options: Mapping[str, str]) -> list[str]:
+    """A command line's `--flag value` pairs, in order."""
+    return [part for flag, value in options.items() for part in (flag, value)]
 
 
 def engine_for(name: EngineName) -> Engine:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dynamo_oss.catalog.names import PoolRole
-from dynamo_oss.engines import EngineShape, PlannedFile, SimulatedTiming, WorkerContext
+from dynamo_oss.engines import EngineShape, PlannedFile, SimulatedTiming, WorkerContext, flags
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK, read_llm_args
 
 READY_TIMEOUT_S = 120.0
@@ -40,14 +40,16 @@ class MockerEngine:
         return f"{CORE_NAMESPACE_PREFIX}{namespace}"
 
     def worker_argv(self, ctx: WorkerContext) -> list[str]:
-        argv = [
-            "-m", "dynamo_oss.engines.mocker_worker",
-            "--model-path", str(ctx.model_folder),
-            "--model-name", ctx.served_name,
-            "--endpoint", ctx.endpoint,
-            "--engine-type", ctx.timing.imitates if ctx.timing else STANDS_IN_FOR,
-            "--disaggregation-mode", ctx.role,
-        ]  # fmt: skip
+        argv = ["-m", "dynamo_oss.engines.mocker_worker"]
+        argv += flags(
+            {
+                "--model-path": str(ctx.model_folder),
+                "--model-name": ctx.served_name,
+                "--endpoint": ctx.endpoint,
+                "--engine-type": ctx.timing.imitates if ctx.timing else STANDS_IN_FOR,
+                "--disaggregation-mode": ctx.role,
+            }
+        )
         argv += _timing_flags(ctx.timing) if ctx.timing else _shape_flags(ctx.shape)
         max_len = ctx.shape.max_seq_len or ctx.max_context
         if max_len:
@@ -90,6 +92,9 @@ def replay_engine_args(timing: SimulatedTiming, role: PoolRole, tensor_parallel:
         engine["kv_transfer_bandwidth"] = timing.kv_transfer_gbps
     if timing.kv_bytes_per_token is not None:
         engine["kv_transfer_bytes_per_token"] = timing.kv_bytes_per_token
+    if timing.accept_rates:
+        engine["aic_nextn"] = len(timing.accept_rates)
+        engine["aic_nextn_accept_rates"] = _rates(timing.accept_rates)
     return {
         "tensor_parallel_size": 1 if timing.attention_ranks > 1 else tensor_parallel,
         "dp_size": timing.attention_ranks,
@@ -100,30 +105,41 @@ def replay_engine_args(timing: SimulatedTiming, role: PoolRole, tensor_parallel:
 def _timing_flags(timing: SimulatedTiming) -> list[str]:
     """The profile is per attention rank, so an attention-DP worker runs one scheduler per rank
     (--data-parallel-size), each with its own KV blocks and max_num_seqs."""
-    flags = [
-        "--planner-profile-data", str(timing.profile.path),
-        "--data-parallel-size", str(timing.attention_ranks),
-        "--block-size", str(timing.block_size),
-        "--num-gpu-blocks-override", str(timing.num_gpu_blocks),
-        "--max-num-seqs", str(timing.max_num_seqs),
-        "--max-num-batched-tokens", str(timing.max_num_batched_tokens),
-    ]  # fmt: skip
+    argv = flags(
+        {
+            "--planner-profile-data": str(timing.profile.path),
+            "--data-parallel-size": str(timing.attention_ranks),
+            "--block-size": str(timing.block_size),
+            "--num-gpu-blocks-override": str(timing.num_gpu_blocks),
+            "--max-num-seqs": str(timing.max_num_seqs),
+            "--max-num-batched-tokens": str(timing.max_num_batched_tokens),
+        }
+    )
     if timing.kv_transfer_gbps is not None:
         # The handoff delay is bytes over bandwidth, outside the speedup ratio: scale it here.
-        flags += ["--kv-transfer-bandwidth", f"{timing.kv_transfer_gbps / timing.time_scale:g}"]
+        argv += ["--kv-transfer-bandwidth", f"{timing.kv_transfer_gbps / timing.time_scale:g}"]
     if timing.kv_bytes_per_token is not None:
-        flags += ["--kv-bytes-per-token", str(timing.kv_bytes_per_token)]
+        argv += ["--kv-bytes-per-token", str(timing.kv_bytes_per_token)]
     if timing.time_scale != 1.0:
-        flags += ["--speedup-ratio", f"{1 / timing.time_scale:g}"]
-    return flags
+        argv += ["--speedup-ratio", f"{1 / timing.time_scale:g}"]
+    if timing.accept_rates:
+        # Dynamo's mocker draws each step's accepted drafts from these rates and emits them at once; it
+        # charges the step the profile's time, which for a speculative pool is the drafting and verifying step.
+        argv += ["--aic-nextn", str(len(timing.accept_rates)), "--aic-nextn-accept-rates", _rates(timing.accept_rates)]
+    return argv
+
+
+def _rates(rates: tuple[float, ...]) -> str:
+    """The mocker's --aic-nextn-accept-rates: comma-separated, in draft order."""
+    return ",".join(f"{rate:.4g}" for rate in rates)
 
 
 def _shape_flags(shape: EngineShape) -> list[str]:
     """The engine configuration's KV block size and batch limits; with attention DP each rank
     batches on its own, so one scheduler gets all ranks' sequences."""
-    flags = ["--block-size", str(shape.kv_block_size)]
+    argv = ["--block-size", str(shape.kv_block_size)]
     if shape.max_batch_size is not None:
-        flags += ["--max-num-seqs", str(shape.max_batch_size * shape.attention_ranks)]
+        argv += ["--max-num-seqs", str(shape.max_batch_size * shape.attention_ranks)]
     if shape.max_num_tokens is not None:
-        flags += ["--max-num-batched-tokens", str(shape.max_num_tokens)]
-    return flags
+        argv += ["--max-num-batched-tokens", str(shape.max_num_tokens)]
+    return argv

@@ -20,12 +20,13 @@ import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import httptools
 
 from dynamo_oss.gateway.auth import ApiKeys
+from dynamo_oss.gateway.batches.api import BatchApi
 from dynamo_oss.gateway.chat.route import ChatRoute
 from dynamo_oss.gateway.errors import (
     RETRY_AFTER_S,
@@ -57,6 +58,7 @@ from dynamo_oss.gateway.responses.route import ResponsesRoute
 from dynamo_oss.gateway.fair_share import FairShare, Ticket
 from dynamo_oss.gateway.forwarding import Clientless, Sink, forward
 from dynamo_oss.gateway.frontends import Frontend, Frontends, FrontendStarting
+from dynamo_oss.gateway.latency import RecentLatency
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.harmony.sealing import ReasoningSeal
@@ -65,6 +67,7 @@ from dynamo_oss.gateway.responses.stored import PREFIX as STORED_RESPONSES
 from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHODS
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
+    BytesAnswer,
     Detached,
     EventStreamAnswer,
     LocalAnswer,
@@ -81,6 +84,9 @@ from dynamo_oss.gateway.text_completions import CompletionsRoute
 from dynamo_oss.gateway.usage import REFUSED, count_request, count_tokens
 from dynamo_oss.gateway.validation import check_request
 from dynamo_oss.graph.schema import KeyLimitsSection
+
+if TYPE_CHECKING:  # OpenTelemetry is imported only where the graph traces (serving.py)
+    from dynamo_oss.gateway.tracing import RequestTrace, Tracing
 
 log = logging.getLogger("dynamo_oss.gateway")
 
@@ -112,8 +118,11 @@ class Gateway:
         limits_per_key: KeyLimitsSection | None = None,
         ledger: Ledger | None = None,
         background: BackgroundResponses | None = None,
+        batch_api: BatchApi | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.frontends = Frontends(upstreams)
+        self.tracing = tracing  # None: the graph traces nothing, and no request pays for it
         self.counter = counter
         self.keys = keys  # None: no key is asked for
         self.tenants = Tenants(graph_key, isolated=cache_isolation and keys is not None)
@@ -126,6 +135,8 @@ class Gateway:
         probes = {(method, path): PassThrough(path) for method in (b"GET", b"HEAD") for path in (b"/health", b"/live")}
         responses = ResponsesRoute(seal, store, background, limits.max_body_bytes)
         messages = MessagesRoute(seal)
+        self.latency = RecentLatency()  # what this process's answers meet now, which paces batch work
+        batch_routes = batch_api.routes(limits.max_body_bytes) if batch_api is not None else ({}, {})
         self.routes = RouteTable(
             exact={
                 (b"POST", b"/v1/chat/completions"): ChatRoute(),
@@ -136,11 +147,16 @@ class Gateway:
                 (b"POST", COUNT_TOKENS): CountTokensRoute(messages),
                 (b"GET", b"/v1/models"): PassThrough(b"/v1/models"),
                 **probes,
+                **batch_routes[0],
             },
-            under={STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store, background))},
+            under={
+                STORED_RESPONSES: (STORED_RESPONSE_METHODS, StoredResponsesRoute(store, background)),
+                **batch_routes[1],
+            },
         )
         self.store = store  # None: the graph keeps no responses
         self.background = background  # the background responses this process runs
+        self.batches = batch_api.runner(self) if batch_api is not None else None  # the batches this process runs
         self.idle: dict[str, list[UpstreamConnection]] = {}  # kept connections, by their frontend's base URL
         self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
         self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
@@ -203,10 +219,12 @@ class Gateway:
             (shape for prefix, shape in ERROR_SHAPES.items() if path == prefix or path.startswith(prefix + b"/")), None
         )
 
+    def tenant_of(self, key: str | None) -> str:
+        return self.keys.tenant_of(key) if self.keys is not None and key is not None else NO_TENANT
+
     def caller(self, key: str | None) -> Caller:
         """Who a request showing the key named `key` is from."""
-        tenant = self.keys.tenant_of(key) if self.keys is not None and key is not None else NO_TENANT
-        return self.tenants.caller(key, tenant)
+        return self.tenants.caller(key, self.tenant_of(key))
 
     def forget_models(self) -> None:
         self._models = {}
@@ -252,6 +270,8 @@ class Gateway:
         task.add_done_callback(self.detached.discard)
 
     async def close(self) -> None:
+        if self.batches is not None:
+            await self.batches.close()
         for kept in self.idle.values():
             for connection in kept:
                 connection.transport.close()
@@ -293,6 +313,7 @@ class ClientConnection(asyncio.Protocol):
         self.error_shape: ErrorShape | None = None  # the current exchange's error shape (None: OpenAI's)
         self.rate_headers: list[tuple[bytes, bytes]] = []  # the current exchange's x-ratelimit-* (fair_share.py)
         self.status = 0  # the current exchange's response status, once sent
+        self.trace: RequestTrace | None = None  # the current exchange's part of its trace (tracing.py)
         self.refused = False  # answered before its body was read (no key, too large): the connection closes
         self.counted = False  # counted among the gateway's open connections
         self.left = asyncio.Event()  # the client has gone: a local answer's events stop
@@ -534,6 +555,8 @@ class ClientConnection(asyncio.Protocol):
                 self.error_shape = self.gateway.error_shape(request.target)
                 await self._exchange(request)
                 count_request(request.key, self.api, self.status)
+                if self.trace is not None and self.gateway.tracing is not None:
+                    self.gateway.tracing.end(self.trace, self.status, self.gateway.tenant_of(request.key))
         finally:
             self.gateway.bodies.give_back(request.held)
             self._queued -= request.held
@@ -550,10 +573,14 @@ class ClientConnection(asyncio.Protocol):
             request.route,
         )
         self.api = route.api
+        traced = self.gateway.tracing is not None and self.api is not None  # generations and counts, not probes
+        self.trace = self.gateway.tracing.begin(headers, self.api) if traced else None
         try:
             if self.api is not None:  # a generation or a count: the key's share, then the graph's capacity
                 ticket = self.gateway.fair_share.admit(self.key)
                 self.rate_headers = ticket.headers
+            if self.trace is not None:
+                self.trace.mark_admitted()
             if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
                 await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)
@@ -568,7 +595,14 @@ class ClientConnection(asyncio.Protocol):
                     ticket = None  # the detached exchange's now, until it ends
                     await self.answer(answer, keep_alive)
                 else:
-                    await forward(self.gateway, self, method, headers, upstream)
+                    timing = upstream.transform.timing if upstream.transform is not None else None
+                    if timing is not None:
+                        self.gateway.latency.began(timing, interactive=True)
+                    try:
+                        await forward(self.gateway, self, method, headers, upstream)
+                    finally:
+                        if timing is not None:
+                            self.gateway.latency.ended(timing)
                     transform = upstream.transform
                     if transform is not None:
                         count_tokens(self.key, transform.billed)
@@ -603,9 +637,11 @@ class ClientConnection(asyncio.Protocol):
                     self.deadline.awaiting_headers()
 
     async def answer(self, answer: LocalAnswer, keep_alive: bool) -> None:
-        """A local answer: one JSON body, or events while they come."""
+        """A local answer: one JSON body, a file's bytes, or events while they come."""
         if isinstance(answer, EventStreamAnswer):
             await self._stream(answer.events)
+        elif isinstance(answer, BytesAnswer):
+            self.write_transformed(WholeAnswer(answer.content_type), answer.body, last=True)
         else:
             self.respond(*answer, keep_alive)
 
@@ -738,6 +774,14 @@ class LocalEvents:
 
 
 LOCAL_EVENTS = LocalEvents()
+
+
+@dataclass(frozen=True)
+class WholeAnswer:
+    """How a local answer's bytes are framed (ClientConnection.write_transformed): one body with its length."""
+
+    content_type: bytes
+    streaming = False
 
 
 def spent(transform: Transform | None) -> int:

@@ -1,6 +1,6 @@
 """What one gateway process is told, in one typed file: where it listens, which Dynamo frontends it
-forwards to, where its keys and the graph's key are, its limits, where stored responses live, and
-whether its limits are shared with the gateway's other places.
+forwards to, where its keys and the graph's key are, its limits, where stored responses live,
+whether its limits are shared with the gateway's other places, and where its spans go.
 
 The deployment builds it from the graph (deployment.commands.gateway_config) and each renderer
 writes it once: a file of the run folder on a host, a ConfigMap's key on Kubernetes. The gateway
@@ -16,7 +16,13 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dynamo_oss.catalog.models import BUILTIN_MODELS
-from dynamo_oss.graph.schema import GatewayLimitsSection, GatewayResponsesSection, KeyLimitsSection
+from dynamo_oss.graph.schema import (
+    BatchTargetsSection,
+    GatewayBatchesSection,
+    GatewayLimitsSection,
+    GatewayResponsesSection,
+    KeyLimitsSection,
+)
 
 
 class _Strict(BaseModel):
@@ -60,11 +66,30 @@ class ResponsesStoreConfig(_Strict):
     settings: GatewayResponsesSection = Field(description="how long and how much it keeps")
 
 
+class BatchesConfig(_Strict):
+    """Where the graph's files and batches live in its NATS, and what holds batch requests back."""
+
+    files_bucket: str = Field(description="the object store of files (input, output, error), one per graph")
+    batches_bucket: str = Field(description="the key-value bucket of batches, one per graph")
+    settings: GatewayBatchesSection = Field(description="limits, share of the graph, retention")
+    targets: BatchTargetsSection | None = Field(
+        default=None, description="the latency batch requests must not push interactive traffic past"
+    )
+
+
 class ClusterShareConfig(_Strict):
     """The endpoint is one of several places (pods, nodes) of the graph's gateway, which share each key's
     counts over the graph's NATS so its limits hold over the graph (cluster_share.py)."""
 
     channel: str = Field(description="the name the places of one graph share their counts under, one per graph")
+
+
+class TracingConfig(_Strict):
+    """Where the gateway exports its spans (the endpoint every process of the graph exports to), and the
+    share of requests it starts a trace for (a client's sampled traceparent is always continued)."""
+
+    endpoint: str = Field(description="OTLP over gRPC, e.g. http://127.0.0.1:4317")
+    sample_ratio: float = Field(ge=0, le=1)
 
 
 class GatewayConfig(_Strict):
@@ -106,14 +131,19 @@ class GatewayConfig(_Strict):
     metrics_port: int | None = Field(default=None, ge=1, le=65535)
     nats: NatsConnection | None = Field(default=None, description="the graph's NATS; None: nothing is kept there")
     responses: ResponsesStoreConfig | None = Field(default=None, description="None: the graph keeps no responses")
+    batches: BatchesConfig | None = Field(default=None, description="None: no Batch API")
     cluster_share: ClusterShareConfig | None = Field(
         default=None, description="None: the graph's gateway runs in this place alone, whose counts are its limits"
     )
+    tracing: TracingConfig | None = Field(default=None, description="None: no spans, nothing exported")
 
     @model_validator(mode="after")
     def _nats_for_what_it_keeps(self) -> GatewayConfig:
-        if (self.responses is not None or self.cluster_share is not None) and self.nats is None:
-            raise ValueError("responses and the places' shared counts are kept in the graph's NATS: give nats")
+        kept = (self.responses, self.batches, self.cluster_share)
+        if any(setting is not None for setting in kept) and self.nats is None:
+            raise ValueError("responses, batches and the places' shared counts are kept in the graph's NATS: give nats")
+        if self.batches is not None and self.max_in_flight is None:
+            raise ValueError("batch requests take a share of max_in_flight: give max_in_flight")
         return self
 
     @classmethod

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
-from dynamo_oss.gateway.ledger import Ledger
+from dynamo_oss.gateway.ledger import BATCH_LINES, Ledger
 from dynamo_oss.graph.schema import KeyLimitsSection
 
 
@@ -100,6 +100,23 @@ class FairShare:
             if slot is not None:
                 self.ledger.charge(slot, requests=1, tokens=0)
         return ticket
+
+    def admit_batch(self, share: int) -> Ticket | None:
+        """Count one batch request in while the graph has room for it: fewer than `share` batch requests in
+        flight over the graph, and the graph below its capacity; None when it has none now. A batch request
+        is no key's (its key's limits are for interactive requests), and is charged nothing."""
+        slot = self.ledger.slots[BATCH_LINES]
+        with self.ledger.locked():
+            if self.ledger.in_flight(slot) >= share:
+                return None
+            if self.max_in_flight is not None and self.ledger.in_flight() >= self.max_in_flight:
+                return None
+            self.ledger.count_in(slot)
+        return Ticket(slot, None)
+
+    def batch_done(self, ticket: Ticket) -> None:
+        with self.ledger.locked():
+            self.ledger.count_out(ticket.slot)
 
     def limits_of(self, key: str | None) -> KeyLimitsSection | None:
         return self.own.get(key, self.default) if key is not None else None

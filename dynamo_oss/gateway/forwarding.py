@@ -17,6 +17,7 @@ from dynamo_oss.gateway.routes import Transform, Upstream
 
 if TYPE_CHECKING:
     from dynamo_oss.gateway.app import Gateway, UpstreamConnection
+    from dynamo_oss.gateway.tracing import RequestTrace
 
 # Hop-by-hop headers, and the framing the gateway sets itself (the body is whole by then).
 # The client's API key stays here: Dynamo's frontend neither needs nor should log it.
@@ -43,6 +44,7 @@ class Sink(Protocol):
     api: str | None  # the exchange's generation API (routes.Route.api)
     started: bool  # bytes of the answer went out
     status: int  # the answer's status, once sent
+    trace: RequestTrace | None  # the exchange's part of its trace, where the graph traces it
 
     def respond(self, status: int, body: dict, keep_alive: bool, retry_after: int | None = None) -> None: ...
 
@@ -54,8 +56,14 @@ class Sink(Protocol):
 async def forward(gateway: Gateway, sink: Sink, method: bytes, headers: list, upstream: Upstream) -> None:
     """Send `upstream` to a Dynamo frontend and feed its answer to `sink`; a frontend that drops the request
     before answering, or has just restarted and serves no model yet, is passed over for another."""
+    if sink.trace is not None:  # Dynamo's processes follow the gateway's trace and its sampling decision
+        headers = sink.trace.upstream_headers(headers)
+        if upstream.transform is not None:
+            sink.trace.watch_first_bytes(upstream.transform)
     head = [method + b" " + upstream.url + b" HTTP/1.1"]
     head += [n + b": " + v for n, v in headers if n.lower() not in NOT_FORWARDED]
+    sent = {n.lower() for n, _ in headers}
+    head += [n + b": " + v for n, v in upstream.headers if n.lower() not in sent]
     head.append(b"content-length: " + str(len(upstream.body)).encode())
     request = b"\r\n".join(head) + b"\r\n\r\n" + upstream.body
     head_only = method == b"HEAD"
@@ -126,6 +134,7 @@ class Clientless:
         self.upstream: UpstreamConnection | None = None
         self.started = False
         self.status = 0
+        self.trace: RequestTrace | None = None  # work without a client is not traced
         self.error: dict | None = None  # an error answered in place of the transform's output (OpenAI's shape)
 
     async def forward(self) -> None:

@@ -24,25 +24,29 @@ from contextlib import contextmanager
 from pathlib import Path
 
 BUCKET_FIELDS = 4  # requests' level and time, tokens' level and time
+# The column batch requests are counted in, as a key's are (a name no key has: keys' names have no spaces), so
+# their share of the graph is counted over every process and place (batches/pacing.py).
+BATCH_LINES = "batch lines"
 CHARGE_FIELDS = 2  # requests and tokens charged by this place since it started
 
 
 class Ledger:
-    """The shared counts of `processes` processes over `keys` (the keys' names, in one order for all).
+    """The shared counts of `processes` processes over `keys` (the keys' names, in one order for all) and the
+    graph's batch requests (BATCH_LINES).
     `process` is the serving process that opens it, or None for the endpoint's first process, which
     serves no client and so has no row (it keeps the ledger in step with the graph's other places)."""
 
     def __init__(self, keys: Sequence[str], processes: int, process: int | None, path: Path | None) -> None:
         if process is not None and not 0 <= process < processes:
             raise ValueError(f"process {process} is not one of {processes}")
-        self.keys = list(keys)
-        self.slots = {name: slot for slot, name in enumerate(keys)}
+        self.keys = [*keys, BATCH_LINES]
+        self.slots = {name: slot for slot, name in enumerate(self.keys)}
         self.processes, self.process = processes, process
-        self.width = 1 + len(keys)  # a row: in flight in all, then per key
+        self.width = 1 + len(self.keys)  # a row: in flight in all, then per key
         self._elsewhere = processes * self.width  # the row of what other places have in flight
         self._buckets = self._elsewhere + self.width
-        self._charges = self._buckets + BUCKET_FIELDS * len(keys)
-        size = 8 * (self._charges + CHARGE_FIELDS * len(keys))
+        self._charges = self._buckets + BUCKET_FIELDS * len(self.keys)
+        size = 8 * (self._charges + CHARGE_FIELDS * len(self.keys))
         self._fd: int | None = None
         if path is None:
             self._map = mmap.mmap(-1, size)

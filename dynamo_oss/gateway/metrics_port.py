@@ -15,7 +15,8 @@ from collections.abc import Awaitable, Callable
 
 import aiohttp
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import choose_encoder
 
 from dynamo_oss.catalog.names import FRONTEND_METRICS_PATH, frontend_metrics_path
 
@@ -25,8 +26,10 @@ async def serve_metrics(host: str, port: int, upstreams: list[str], registry: Co
     process's series, processes.py); `upstreams` are the Dynamo frontends."""
     session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10))
 
-    async def own(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(registry), headers={"content-type": CONTENT_TYPE_LATEST})
+    async def own(request: web.Request) -> web.Response:
+        # OpenMetrics to a scraper that asks for it (Prometheus does): the only format that carries exemplars.
+        encode, content_type = choose_encoder(request.headers.get("Accept", ""))
+        return web.Response(body=encode(registry), headers={"content-type": content_type})
 
     def proxy(upstream: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def frontend(_: web.Request) -> web.Response:

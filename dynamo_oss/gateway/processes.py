@@ -26,6 +26,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from dynamo_oss.gateway.cluster_share import keep_shared
 from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.gateway.latency_histograms import ExemplarCollector, exemplars_dir
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.metrics_port import serve_metrics
 
@@ -50,7 +51,12 @@ async def run_endpoint(config: GatewayConfig, config_file: Path, drain_timeout_s
     running: dict[int, asyncio.subprocess.Process] = {}
     keepers = [loop.create_task(_keep(index, config_file, config, running, stop)) for index in range(config.processes)]
     registry = CollectorRegistry()
-    MultiProcessCollector(registry, path=str(config.metrics_dir))
+    if config.tracing is None:
+        MultiProcessCollector(registry, path=str(config.metrics_dir))
+    else:  # the latency histograms' buckets carry the traced requests' trace ids
+        shutil.rmtree(exemplars_dir(config.state_dir), ignore_errors=True)
+        summed = MultiProcessCollector(None, path=str(config.metrics_dir))
+        registry.register(ExemplarCollector(summed, exemplars_dir(config.state_dir)))
     sharing = loop.create_task(keep_shared(config, registry)) if config.cluster_share is not None else None
     metrics = None
     if config.metrics_host is not None and config.metrics_port is not None:

@@ -11,8 +11,9 @@ table's own path, never the client's target.
 A route either passes a request through (the frontend's answer goes to the client byte for
 byte, the fast path) or transforms it: the route sends the frontend a request of its own and
 turns the answer into the client's, piece by piece as it streams (`Transform`). A few requests
-are the gateway's alone (`LocalRoute`: stored responses by id, token counts), answered without the frontend,
-whole or as events while they come (`EventStreamAnswer`). A generation may outlive the client that asked for it
+are the gateway's alone (`LocalRoute`: stored responses by id, token counts, files and batches), answered
+without the frontend, whole (JSON, or a file's bytes: `BytesAnswer`) or as events while they come
+(`EventStreamAnswer`). A generation may outlive the client that asked for it
 (`Detached`: a background response): the client is answered at once, and the exchange runs with no client.
 The HTTP shell (app.py) owns sockets, framing and back-pressure; a route owns only its API.
 """
@@ -27,6 +28,7 @@ from typing import Any, Protocol, TypeVar, runtime_checkable
 from pydantic import BaseModel, ValidationError
 
 from dynamo_oss.gateway.errors import ApiError, stream_cut_event
+from dynamo_oss.gateway.latency import StreamTiming
 from dynamo_oss.gateway.tenancy import Caller
 from dynamo_oss.gateway.usage import Usage
 
@@ -40,6 +42,7 @@ class Transform(Protocol):
 
     content_type: bytes
     streaming: bool
+    timing: StreamTiming | None  # the answer's times, for the graph's latency (None: not timed)
 
     @property
     def done(self) -> bool:
@@ -87,6 +90,7 @@ class WholeBody:
     streaming = False
     done = False
     spent = 0
+    timing = None
 
     def __init__(self) -> None:
         self.body: list[bytes] = []
@@ -114,6 +118,7 @@ class EventStream:
     streaming = True
     done = False
     spent = 0
+    timing = None
 
     def __init__(self) -> None:
         self.buffer = b""
@@ -145,7 +150,15 @@ class EventStreamAnswer:
     events: AsyncIterator[bytes]
 
 
-LocalAnswer = tuple[int, dict[str, Any]] | EventStreamAnswer  # a status and a JSON body, or events
+@dataclass
+class BytesAnswer:
+    """A local answer that is not JSON, sent whole: a file's content."""
+
+    body: bytes
+    content_type: bytes
+
+
+LocalAnswer = tuple[int, dict[str, Any]] | EventStreamAnswer | BytesAnswer  # a status and a JSON body, events, bytes
 
 
 class Exchange(Protocol):
@@ -186,12 +199,14 @@ class Detached(Protocol):
 @dataclass
 class Upstream:
     """The request that goes to the frontend, and the transform its answer takes (None: verbatim); with
-    `detached`, it runs on without the client, who is answered at once (a background response)."""
+    `detached`, it runs on without the client, who is answered at once (a background response);
+    `headers`, the route's own, go with the client's where it sent none by that name."""
 
     url: bytes
     body: bytes
     transform: Transform | None = None
     detached: Detached | None = None
+    headers: tuple[tuple[bytes, bytes], ...] = ()
 
 
 class Checks(Protocol):

@@ -22,7 +22,7 @@ FilePath = Annotated[Path, Field(strict=False)]  # YAML gives strings; paths are
 
 
 def _mode_shorthand(value: object) -> object:
-    """`etcd: embedded` is short for `etcd: {mode: embedded}`; likewise nats and prometheus."""
+    """`etcd: embedded` is short for `etcd: {mode: embedded}`; likewise nats, prometheus and tracing."""
     return {"mode": value} if isinstance(value, str) else value
 
 
@@ -265,11 +265,24 @@ class FrontendSection(Strict):
         description="On a graph of several nodes, the nodes that run frontends (and gateways) on "
         "host:port, each its own way in (default: infrastructure.node).",
     )
+    session_affinity_s: int | None = Field(
+        default=None,
+        ge=1,
+        le=86_400,
+        description="With router kv: keep a conversation on the worker its last turn ran on while it is idle "
+        "for at most this long (Dynamo's --router-session-affinity-ttl-secs). The gateway names a Responses "
+        "conversation's session (header x-dynamo-session-id) from its previous_response_id or prompt_cache_key. "
+        "Default: off, each turn routed on its KV overlap alone.",
+    )
 
     @model_validator(mode="after")
     def _replicas_or_autoscale(self) -> FrontendSection:
         if self.replicas is not None and self.autoscale is not None:
             raise ValueError("Give replicas or autoscale, not both: autoscale's min is where it starts.")
+        if self.session_affinity_s is not None and self.router != "kv":
+            raise ValueError(
+                f"session_affinity_s needs router kv (got router {self.router}): Dynamo's KV router keeps the sessions."
+            )
         return self
 
 
@@ -416,6 +429,75 @@ class GatewayResponsesSection(Strict):
     )
 
 
+class BatchTargetsSection(Strict):
+    """The latency a graph without a planner holds its interactive traffic to, which batch work must not push
+    past (a graph with a planner holds it to the planner's targets)."""
+
+    ttft_ms: float = Field(gt=0, description="Time-to-first-token target, ms (p90 of interactive requests).")
+    itl_ms: float = Field(gt=0, description="Inter-token latency target, ms (p90 of every stream).")
+
+
+class GatewayBatchesSection(Strict):
+    """OpenAI's Batch API (`/v1/files`, `/v1/batches`): JSONL files of requests kept in the graph's NATS object
+    store, run by the gateway in the capacity interactive traffic leaves, their answers written to output and
+    error files. Every file and batch belongs to the API key that made it."""
+
+    enabled: bool = Field(default=True, description="Serve /v1/files and /v1/batches (they need the graph's NATS).")
+    max_file_mib: int = Field(
+        default=64,
+        ge=1,
+        le=1024,
+        description="Largest batch input file, MiB (OpenAI allows 200 MB); an upload is also bounded by "
+        "gateway.limits.max_body_mib, the smaller of the two applying. Past it, a 400 at upload.",
+    )
+    max_lines: int = Field(
+        default=50_000,
+        ge=1,
+        le=1_000_000,
+        description="Most requests in one batch file (OpenAI's limit); past it, a 400 at upload.",
+    )
+    max_mib: int = Field(
+        default=8192,
+        ge=1,
+        le=1024 * 1024,
+        description="Most MiB the files (input, output and error) take in NATS together; a full store refuses "
+        "new uploads with a 400 saying to delete files, and never drops one a batch still needs.",
+    )
+    max_mib_per_key: int = Field(
+        default=2048,
+        ge=1,
+        le=1024 * 1024,
+        description="Most MiB of files one API key may keep, so no key fills the store for the others.",
+    )
+    max_batches_per_key: int = Field(
+        default=8,
+        ge=1,
+        le=10_000,
+        description="Batches one API key may have not yet ended (validating, in progress, finalizing, "
+        "cancelling); past it, creating another gets a 429.",
+    )
+    max_share: float = Field(
+        default=0.5,
+        gt=0,
+        le=1,
+        description="Most of gateway.max_in_flight that batch requests may hold at once, over the graph: the "
+        "rest stays for interactive requests, which batch work never turns away.",
+    )
+    retention_s: int = Field(
+        default=30 * 24 * 3600,
+        ge=3600,
+        le=365 * 24 * 3600,
+        description="Seconds files and batches are kept (an output file counts from its batch's end); past "
+        "it NATS drops them.",
+    )
+    targets: BatchTargetsSection | None = Field(
+        default=None,
+        description="A graph without a planner: the TTFT and ITL its interactive traffic is held to, past which "
+        "batch requests are held back. A graph with a planner uses the planner's targets, and this is "
+        "refused. Without either, batch requests are bounded by max_share alone.",
+    )
+
+
 class GatewaySection(Strict):
     """dynamo-oss's request gateway, which clients meet at frontend.host:port."""
 
@@ -447,6 +529,7 @@ class GatewaySection(Strict):
         "`shared` lets every key reuse every cached prefix. Without keys, all requests share the cache.",
     )
     responses: GatewayResponsesSection = Field(default_factory=GatewayResponsesSection)
+    batches: GatewayBatchesSection = Field(default_factory=GatewayBatchesSection)
     key_file: FilePath | None = Field(
         default=None,
         description="The graph's key (32 random bytes, or their base64; owner-only), which seals reasoning and "
@@ -589,6 +672,42 @@ class ExternalPrometheus(Strict):
     url: str = Field(description="Prometheus that scrapes this graph, e.g. http://prometheus:9090.")
 
 
+SampleRatio = Annotated[
+    float,
+    Field(
+        ge=0,
+        le=1,
+        description="Share of requests traced, decided once per request by the gateway (or by a client's "
+        "sampled traceparent) and followed by every process of the graph: 1 traces every request, 0.01 one in a "
+        "hundred.",
+    ),
+]
+
+
+class EmbeddedTracing(Strict):
+    """Arize Phoenix started with the graph on loopback: it receives OTLP over gRPC and keeps its spans in the
+    run folder."""
+
+    mode: Literal["embedded"] = "embedded"
+    port: Port = Field(default=6006, description="Port of the trace backend's UI and API (loopback).")
+    otlp_port: Port = Field(default=4317, description="Port it receives OTLP over gRPC on (loopback).")
+    sample_ratio: SampleRatio = 1.0
+
+
+class ExternalTracing(Strict):
+    mode: Literal["external"] = "external"
+    endpoint: str = Field(
+        pattern=r"^https?://[^/\s]+/?$",
+        description="OTLP over gRPC endpoint every process of the graph exports its spans and logs to, e.g. "
+        "http://otel-collector:4317 (an OpenTelemetry Collector, Jaeger, Tempo, Phoenix).",
+    )
+    sample_ratio: SampleRatio = 1.0
+
+
+class NoTracing(Strict):
+    mode: Literal["off"] = "off"
+
+
 class ObservabilitySection(Strict):
     prometheus: Annotated[EmbeddedPrometheus | ExternalPrometheus, Field(discriminator="mode")] = Field(
         default_factory=EmbeddedPrometheus,
@@ -603,8 +722,16 @@ class ObservabilitySection(Strict):
         description="Loopback port of the gateway's /metrics (requests and tokens per API key), "
         "scraped by the graph's Prometheus.",
     )
+    tracing: Annotated[EmbeddedTracing | ExternalTracing | NoTracing, Field(discriminator="mode")] = Field(
+        default_factory=NoTracing,
+        description="One trace per request, from the gateway through Dynamo's frontend, router and workers "
+        "(OpenTelemetry): `embedded` starts a trace backend with the graph, `external` exports to an OTLP "
+        "endpoint, `off` (the default) exports nothing.",
+    )
 
-    _shorthand = field_validator("prometheus", mode="before")(classmethod(lambda cls, value: _mode_shorthand(value)))
+    _shorthand = field_validator("prometheus", "tracing", mode="before")(
+        classmethod(lambda cls, value: _mode_shorthand(value))
+    )
 
 
 class PlannerSection(Strict):
@@ -694,7 +821,8 @@ class GraphSpec(Strict):
         default=None, description="Latency targets and GPU budget for the pools that autoscale."
     )
     observability: ObservabilitySection | None = Field(
-        default=None, description="Metrics: Prometheus and the launcher's own /metrics. Left out: neither."
+        default=None,
+        description="Metrics (Prometheus and the launcher's own /metrics) and traces. Left out: none of them.",
     )
 
     @model_validator(mode="after")
@@ -707,6 +835,11 @@ class GraphSpec(Strict):
             )
         if self.planner is not None and not scaled:
             raise ValueError("Got a planner section but no pool autoscales. Give a pool `autoscale: {min, max}`.")
+        if self.planner is not None and self.gateway.batches.targets is not None:
+            raise ValueError(
+                "gateway.batches.targets: batch requests are held to the planner's targets (planner.ttft_ms and "
+                "itl_ms) on a graph with a planner; leave gateway.batches.targets out"
+            )
         if self.planner and self.planner.max_gpus and self.planner.max_gpus > self.hardware.total_gpus:
             raise ValueError(
                 f"planner.max_gpus is {self.planner.max_gpus} but the graph has {self.hardware.total_gpus} GPUs"

@@ -130,6 +130,6 @@ class ManagedProcess:
                 line = raw.decode(errors="replace").rstrip("\n")
                 log.write(line + "\n")
                 log.flush()
-                if self.verbose or (for_terminal(line) and not self.draining):
+                if self.verbose or (self.plan.terminal and for_terminal(line) and not self.draining):
                     sys.stdout.write(self.prefix + line + "\n")
                     sys.stdout.flush()

@@ -67,6 +67,7 @@ class RunState(BaseModel):
     endpoint: str
     served_name: str = Field(description="the model clients ask for")
     prometheus_url: str | None = Field(default=None, description="the Prometheus that scrapes the graph")
+    traces_url: str | None = Field(default=None, description="the embedded trace backend the graph exports to")
     supervisor_pid: int
     ready: bool = Field(description="every worker registered and the model served, at least once")
     stopped: bool = Field(default=False, description="the supervisor has stopped every process")

@@ -10,6 +10,7 @@ workers), and per-line log prefixes; each is a few lines here and a plugin there
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import time
@@ -41,6 +42,7 @@ GRACE_S = {
     "frontend": 30.0,
     "worker": 20.0,
     "prometheus": 5.0,
+    "traces": 5.0,
     "nats": 5.0,
     "etcd": 5.0,
 }
@@ -119,6 +121,8 @@ class Supervisor:
                 )
             if self.plan.prometheus_url:
                 self.say(f"metrics: Prometheus at {self.plan.prometheus_url}")
+            if self.plan.traces_url:
+                self.say(f"traces: Phoenix at {self.plan.traces_url} (`dynamo trace` prints one request's spans)")
             if self.plan.planner:
                 self.say(f"planner: {self.plan.planner}")
             if self.plan.infrastructure_node:
@@ -199,6 +203,12 @@ class Supervisor:
         self.say(f"waiting for {sum(expected.values())} worker(s) to register and the model to be served")
         await self._unless_interrupted(probes.wait_until(registered, timeout_s, "every worker registered"))
         await self._unless_interrupted(probes.wait_until(served, timeout_s, "the model listed"))
+        # The embedded trace backend starts beside the graph (it is the slowest to) and is waited for
+        # here: spans of requests sent once the graph says it is ready are all received.
+        for traces in (p for p in self.plan.processes if p.kind == "traces"):
+            for port in traces.ports:
+                ready = functools.partial(probes.tcp_open, port.host, port.port)
+                await self._unless_interrupted(probes.wait_until(ready, timeout_s, f"{traces.name} on {port.port}"))
 
     async def _unless_interrupted(self, wait: Coroutine[Any, Any, None]) -> None:
         """Run a start-up wait; give up quietly on a stop request, loudly when a process crash-loops."""
@@ -324,7 +334,15 @@ class Supervisor:
         """Gateway and frontend first (they finish in-flight streams), then workers, then NATS and etcd."""
         for process in self.processes:
             process.draining = True  # what they print while stopping (lost peers, closed streams) is expected
-        for kinds in (("planner",), ("gateway",), ("frontend",), ("worker",), ("prometheus",), ("nats",), ("etcd",)):
+        for kinds in (
+            ("planner",),
+            ("gateway",),
+            ("frontend",),
+            ("worker",),
+            ("prometheus", "traces"),
+            ("nats",),
+            ("etcd",),
+        ):
             group = [p for p in self.processes if p.plan.kind in kinds]
             await asyncio.gather(*(p.stop(GRACE_S[p.plan.kind]) for p in group))
         self._write_state(stopped=True)
@@ -360,6 +378,7 @@ class Supervisor:
             endpoint=self.plan.endpoint,
             served_name=self.plan.served_name,
             prometheus_url=self.plan.prometheus_url,
+            traces_url=self.plan.traces_url,
             supervisor_pid=os.getpid(),
             ready=self.ready,
             stopped=stopped,

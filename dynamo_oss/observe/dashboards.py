@@ -86,6 +86,12 @@ def overview() -> dashboard.Dashboard:
             _quantiles("dynamo_frontend_inter_token_latency_seconds", MODEL), warn_at=0.1,
         ))
         .with_panel(panel(
+            "Time to first token, traced requests", "TTFT at the gateway (its arrival to Dynamo's first bytes), p50 "
+            "and p99, where the graph traces (observability.tracing): each exemplar point is a traced request's trace "
+            "id, which `dynamo trace --trace-id ID` prints as a span tree.", "s",
+            _quantiles("dynamo_oss_gateway_time_to_first_token_seconds", GRAPH), warn_at=2, exemplars=True,
+        ))
+        .with_panel(panel(
             "End-to-end latency", "Request duration at the frontend, p50 and p99.", "s",
             _quantiles("dynamo_frontend_request_duration_seconds", MODEL),
         ))

@@ -22,15 +22,16 @@ def panel(
     *,
     warn_at: float | None = None,
     width: int = 12,
+    exemplars: bool = False,
 ) -> timeseries.Panel:
-    """A time series of (PromQL, legend) queries; `warn_at` paints the value past which it turns red."""
+    """A time series of (PromQL, legend) queries; `warn_at` paints the value past which it turns red;
+    `exemplars` asks Prometheus for its series' exemplars too (Grafana draws them as points)."""
     built = (
         timeseries.Panel().title(title).description(description).unit(unit).datasource(DATASOURCE).height(8).span(width)
     )
     for ref, (expr, legend) in zip("ABCDEFGH", queries, strict=False):
-        built = built.with_target(
-            prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DATASOURCE)
-        )
+        query = prometheus.Dataquery().expr(expr).legend_format(legend).ref_id(ref).datasource(DATASOURCE)
+        built = built.with_target(query.exemplar(True) if exemplars else query)
     if warn_at is not None:
         built = built.thresholds(
             dashboard.ThresholdsConfig()

@@ -23,6 +23,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, Field
 
+from dynamo_oss.perf.aic import AicReference, aic_metric
 from dynamo_oss.perf.costs import FITTED_FACTORS_PATH, Factors, fitted_factors
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
 from dynamo_oss.perf.replay import simulate
@@ -160,6 +161,47 @@ def _offline(key: str, layout: Layout, isl: int, tok_s_gpu: float, requests: int
         covered=False,
         assumption="offline: every request queued at once, as trtllm-bench throughput runs them; the row's "
         "max batch, token budget and KV memory fraction are not read, so the model's defaults stand in",
+    )
+
+
+# Speculative decoding (issue 42): TensorRT-LLM's own EAGLE3 runs of gpt-oss-120b, total output tok/s of a
+# closed batch, without and with the EAGLE3 head; the first figure per batch is without speculation.
+_PR_12130 = (
+    "TensorRT-LLM pull request 12130 (gpt-oss-120b, gpt-oss-120b-Eagle3, 8 x H200 TP8, MT-Bench, 2,048-token "
+    "outputs), as a third-party survey of the PR tabulates it"
+)
+_PR_12130_TOK_S = {
+    1: (370.45, 731.33),
+    4: (1244.39, 2195.98),
+    8: (2175.31, 3601.65),
+    16: (3761.68, 5523.94),
+    32: (5594.57, 7303.50),
+    64: (7585.72, 11305.00),
+    128: (11806.55, 11820.91),
+}
+_MT_BENCH = Workload(isl=128, osl=2048)  # MT-Bench prompts are short; the PR gives no mean input length
+
+
+def _pr_12130(batch: int, drafts: int) -> PublishedRow:
+    tok_s = _PR_12130_TOK_S[batch][1 if drafts else 0]
+    note = "draft length not stated: 3 taken, TensorRT-LLM's gpt-oss EAGLE3 example (tech blog 11); " if drafts else ""
+    stopped = batch == 128 and drafts
+    return PublishedRow(
+        key=f"h200-tp8-{f'eagle3x{drafts}' if drafts else 'plain'}-bs{batch}",
+        source=_PR_12130,
+        layout=_agg("h200", 8, draft_tokens=drafts),
+        workload=_MT_BENCH,
+        concurrency=batch,
+        requests=2 * batch,
+        published={"tok_s_gpu": tok_s / 8},
+        covered=False,
+        assumption=f"{note}mean input of 128 tokens assumed; BF16 KV (the checkpoint's default)"
+        + (
+            "; at batch 128 the published EAGLE3 figure equals the plain one within 0.1%, as if speculation "
+            "were off there"
+            if stopped
+            else ""
+        ),
     )
 
 
@@ -344,6 +386,8 @@ PUBLISHED: list[PublishedRow] = [
     ),
 ]
 
+PUBLISHED += [_pr_12130(batch, drafts) for batch in _PR_12130_TOK_S for drafts in (0, 3)]
+
 LEFT_OUT: dict[str, str] = {
     "8xB200, Dynamo + vLLM, agentic trace, aggregated / 2P6D": "EAGLE3 speculative decoding, 90% KV hits "
     "on a trace that is not published",
@@ -399,6 +443,15 @@ FITTED: dict[str, tuple[float, float]] = {
     "client_ttft_overhead_ms": (0, 100),
     "vllm": (0.5, 5),
 }
+# The speculative step's factors, fitted on the speedups of _PR_12130's EAGLE3 rows over its plain ones
+# (batches 1-64: at 128 speculation looks off), so that the model's own error on the plain rows, which
+# both sides share, does not move them.
+SPECULATIVE: dict[str, tuple[float, float]] = {
+    "verify_routing_overlap": (0, 1),
+    "draft_step_layers": (0, 10),
+    "verified_draft_overhead_us": (0, 100),
+}
+SPECULATIVE_BATCHES = (1, 4, 8, 16, 32, 64)
 # Fitted names that are one engine's entry of a per-engine field.
 _PER_ENGINE = {"vllm": ("engine_overhead_factor", "vllm")}
 
@@ -445,10 +498,64 @@ def fit(base: Factors | None = None, names: tuple[str, ...] = tuple(FITTED)) -> 
     return _factors_at(result.x, base, names)
 
 
-def refit(names: tuple[str, ...] = tuple(FITTED)) -> Factors:
+class Speedup(BaseModel):
+    """A batch's EAGLE3 output rate over its plain one, published and predicted (and AIConfigurator's)."""
+
+    batch: int
+    published: float
+    predicted: float
+    aic: float | None = None
+
+
+def speedups(
+    factors: Factors | None = None, batches: tuple[int, ...] = tuple(_PR_12130_TOK_S), aic: AicReference | None = None
+) -> list[Speedup]:
+    """What speculation gains at each batch of _PR_12130, as published, as the replay has it, and as
+    AIConfigurator's estimates (`aic`) have it."""
+    factors = factors or fitted_factors()
+    rows = {row.key: row for row in PUBLISHED}
+    estimates = aic.by_key() if aic is not None else {}
+    out = []
+    for batch in batches:
+        plain, eagle3 = (rows[f"h200-tp8-{kind}-bs{batch}"] for kind in ("plain", "eagle3x3"))
+        aic_plain, aic_eagle3 = (aic_metric(estimates.get(row.key), "tok_s_gpu") for row in (plain, eagle3))
+        out.append(
+            Speedup(
+                batch=batch,
+                published=eagle3.published["tok_s_gpu"] / plain.published["tok_s_gpu"],
+                predicted=predict(eagle3, factors)["tok_s_gpu"] / predict(plain, factors)["tok_s_gpu"],
+                aic=aic_eagle3 / aic_plain if aic_plain and aic_eagle3 else None,
+            )
+        )
+    return out
+
+
+def fit_speculation(base: Factors, names: tuple[str, ...] = tuple(SPECULATIVE)) -> Factors:
+    """Least squares on the log ratio of predicted to published speedup, batches SPECULATIVE_BATCHES."""
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        factors = _factors_at(x, base, names)
+        return np.array([math.log(s.predicted / s.published) for s in speedups(factors, SPECULATIVE_BATCHES)])
+
+    x0 = np.array([_value(base, name) for name in names])
+    bounds = ([SPECULATIVE[name][0] for name in names], [SPECULATIVE[name][1] for name in names])
+    from scipy.optimize import least_squares
+
+    result = least_squares(residuals, x0, bounds=bounds, diff_step=0.05, xtol=1e-3)
+    return _factors_at(result.x, base, names)
+
+
+def refit(names: tuple[str, ...] = (*FITTED, *SPECULATIVE)) -> Factors:
     """Fit the named factors and store the result where `costs.fitted_factors` reads it: all of
     them from the priors, or some of them with the others kept as stored."""
-    factors = fit(Factors() if set(names) == set(FITTED) else fitted_factors(), names)
+    everything = set(names) == set(FITTED) | set(SPECULATIVE)
+    factors = Factors() if everything else fitted_factors()
+    main = tuple(name for name in names if name in FITTED)
+    if main:
+        factors = fit(factors, main)
+    speculative = tuple(name for name in names if name in SPECULATIVE)
+    if speculative:
+        factors = fit_speculation(factors, speculative)
     FITTED_FACTORS_PATH.write_text(factors.model_dump_json(indent=2) + "\n")
     return factors
 
@@ -465,21 +572,46 @@ def misses(comparisons: list[Comparison]) -> list[Comparison]:
     return [c for c in comparisons if verdict(c).startswith("OVER")]
 
 
-def table_markdown(comparisons: list[Comparison]) -> str:
-    """The calibration table: each figure, the prediction and the error."""
+def table_markdown(comparisons: list[Comparison], aic: AicReference | None = None) -> str:
+    """The calibration table: each figure, the prediction and the error; with `aic`, AIConfigurator's
+    estimate of the figure beside them (blank where it was not asked or gave none)."""
     rows = {row.key: row for row in PUBLISHED}
-    lines = [
-        "| row | source | metric | published | model | error | |",
-        "|---|---|---|---:|---:|---:|---|",
-    ]
+    estimates = aic.by_key() if aic is not None else {}
+    head = "| row | source | metric | published | model | error | |"
+    rule = "|---|---|---|---:|---:|---:|---|"
+    if aic is not None:
+        head += f" AIConfigurator {aic.aiconfigurator} | its error |"
+        rule += "---:|---:|"
+    lines = [head, rule]
     for c in comparisons:
-        lines.append(
+        line = (
             f"| {c.key} | {rows[c.key].source} | {c.metric} | {c.published:,.0f} | {c.predicted:,.0f} "
             f"| {c.error:+.1%} | {verdict(c)} |"
         )
+        if aic is not None:
+            value = aic_metric(estimates.get(c.key), c.metric)
+            line += " |  |" if value is None else f" {value:,.0f} | {value / c.published - 1:+.1%} |"
+        lines.append(line)
     notes = [f"- {row.key}: {row.assumption}" for row in PUBLISHED if row.assumption]
     notes += [
         f"- {row.key}, {metric}: not fitted: {why}" for row in PUBLISHED for metric, why in row.known_misses.items()
     ]
     left_out = [f"- {what}: {why}" for what, why in LEFT_OUT.items()]
     return "\n".join(lines + ["", "Assumptions:", *notes] + ["", "Left out:", *left_out])
+
+
+def speedup_markdown(rows: list[Speedup]) -> str:
+    """The EAGLE3 speedups of _PR_12130 beside the model's: what its speculative factors are fitted on."""
+    lines = [
+        f"EAGLE3 over plain decoding, output tok/s ({_PR_12130}; the model's fitted on batches "
+        f"{', '.join(map(str, SPECULATIVE_BATCHES))}):",
+        "",
+        "| batch | published | model | error | AIConfigurator |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    lines += [
+        f"| {s.batch} | {s.published:.2f}x | {s.predicted:.2f}x | {s.predicted / s.published - 1:+.1%} | "
+        + (f"{s.aic:.2f}x |" if s.aic is not None else " |")
+        for s in rows
+    ]
+    return "\n".join(lines)

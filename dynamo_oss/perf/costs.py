@@ -27,7 +27,8 @@ from numpy.typing import ArrayLike
 from pydantic import BaseModel, ConfigDict, Field
 
 from dynamo_oss.catalog.hardware import ComputeDtype, Hardware
-from dynamo_oss.catalog.models import ModelShape
+from dynamo_oss.catalog.models import DraftHead, ModelShape
+from dynamo_oss.perf.kv_cache import KvCache
 from dynamo_oss.perf.layout import Engine, Layout, PoolLayout, Precision, Role
 
 BYTES_PER_ELEMENT = {"bf16": 2.0, "fp8": 1.0, "mxfp4": 4.25 / 8}  # MXFP4: 4 bits + an 8-bit scale per 32
@@ -153,6 +154,29 @@ class Factors(BaseModel):
         "TensorRT-LLM's, which the model targets. Rooflines do not depend on the engine. vLLM's is fitted "
         "on the published vLLM rows (all on Hopper).",
     )
+    verify_routing_overlap: float = Field(
+        0.5,
+        ge=0,
+        le=1,
+        description="Share of the experts a verified draft position routes to that the position before it "
+        "in the same sequence already routed to: the weights a speculative step reads grow by (1 - this) "
+        "of a token's experts per draft. Fitted on the published speculative rows.",
+    )
+    verified_draft_overhead_us: float = Field(
+        10.0,
+        ge=0,
+        description="Time per drafted token verified, beyond its rooflines: the routing, permutes and "
+        "sampling every position of the pass pays, which grows with the batch where the rooflines do not. "
+        "Fitted on the published speculative rows.",
+    )
+    draft_step_layers: float = Field(
+        2.0,
+        ge=0,
+        description="Fixed time of one EAGLE3 draft pass, in decoder layers' `layer_overhead_us`: its "
+        "fused projection, layer, output head and sampling are a few more kernels than one layer's. Fitted "
+        "on the published speculative rows (it comes out near 0: under CUDA graphs a draft pass costs its "
+        "rooflines).",
+    )
     client_ttft_overhead_ms: float = Field(
         25.0,
         ge=0,
@@ -249,13 +273,20 @@ class CostModel:
     def kv_element_bytes(self) -> float:
         return BYTES_PER_ELEMENT[self.precision.kv_cache]
 
-    def kv_bytes_per_context_token(self) -> float:
-        """KV bytes that grow with context (full-attention layers only), whole worker."""
-        return self.shape.kv_bytes_per_context_token(self.kv_element_bytes)
+    @property
+    def draft_head(self) -> DraftHead:
+        """The EAGLE3 head a speculative pool runs, at the model's widths."""
+        return DraftHead(target=self.shape)
 
-    def kv_bytes(self, context: int) -> float:
-        """KV bytes of one sequence, honouring the 128-token window of half the layers."""
-        return self.shape.kv_bytes(context, self.kv_element_bytes)
+    @property
+    def kv_cache(self) -> KvCache:
+        """One attention rank's KV cache as TensorRT-LLM lays it out (`kv_cache`)."""
+        return KvCache(
+            shape=self.shape,
+            element_bytes=self.kv_element_bytes,
+            kv_shards=self._kv_shards,
+            windowed=self.pool.windowed_kv,
+        )
 
     # ---- sharding ---------------------------------------------------------------------
     @property
@@ -296,19 +327,19 @@ class CostModel:
         experts = s.num_experts * s.num_layers * self.expert_params * BYTES_PER_ELEMENT[self.precision.experts]
         return dense / self._attention_shards + experts / self.pool.tp
 
-    def kv_capacity_tokens(self) -> int:
-        """Context tokens the KV cache of one attention rank holds.
-
-        The window layers' KV is reserved for a full batch (max_batch sequences of 128 tokens);
-        the rest holds full-attention KV, which grows with every token.
-        """
+    def kv_budget_bytes(self) -> float:
+        """KV cache memory on each GPU: a fraction of what the weights and the runtime leave."""
         free = self.gpu.hbm_bytes - self.weight_bytes_per_gpu() - RUNTIME_RESERVE_BYTES
-        budget = KV_MEMORY_FRACTION * free * self._kv_shards
-        s = self.shape
-        window = (
-            self.pool.max_batch * s.window_layers * s.sliding_window * s.kv_bytes_per_layer_token(self.kv_element_bytes)
-        )
-        return max(0, int((budget - window) / self.kv_bytes_per_context_token()))
+        return max(0.0, KV_MEMORY_FRACTION * free)
+
+    def kv_capacity_tokens(self) -> int:
+        """Context tokens the full-attention KV of one attention rank holds (its blocks times 32)."""
+        return self.kv_cache.context_tokens(self.kv_budget_bytes())
+
+    def largest_batch(self, context: int) -> int:
+        """Most sequences of `context` tokens one attention rank runs at once: its batch limit, or
+        what its KV cache holds, whichever is fewer."""
+        return min(self.pool.max_batch, self.kv_cache.sequences(self.kv_budget_bytes(), context))
 
     # ---- one step -----------------------------------------------------------------------
     def _roofline(
@@ -331,17 +362,22 @@ class CostModel:
         prefill_seqs: ArrayLike = 0.0,
         decode_seqs: ArrayLike = 0.0,
         decode_context: ArrayLike = 0.0,
+        draft_tokens: int | None = None,
     ) -> dict[str, np.ndarray]:
         """Each named term of one step, in seconds; the step time is their sum.
 
         prefill_tokens: new prompt tokens in the step; their mean attention spans in full and
         window layers come from `attention_spans`; prefill_seqs: prompts whose last token is in
-        the step (they need the output head); decode_seqs: sequences decoding one token at mean
-        context decode_context.
+        the step (they need the output head); decode_seqs: sequences decoding at mean context
+        decode_context. draft_tokens (default: the pool's): with N > 0 each decoding sequence is
+        verified at N + 1 positions in the pass (they share one read of its KV) and the draft head
+        then drafts N tokens (`_draft_head`), a speculative step as TensorRT-LLM's one-model EAGLE3 runs it.
         """
         s, f, pool = self.shape, self.factors, self.pool
+        drafts = pool.draft_tokens if draft_tokens is None else draft_tokens
         n = np.asarray(prefill_tokens, dtype=float)
-        b = np.asarray(decode_seqs, dtype=float)
+        seqs = np.asarray(decode_seqs, dtype=float)
+        b = seqs * (drafts + 1)  # decode positions in the pass
         ctx = np.asarray(decode_context, dtype=float)
         tokens = n + b
         moe_tokens = tokens * pool.ranks  # the MoE of a worker sees every rank's tokens
@@ -349,10 +385,12 @@ class CostModel:
         full, win = s.full_attention_layers, s.window_layers
 
         prefill_keys = n * (full * np.asarray(prefill_full_span) + win * np.asarray(prefill_window_span))
-        decode_keys = b * (full * ctx + win * np.minimum(ctx, s.sliding_window))
+        context_keys = full * ctx + win * np.minimum(ctx, s.sliding_window)
         kv_layer_token = s.kv_bytes_per_layer_token(self.kv_element_bytes)
 
-        touched = s.num_experts * (1 - (1 - s.experts_per_token / s.num_experts) ** moe_tokens)
+        # A sequence's verified positions are consecutive tokens, whose routers pick many of the same experts.
+        routed = (n + seqs * (1 + drafts * (1 - f.verify_routing_overlap))) * pool.ranks
+        touched = s.num_experts * (1 - (1 - s.experts_per_token / s.num_experts) ** routed)
         expert_bytes = self.expert_params * BYTES_PER_ELEMENT[self.precision.experts]
         head_rows = b + np.asarray(prefill_seqs, dtype=float)
 
@@ -367,7 +405,7 @@ class CostModel:
             # behind the chunk's FLOPs: with one roofline over both, the model's mixed step over its
             # parts came out up to 25% below that measured on an H200 (benchmarks/gpu/mixed_step).
             "prefill_attention": self._attention(prefill_keys, n * s.num_layers * kv_layer_token),
-            "decode_attention": self._attention(decode_keys, decode_keys * kv_layer_token),
+            "decode_attention": self._attention(b * context_keys, seqs * context_keys * kv_layer_token),
             "experts": self._roofline(
                 2 * self.expert_params * s.experts_per_token * s.num_layers * moe_tokens / pool.tp,
                 touched * expert_bytes * s.num_layers / pool.tp,
@@ -382,9 +420,49 @@ class CostModel:
             ),
             "collectives": s.num_layers * self._collective_seconds(tokens),
             "layer_overhead": np.full_like(tokens, s.num_layers * f.layer_overhead_us * 1e-6 * self.overhead_factor),
-            "sequence_overhead": head_rows * f.sequence_overhead_us * 1e-6 * self.overhead_factor,
+            "sequence_overhead": (
+                (seqs + np.asarray(prefill_seqs, dtype=float)) * f.sequence_overhead_us
+                + seqs * drafts * f.verified_draft_overhead_us
+            )
+            * 1e-6
+            * self.overhead_factor,
+            "draft_head": self._draft_head(n, np.asarray(prefill_full_span, dtype=float), seqs, ctx, drafts),
         }
         return terms
+
+    def _draft_head(
+        self, prompt_tokens: np.ndarray, prompt_span: np.ndarray, seqs: np.ndarray, context: np.ndarray, drafts: int
+    ) -> np.ndarray:
+        """The EAGLE3 head's work in a step of a speculative pool: it reads the step's prompt tokens once
+        (building its KV), then drafts `drafts` tokens per decoding sequence, one pass each: the first
+        over the verified positions (N + 1 a sequence), the others over one. A pass is one dense BF16
+        layer with its attention over the context, the output head for one row a sequence, and the
+        fixed cost of `draft_step_layers` layers. AIConfigurator charges each draft as a layer of the
+        model itself, MoE included, which for gpt-oss is heavier than its EAGLE3 heads are."""
+        if drafts == 0:
+            return np.zeros(np.broadcast(prompt_tokens, seqs, context).shape)
+        head, s, f = self.draft_head, self.shape, self.factors
+        shards = self._attention_shards
+        kv_token = s.kv_bytes_per_layer_token(self.kv_element_bytes)
+
+        def dense(params: float, rows: np.ndarray) -> np.ndarray:
+            weights = np.where(rows > 0, params * DENSE_BYTES / shards, 0.0)
+            return self._roofline(2 * params * rows / shards, weights, "bf16")
+
+        def layer(rows: np.ndarray, keys: np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
+            attention = self._attention(keys, kv_bytes)
+            return dense(head.layer_params, rows) + attention + self._collective_seconds(rows)
+
+        verified = seqs * (drafts + 1)
+        first = layer(
+            prompt_tokens + verified,
+            prompt_tokens * prompt_span + verified * context,
+            (prompt_tokens + seqs * context) * kv_token,
+        )
+        later = (drafts - 1) * layer(seqs, seqs * context, seqs * context * kv_token)
+        heads = drafts * dense(head.head_params, seqs)
+        fixed = drafts * f.draft_step_layers * f.layer_overhead_us * 1e-6 * self.overhead_factor
+        return first + np.where(seqs > 0, later + heads + fixed, 0.0)
 
     def _attention(self, keys: np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
         """One attention kernel over `keys` query-key pairs (all layers), reading or writing `kv_bytes` of KV."""
@@ -484,5 +562,5 @@ def kv_handoff_bandwidth(layout: Layout, factors: Factors | None = None) -> floa
 
 def kv_handoff_ms(layout: Layout, prompt_tokens: int, factors: Factors | None = None) -> float:
     """Time to move one prompt's KV from the prefill pool to the decode pool."""
-    nbytes = layout.shape.kv_bytes(prompt_tokens, BYTES_PER_ELEMENT[layout.precision.kv_cache])
+    nbytes = CostModel.for_pool(layout, "prefill", factors).kv_cache.sequence_bytes(prompt_tokens)
     return 1e3 * nbytes / kv_handoff_bandwidth(layout, factors)

@@ -132,8 +132,9 @@ def pool_peak(
     times longer than modelled (a mocker run slower)."""
     cost = CostModel.for_pool(layout, role, factors or fitted_factors())
     pool = layout.pools[role]
-    batch = max(1, min(pool.max_batch, cost.kv_capacity_tokens() // (context.isl + context.osl)))
-    step_s = slowdown * float(cost.decode_ms(batch, context.isl + context.osl / 2)) / 1e3
+    batch = max(1, cost.largest_batch(context.isl + context.osl))
+    gained = context.profile.tokens_per_step(pool.draft_tokens)  # a speculative step's tokens a sequence
+    step_s = slowdown * float(cost.decode_ms(batch, context.isl + context.osl / 2)) / 1e3 / gained
     return PoolPeak(
         role=role,
         workers=workers,

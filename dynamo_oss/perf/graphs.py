@@ -13,12 +13,14 @@ from typing import Any
 
 import yaml
 
+from dynamo_oss.catalog.models import BUILTIN_MODELS, PUBLISHED_DRAFT_HEADS
 from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.deployment.model import Deployment, build_deployment
-from dynamo_oss.engines import EngineShape, SimulatedTiming
+from dynamo_oss.engines import EngineShape, SimulatedTiming, Speculation
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK, llm_args_document
 from dynamo_oss.graph.errors import GraphError, Problem
 from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.perf.kv_cache import gpt_oss_windows, window_problem
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 from dynamo_oss.perf.profiles import simulated_timing
 
@@ -37,8 +39,19 @@ def layout_from_deployment(deployment: Deployment) -> Layout:
             ],
         )
     pools: dict[str, PoolLayout] = {}
+    model = BUILTIN_MODELS[deployment.model.builtin]
     for pool in deployment.pools:
         shape = pool.shape
+        windows = shape.max_attention_window
+        if windows is not None and (problem := window_problem(model, windows)):
+            raise GraphError(
+                str(deployment.source),
+                [
+                    Problem(
+                        path=f"pools.{pool.role}.engine_args", message=f"kv_cache_config.max_attention_window {problem}"
+                    )
+                ],
+            )
         if shape.pipeline_parallel > 1:
             raise GraphError(
                 str(deployment.source),
@@ -54,6 +67,8 @@ def layout_from_deployment(deployment: Deployment) -> Layout:
             "workers": pool.workers,
             "tp": shape.tensor_parallel,
             "attention_dp": shape.attention_dp,
+            "windowed_kv": windows is not None and min(windows) < model.max_context,
+            "draft_tokens": shape.speculative.draft_tokens if shape.speculative else 0,
         }
         if shape.expert_parallel not in (None, shape.tensor_parallel):
             fields["ep"] = shape.expert_parallel
@@ -99,6 +114,13 @@ def simulated_timings(deployment: Deployment, folder: Path, time_scale: float = 
     }
 
 
+def _speculation(layout: Layout, pool: PoolLayout) -> Speculation | None:
+    """The EAGLE3 speculation a planned pool runs: the model's published head, drafting the pool's tokens."""
+    if not pool.draft_tokens:
+        return None
+    return Speculation(method="eagle3", draft_tokens=pool.draft_tokens, draft_model=PUBLISHED_DRAFT_HEADS[layout.model])
+
+
 def graph_files(layout: Layout, name: str) -> dict[str, str]:
     """The graph file that runs `layout` and its engine-args files, as {relative path: YAML}."""
     files, pools = {}, {}
@@ -112,6 +134,8 @@ def graph_files(layout: Layout, name: str) -> dict[str, str]:
             max_num_tokens=pool.max_num_tokens,
             kv_cache_dtype="fp8" if layout.precision.kv_cache == "fp8" else "auto",
             kv_block_size=DEFAULT_TOKENS_PER_BLOCK,
+            max_attention_window=gpt_oss_windows(layout.shape) if pool.windowed_kv else None,
+            speculative=_speculation(layout, pool),
         )
         files[engine_file] = yaml.safe_dump(llm_args_document(shape, role), sort_keys=False)
         pools[role] = {

@@ -18,6 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from dynamo_oss.catalog.hardware import HARDWARE, Hardware, HardwareName
 from dynamo_oss.catalog.models import BUILTIN_MODELS, BuiltinModelName, ModelShape
+from dynamo_oss.engines import MAX_DRAFT_TOKENS
+from dynamo_oss.perf.speculation import PROFILES, AcceptanceProfile
 
 Role = Literal["agg", "prefill", "decode"]
 Mode = Literal["agg", "disagg"]
@@ -56,6 +58,17 @@ class PoolLayout(BaseModel):
     max_num_tokens: int = Field(
         8192, ge=256, description="token budget of one step; longer prompts are prefilled in chunks"
     )
+    draft_tokens: int = Field(
+        0,
+        ge=0,
+        le=MAX_DRAFT_TOKENS,
+        description="EAGLE3 tokens drafted and verified per step (speculative decoding); 0: none",
+    )
+    windowed_kv: bool = Field(
+        True,
+        description="the engine keeps gpt-oss's window layers' KV in a pool of their own, 128 tokens a "
+        "sequence (kv_cache_config.max_attention_window); False: every layer keeps the whole sequence",
+    )
 
     @model_validator(mode="after")
     def _ep_divides_tp(self) -> PoolLayout:
@@ -79,6 +92,7 @@ class PoolLayout(BaseModel):
     def describe(self) -> str:
         ep = self.expert_parallel
         parts = [f"TP{self.tp}"] + ([f"EP{ep}"] if ep > 1 else []) + (["ADP"] if self.attention_dp else [])
+        parts += [f"EAGLE3-{self.draft_tokens}"] if self.draft_tokens else []
         return f"{self.workers}x{'/'.join(parts)}"
 
 
@@ -128,3 +142,10 @@ class Workload(BaseModel):
 
     isl: int = Field(ge=1, description="input tokens per request")
     osl: int = Field(ge=1, description="output tokens per request")
+    acceptance: Literal["chat", "agentic"] = Field(
+        "chat", description="the traffic's acceptance profile: how many drafted tokens a speculative pool keeps"
+    )
+
+    @property
+    def profile(self) -> AcceptanceProfile:
+        return PROFILES[self.acceptance]

@@ -36,7 +36,6 @@ from numpy.typing import ArrayLike
 from dynamo_oss.engines import PlannedFile, SimulatedTiming
 from dynamo_oss.engines.trtllm import DEFAULT_TOKENS_PER_BLOCK
 from dynamo_oss.perf.costs import (
-    BYTES_PER_ELEMENT,
     CostModel,
     Factors,
     attention_spans,
@@ -44,6 +43,7 @@ from dynamo_oss.perf.costs import (
     kv_handoff_bandwidth,
 )
 from dynamo_oss.perf.layout import Layout, Role
+from dynamo_oss.perf.speculation import CHAT, AcceptanceProfile
 
 BLOCK_SIZE = DEFAULT_TOKENS_PER_BLOCK  # the mocker stands in for TensorRT-LLM, so it keeps its KV block
 
@@ -54,18 +54,24 @@ def _grid(top: float, points: int) -> np.ndarray:
 
 
 def prefill_curve_ms(
-    cost: CostModel, role: Role, new: ArrayLike, prompt_tokens: int | None = None, decode_batch: float = 1.0
+    cost: CostModel,
+    role: Role,
+    new: ArrayLike,
+    prompt_tokens: int | None = None,
+    decode_batch: float = 1.0,
+    cached_tokens: int = 0,
 ) -> np.ndarray:
     """What the mocker charges a pass of `new` prompt tokens (the profile's prefill curve).
 
     prompt_tokens: the workload's prompt length, over which a pass's new tokens are spread;
-    None charges each pass as one whole prompt of that many tokens. An aggregated pool's pass
-    is the chunk's marginal cost beside `decode_batch` sequences decoding on the rank (at the
-    prompt's context), which the mocker's decode table then adds.
+    None charges each pass as one whole prompt of that many tokens. cached_tokens: the context a
+    prompt's new tokens follow, found in the KV cache (a conversation's earlier turns), which they
+    attend. An aggregated pool's pass is the chunk's marginal cost beside `decode_batch` sequences
+    decoding on the rank (at the prompt's context), which the mocker's decode table then adds.
     """
     new = np.asarray(new, dtype=float)
     prompt = new if prompt_tokens is None else np.full_like(new, float(prompt_tokens))
-    full, window = attention_spans(0.0, prompt, cost.shape.sliding_window)
+    full, window = attention_spans(float(cached_tokens), prompt, cost.shape.sliding_window)
     chunk = {
         "prefill_tokens": new,
         "prefill_full_span": full,
@@ -74,18 +80,18 @@ def prefill_curve_ms(
     }
     if role != "agg":
         return cost.step_ms(**chunk)
-    beside = {"decode_seqs": decode_batch, "decode_context": prompt}
+    beside = {"decode_seqs": decode_batch, "decode_context": cached_tokens + prompt}
     return cost.step_ms(**chunk, **beside) - cost.step_ms(**beside)
 
 
 def profile_tables(
-    cost: CostModel, role: Role, prompt_tokens: int | None = None, decode_batch: float = 1.0
+    cost: CostModel, role: Role, prompt_tokens: int | None = None, decode_batch: float = 1.0, cached_tokens: int = 0
 ) -> dict[str, np.ndarray]:
-    """The five arrays of a dynamo_profile for one pool role; prompt_tokens and decode_batch as in
-    `prefill_curve_ms`."""
+    """The five arrays of a dynamo_profile for one pool role; prompt_tokens, decode_batch and
+    cached_tokens as in `prefill_curve_ms`."""
     shape = cost.shape
     new = _grid(4 * max(cost.pool.max_num_tokens, prompt_tokens or 0), 64)
-    prefill = prefill_curve_ms(cost, role, new, prompt_tokens, decode_batch)
+    prefill = prefill_curve_ms(cost, role, new, prompt_tokens, decode_batch, cached_tokens)
 
     context = _grid(shape.max_context, 40)
     active = _grid(1.05 * max(cost.kv_capacity_tokens(), shape.max_context), 72)
@@ -107,18 +113,28 @@ def simulated_timing(
     *,
     prompt_tokens: int | None = None,
     decode_batch: float = 1.0,
+    acceptance: AcceptanceProfile = CHAT,
+    cached_tokens: int = 0,
     factors: Factors | None = None,
 ) -> SimulatedTiming:
     """The speed and capacity of one worker of `layout`'s `role` pool, its profile to be written
     at `profile` (the mocker's --planner-profile-data, or its dynamo_profile timing model).
 
-    prompt_tokens and decode_batch describe the workload (`profile_tables`); a served graph,
-    which knows neither, charges a chunk as one whole prompt beside one decode."""
+    prompt_tokens, decode_batch and cached_tokens describe the workload (`profile_tables`); a served graph,
+    which knows neither, charges a chunk as one whole prompt beside one decode. A speculative pool's
+    decode steps are its drafting and verifying steps, and the mocker draws the drafts each step keeps
+    from `acceptance` (chat traffic's unless the workload says)."""
     factors = factors or fitted_factors()
     pool = layout.pools[role]
     cost = CostModel.for_pool(layout, role, factors)
-    tables = profile_tables(cost, role, prompt_tokens, decode_batch)
-    about = {"layout": layout.model_dump(), "role": role, "prompt_tokens": prompt_tokens, "decode_batch": decode_batch}
+    tables = profile_tables(cost, role, prompt_tokens, decode_batch, cached_tokens)
+    about = {
+        "layout": layout.model_dump(),
+        "role": role,
+        "prompt_tokens": prompt_tokens,
+        "decode_batch": decode_batch,
+        "cached_tokens": cached_tokens,
+    }
     buffer = io.BytesIO()
     np.savez(buffer, **{k: v.astype(np.float64) for k, v in tables.items()}, dynamo_oss=np.asarray(json.dumps(about)))
     handoff = role == "prefill"
@@ -134,20 +150,22 @@ def simulated_timing(
         max_num_batched_tokens=pool.max_num_tokens,
         kv_transfer_gbps=kv_transfer_bandwidth_gbps(layout, factors) if handoff else None,
         kv_bytes_per_token=kv_transfer_bytes_per_token(layout, prompt_tokens) if handoff else None,
+        accept_rates=acceptance.accept_rates(pool.draft_tokens) if pool.draft_tokens and role != "prefill" else None,
     )
 
 
 def kv_transfer_bytes_per_token(layout: Layout, prompt_tokens: int | None = None) -> int:
     """KV bytes per prompt token for the prefill mocker's --kv-bytes-per-token.
 
-    The mocker charges a constant per token; gpt-oss's window layers add a fixed 128 tokens
-    per sequence, spread here over `prompt_tokens` (none when not given: they matter only
-    for short prompts).
+    The mocker charges a constant per token; TensorRT-LLM sends whole blocks, and of gpt-oss's
+    window layers only the last few (`kv_cache`), so the handoff of a `prompt_tokens` prompt is
+    spread over its tokens. Not given: the full-attention layers' bytes per token alone, which is
+    what long prompts tend to.
     """
-    element = BYTES_PER_ELEMENT[layout.precision.kv_cache]
+    kv = CostModel.for_pool(layout, "prefill").kv_cache
     if prompt_tokens is None:
-        return round(layout.shape.kv_bytes_per_context_token(element))
-    return round(layout.shape.kv_bytes(prompt_tokens, element) / prompt_tokens)
+        return round(kv.kv_shards * kv.full_pool.block_bytes / kv.block_tokens)
+    return round(kv.sequence_bytes(prompt_tokens) / prompt_tokens)
 
 
 def kv_transfer_bandwidth_gbps(layout: Layout, factors: Factors | None = None) -> float:

@@ -12,13 +12,15 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from pydantic import BaseModel
+from typing import Literal
+
+from pydantic import BaseModel, Field
 
 from dynamo_oss.engines.mocker import replay_engine_args
 from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Workload
 from dynamo_oss.perf.metrics import RequestRecord, ServingPoint, serving_point
-from dynamo_oss.perf.profiles import simulated_timing
+from dynamo_oss.perf.profiles import BLOCK_SIZE, simulated_timing
 
 os.environ.setdefault("DYN_LOG", "warn")  # the replay logs every profile load at info
 
@@ -36,19 +38,32 @@ def batch_beside_chunk(layout: Layout, workload: Workload, concurrency: int) -> 
     if layout.mode != "agg":
         return 1.0  # no pool mixes prefill and decode
     pool = layout.pools["agg"]
-    held = CostModel.for_pool(layout, "agg").kv_capacity_tokens() // (workload.isl + workload.osl)
-    return max(1.0, min(concurrency / (pool.workers * pool.ranks), pool.max_batch, held) - 1)
+    held = CostModel.for_pool(layout, "agg").largest_batch(workload.isl + workload.osl)
+    return max(1.0, min(concurrency / (pool.workers * pool.ranks), held) - 1)
 
 
 def replay_args(
-    layout: Layout, workload: Workload, folder: Path, factors: Factors, decode_batch: float = 1.0
+    layout: Layout,
+    workload: Workload,
+    folder: Path,
+    factors: Factors,
+    decode_batch: float = 1.0,
+    cached_tokens: int = 0,
 ) -> dict[str, object]:
-    """Engine arguments and worker counts for `run_synthetic_trace_replay`, profiles written to folder;
-    `decode_batch` as in `profiles.profile_tables`."""
+    """Engine arguments and worker counts for Dynamo's replay, profiles written to folder; the
+    workload's ISL (its new tokens, after `cached_tokens` found in the KV cache), `decode_batch` and
+    acceptance as in `profiles.profile_tables`."""
     args: dict[str, object] = {}
     for role, pool in layout.pools.items():
         timing = simulated_timing(
-            layout, role, folder / f"{role}.npz", prompt_tokens=workload.isl, decode_batch=decode_batch, factors=factors
+            layout,
+            role,
+            folder / f"{role}.npz",
+            prompt_tokens=workload.isl,
+            decode_batch=decode_batch,
+            acceptance=workload.profile,
+            cached_tokens=cached_tokens,
+            factors=factors,
         )
         timing.profile.write()
         engine = replay_engine_args(timing, role, pool.tp)
@@ -89,6 +104,50 @@ def simulate(
                 )
             )
     return points
+
+
+class TracePoint(BaseModel):
+    """A trace replayed at `lanes` conversations at once: the serving figures and the KV cache's hits."""
+
+    lanes: int
+    serving: ServingPoint
+    kv_hit_rate: float = Field(description="prompt tokens found in a prefix cache over all prompt tokens")
+
+
+def replay_trace(
+    layout: Layout,
+    trace: Path,
+    lanes: int,
+    typical: Workload,
+    *,
+    cached_tokens: int,
+    router: Literal["kv", "round_robin"] = "kv",
+    factors: Factors | None = None,
+) -> TracePoint:
+    """Replay an agentic trace (Dynamo's `dynamo.agentic_mooncake` format: conversations whose turns
+    wait on each other) with `lanes` conversations in flight, behind Dynamo's KV router or round
+    robin. The profiles charge a prefill pass as `typical` new tokens after `cached_tokens` of
+    cached context, and the decode batch as `lanes` spread over the ranks; the prefix caches'
+    hits are the replay's own (its routers and mocker caches see each prompt's KV blocks)."""
+    from dynamo.replay import run_trace_replay
+
+    factors = factors or fitted_factors()
+    decoding = layout.pools["agg" if layout.mode == "agg" else "decode"]
+    beside = max(1.0, lanes / (decoding.workers * decoding.ranks) - 1) if layout.mode == "agg" else 1.0
+    with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
+        args = replay_args(layout, typical, Path(tmp), factors, beside, cached_tokens)
+        report = run_trace_replay(
+            str(trace),
+            **args,
+            trace_format="agentic_mooncake",
+            trace_block_size=BLOCK_SIZE,
+            agentic_lanes=lanes,
+            router_mode="kv_router" if router == "kv" else "round_robin",
+            execution_model=layout.model,
+            capture_per_request=True,
+        )
+    serving = serving_point([request_record(row) for row in report.per_request], concurrency=lanes, gpus=layout.gpus)
+    return TracePoint(lanes=lanes, serving=serving, kv_hit_rate=report.summary["prefix_cache_reused_ratio"])
 
 
 def request_record(row: dict) -> RequestRecord:

@@ -15,7 +15,8 @@ import numpy as np
 from pydantic import BaseModel
 
 from dynamo_oss.catalog.hardware import HARDWARE, HardwareName
-from dynamo_oss.catalog.models import BuiltinModelName
+from dynamo_oss.catalog.models import PUBLISHED_DRAFT_HEADS, BuiltinModelName
+from dynamo_oss.engines import MAX_DRAFT_TOKENS
 from dynamo_oss.perf.costs import (
     CostModel,
     Factors,
@@ -83,17 +84,25 @@ class SearchResult(BaseModel):
         return front
 
 
-def _pools_of(gpus: int, role: str) -> Iterable[PoolLayout]:
-    """Pools of identical workers using exactly `gpus` GPUs."""
+def _pools_of(gpus: int, role: str, drafts: Sequence[int] = (0,)) -> Iterable[PoolLayout]:
+    """Pools of identical workers using exactly `gpus` GPUs; decoding pools with each of `drafts`
+    EAGLE3 draft tokens a step (0: no speculation)."""
     for tp in TP_CHOICES:
         if gpus % tp:
             continue
         if role == "prefill":
             yield PoolLayout(workers=gpus // tp, tp=tp, max_num_tokens=PREFILL_MAX_NUM_TOKENS)
             continue
-        yield PoolLayout(workers=gpus // tp, tp=tp)
-        if tp > 1:
-            yield PoolLayout(workers=gpus // tp, tp=tp, attention_dp=True)
+        for draft_tokens in drafts:
+            yield PoolLayout(workers=gpus // tp, tp=tp, draft_tokens=draft_tokens)
+            if tp > 1:
+                yield PoolLayout(workers=gpus // tp, tp=tp, attention_dp=True, draft_tokens=draft_tokens)
+
+
+def draft_choices(model: BuiltinModelName) -> tuple[int, ...]:
+    """Draft tokens a step the search tries: none, and 1 to MAX_DRAFT_TOKENS where the model has a
+    published EAGLE3 head for the engine files to name."""
+    return (0, *range(1, MAX_DRAFT_TOKENS + 1)) if model in PUBLISHED_DRAFT_HEADS else (0,)
 
 
 def candidate_layouts(
@@ -105,27 +114,31 @@ def candidate_layouts(
     modes: Sequence[Mode] = ("agg", "disagg"),
     precision: Precision | None = None,
     engine: Engine = "trtllm",
+    drafts: Sequence[int] = (0,),
 ) -> list[Layout]:
     """Every layout using exactly `gpus` GPUs whose workers hold the weights and one request's KV.
 
     Aggregated: one pool, TP 1-8, attention TP or attention DP (EP = TP). Disaggregated:
     every split of the GPUs into a prefill pool (TP 1-8) and a decode pool (as aggregated).
+    Decoding pools run each of `drafts` draft tokens a step; a disaggregated layout's prefill
+    workers run its decode workers' speculation too (TensorRT-LLM drafts the first step there).
     """
     common = {"model": model, "hardware": hardware, "engine": engine, "precision": precision or Precision()}
     layouts = []
     if "agg" in modes:
-        layouts += [Layout(**common, pools={"agg": pool}) for pool in _pools_of(gpus, "agg")]
+        layouts += [Layout(**common, pools={"agg": pool}) for pool in _pools_of(gpus, "agg", drafts)]
     if "disagg" in modes:
         for prefill_gpus in range(1, gpus):
             for prefill in _pools_of(prefill_gpus, "prefill"):
-                for decode in _pools_of(gpus - prefill_gpus, "decode"):
-                    layouts.append(Layout(**common, pools={"prefill": prefill, "decode": decode}))
+                for decode in _pools_of(gpus - prefill_gpus, "decode", drafts):
+                    drafting = prefill.model_copy(update={"draft_tokens": decode.draft_tokens})
+                    layouts.append(Layout(**common, pools={"prefill": drafting, "decode": decode}))
     return [layout for layout in layouts if _fits(layout, workload)]
 
 
 def _fits(layout: Layout, workload: Workload) -> bool:
     return all(
-        CostModel.for_pool(layout, role).kv_capacity_tokens() >= workload.isl + workload.osl for role in layout.pools
+        CostModel.for_pool(layout, role).largest_batch(workload.isl + workload.osl) >= 1 for role in layout.pools
     )
 
 
@@ -148,7 +161,8 @@ def steady_state(layout: Layout, workload: Workload, factors: Factors) -> np.nda
     role = "agg" if layout.mode == "agg" else "decode"
     pool = layout.pools[role]
     cost = CostModel.for_pool(layout, role, factors)
-    largest = min(pool.max_batch, cost.kv_capacity_tokens() // (isl + osl))
+    gained = workload.profile.tokens_per_step(pool.draft_tokens)  # tokens a decoding sequence gains a step
+    largest = cost.largest_batch(isl + osl)
     batch = np.unique(np.geomspace(1, max(largest, 1), 24).round())
     if role == "agg":
         full, window = attention_spans(0, isl, layout.shape.sliding_window)
@@ -161,16 +175,18 @@ def steady_state(layout: Layout, workload: Workload, factors: Factors) -> np.nda
             decode_context=isl + osl / 2,
         )
         prefill_ms = cost.prompt_ms(isl)
+        step = step / gained  # per output token
         requests_per_s = batch / ((prefill_ms + osl * step) / 1e3)  # per rank
         ttft = _queued_ms(prefill_ms, requests_per_s * prefill_ms / 1e3)
         tok_s = requests_per_s * osl * pool.ranks * pool.workers
     else:
-        step = cost.decode_ms(batch, isl + osl / 2)
+        whole = cost.decode_ms(batch, isl + osl / 2)  # the first token waits one whole step
+        step = whole / gained  # per output token
         prefill = layout.pools["prefill"]
         prefill_ms = CostModel.for_pool(layout, "prefill", factors).prompt_ms(isl)
         tok_s = batch * pool.ranks * pool.workers / (step / 1e3)
         utilisation = tok_s / osl * prefill_ms / 1e3 / prefill.workers
-        ttft = _queued_ms(prefill_ms, utilisation) + kv_handoff_ms(layout, isl, factors) + step
+        ttft = _queued_ms(prefill_ms, utilisation) + kv_handoff_ms(layout, isl, factors) + whole
         feasible = utilisation <= PREFILL_UTILISATION
         tok_s, step, ttft = tok_s[feasible], step[feasible], ttft[feasible]
     return np.column_stack([tok_s / layout.gpus, 1e3 / step, ttft])
@@ -228,6 +244,7 @@ def search(
     precision: Precision | None = None,
     factors: Factors | None = None,
     requests: int | None = None,
+    drafts: Sequence[int] = (0,),
 ) -> SearchResult:
     """Screen every layout of `gpus` GPUs, then replay at each concurrency the few (at most
     `keep`) that cover each mode's front within each TTFT limit (None: no limit), with
@@ -237,7 +254,7 @@ def search(
     factors = factors or fitted_factors()
     points = []
     for mode in modes:
-        layouts = candidate_layouts(model, hardware, gpus, workload, modes=[mode], precision=precision)
+        layouts = candidate_layouts(model, hardware, gpus, workload, modes=[mode], precision=precision, drafts=drafts)
         picked = {}
         for limit in ttft_limits:
             picked.update({layout.describe(): layout for layout in screen(layouts, workload, keep, factors, limit)})

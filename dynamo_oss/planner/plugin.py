@@ -1,7 +1,8 @@
 """The SLA mode's two stages inside Dynamo's planner, loaded in-process from its configuration.
 
 - `LoadForecast` (predict): Dynamo's own load predictor (`BuiltinLoadPredict`, the one its
-  throughput mode uses) over the traffic the planner observes: request count, ISL and OSL per look.
+  throughput mode uses) over the interactive traffic the planner observes: request count, ISL and OSL
+  per look, less the batch work in it (`batch_work`), which both stages take off.
 - `SlaPropose` (propose): the fewest workers per autoscaled pool that keep the graph's TTFT and ITL
   targets under the larger of the observed and the predicted load plus the graph's headroom, from
   the calibrated model (`sizing`). It sets every pool it sizes on every look, holding the size when
@@ -42,11 +43,13 @@ from dynamo.planner.plugins.types import (
     TrafficMetrics,
 )
 
+from dynamo_oss.catalog.names import PROMETHEUS_ENV
 from dynamo_oss.perf.layout import Role
 from dynamo_oss.planner import metrics
 from dynamo_oss.planner.backlog import backlog_of
+from dynamo_oss.planner.batch_work import BatchWork, less_batch
 from dynamo_oss.planner.look import LOOK_FILE_ENV, Look
-from dynamo_oss.planner.sizing import Load, Sizer, SizingSpec
+from dynamo_oss.planner.sizing import NO_BACKLOG, Load, Sizer, SizingSpec
 
 log = logging.getLogger("dynamo_oss.planner")
 
@@ -64,9 +67,19 @@ class LoadForecast:
             throughput_adjustment_interval_seconds=int(interval_s),
         )
         self._builtin = BuiltinLoadPredict(config, WorkerCapabilities())
+        self.batch_work = BatchWork(os.environ.get(PROMETHEUS_ENV))
 
     async def Predict(self, request: PredictStageRequest) -> PredictStageResponse:  # noqa: N802 - Dynamo's method name
-        return await self._builtin.Predict(request)
+        """Dynamo's forecast of the interactive traffic: batch work is taken off first (batch_work.py)."""
+        context = request.context
+        observations = context.observations if context else None
+        if context is None or observations is None or observations.traffic is None:
+            return await self._builtin.Predict(request)
+        traffic, _ = await self.batch_work.interactive(observations.traffic)
+        observations = observations.model_copy(update={"traffic": traffic})
+        return await self._builtin.Predict(
+            request.model_copy(update={"context": context.model_copy(update={"observations": observations})})
+        )
 
 
 class SlaPropose:
@@ -79,6 +92,7 @@ class SlaPropose:
         self.sized: deque[dict[Role, int]] = deque(maxlen=max(scale_down_looks, 1))  # the latest looks' sizes
         self.shape: tuple[float, float] | None = None  # the last ISL and OSL seen, for idle looks
         self.look_file = Path(os.environ[LOOK_FILE_ENV]) if os.environ.get(LOOK_FILE_ENV) else None
+        self.batch_work = BatchWork(os.environ.get(PROMETHEUS_ENV))
         metrics.set_targets(self.spec.ttft_ms, self.spec.itl_ms)
 
     async def Propose(self, request: ProposeStageRequest) -> ProposeStageResponse:  # noqa: N802 - Dynamo's method name
@@ -88,10 +102,14 @@ class SlaPropose:
         if workers is None:
             return ProposeStageResponse(accept=AcceptResult())
         current = self._current(workers.expected_prefill, workers.expected_decode)
-        load = self._load(observations.traffic if observations else None, context.predictions if context else None)
+        traffic, batch = None, NO_BACKLOG
+        if observations is not None and observations.traffic is not None:
+            traffic, batch = await self.batch_work.interactive(observations.traffic)
+        load = self._load(traffic, context.predictions if context else None)
         if load is None:
             return self._answer(current, current, "no traffic observed yet: holding the pools as they are", None)
         backlog = backlog_of(observations.fpm if observations else None, "agg" not in self.spec.layout.pools)
+        backlog = less_batch(backlog, batch)
         sizing = self.sizer.size(
             load.model_copy(update={"requests_per_s": load.requests_per_s * self.headroom}), backlog
         )

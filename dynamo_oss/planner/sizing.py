@@ -34,6 +34,7 @@ from dynamo_oss.deployment.frozen import Frozen
 
 from dynamo_oss.perf.costs import CostModel, attention_spans, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.layout import Layout, Role
+from dynamo_oss.perf.speculation import CHAT
 
 # How closely the settled batch is found: a thousandth of a request per rank. The planner runs the
 # bisection for every size it tries at every look, each step a cost-model step.
@@ -137,7 +138,7 @@ class Sizer:
 
     def _largest_batch(self, role: Role, load: Load) -> float:
         cost = self.costs[role]
-        return float(min(cost.pool.max_batch, cost.kv_capacity_tokens() // int(load.isl + load.osl)))
+        return float(cost.largest_batch(int(load.isl + load.osl)))
 
     def _context(self, load: Load) -> float:
         return load.isl + load.osl / 2
@@ -147,6 +148,18 @@ class Sizer:
 
     def decode_step_ms(self, batch: float, load: Load) -> float:
         return self.spec.time_scale * float(self.costs["decode"].decode_ms(batch, self._context(load)))
+
+    def _gained(self, role: Role) -> float:
+        """Tokens a decoding sequence gains a step: 1, or a speculative pool's accepted drafts plus one
+        (chat traffic's acceptance: what the planner sees does not say how many drafts a workload keeps)."""
+        return CHAT.tokens_per_step(self.costs[role].pool.draft_tokens)
+
+    def decode_token_ms(self, batch: float, load: Load) -> float:
+        """A decoding sequence's time per output token: its ITL."""
+        return self.decode_step_ms(batch, load) / self._gained("decode")
+
+    def _agg_token_ms(self, batch: float, load: Load) -> float:
+        return self._agg_step_ms(batch, load) / self._gained("agg")
 
     def _agg_step_ms(self, batch: float, load: Load) -> float:
         new = load.isl * (1 - load.kv_hit_rate)
@@ -168,16 +181,19 @@ class Sizer:
         decode = self.costs["decode"].pool
         ranks = self._workers("decode", sizes) * decode.ranks
         largest = self._largest_batch("decode", load)
-        batch = settled_batch(load.requests_per_s * load.osl / ranks, lambda b: self.decode_step_ms(b, load), largest)
+        batch = settled_batch(load.requests_per_s * load.osl / ranks, lambda b: self.decode_token_ms(b, load), largest)
+        if batch is not None and backlog.decode_requests / ranks > largest:
+            batch = None  # the sequences decoding now do not fit in the pool's KV cache
         if batch is not None:
-            batch = max(batch, min(backlog.decode_requests / ranks, largest))
+            batch = max(batch, backlog.decode_requests / ranks)
         step = self.decode_step_ms(batch or largest, load)  # the first token waits one step (a full one if overrun)
+        itl = self.decode_token_ms(batch or largest, load)
         prefill = self.prefill_ms("prefill", load)
         handoff = self.spec.time_scale * kv_handoff_ms(self.spec.layout, int(load.isl), self.factors)
         workers = self._workers("prefill", sizes)
         wait = queue_wait_ms(workers, load.requests_per_s, prefill, self.spec.percentile)
         wait += self._backlog_ms(backlog, prefill, load) / workers
-        return wait + prefill + handoff + step, step if batch is not None else math.inf
+        return wait + prefill + handoff + step, itl if batch is not None else math.inf
 
     def _backlog_ms(self, backlog: Backlog, prefill_ms: float, load: Load) -> float:
         """Time one worker needs to prefill the queued prompt tokens, at this load's cost per prompt token."""
@@ -188,16 +204,16 @@ class Sizer:
         prefill = self.prefill_ms("agg", load)
 
         def request_ms_per_token(batch: float) -> float:  # a rank's time per output token of one request
-            return (prefill + load.osl * self._agg_step_ms(batch, load)) / load.osl
+            return (prefill + load.osl * self._agg_token_ms(batch, load)) / load.osl
 
         largest = self._largest_batch("agg", load)
         batch = settled_batch(load.requests_per_s * load.osl / ranks, request_ms_per_token, largest)
-        if batch is None:
+        if batch is None or backlog.decode_requests / ranks > largest:  # or what decodes now does not fit
             return math.inf, math.inf
-        batch = max(batch, min(backlog.decode_requests / ranks, largest))
+        batch = max(batch, backlog.decode_requests / ranks)
         wait = queue_wait_ms(ranks, load.requests_per_s, prefill, self.spec.percentile)
         wait += self._backlog_ms(backlog, prefill, load) / ranks
-        return wait + prefill, self._agg_step_ms(batch, load)
+        return wait + prefill, self._agg_token_ms(batch, load)
 
     def fastest_ms(self, load: Load) -> tuple[float, float]:
         """The best any size can do: (TTFT, ITL) of one request alone."""
@@ -209,8 +225,10 @@ class Sizer:
         """The fewest workers per autoscaled pool that keep both targets, within the pools' ranges, for
         `load` arriving on top of what the engines hold now."""
         spec = self.spec
-        sizes = {role: spec.ranges[role].min if role in spec.ranges else pool.workers
-                 for role, pool in spec.layout.pools.items()}  # fmt: skip
+        sizes = {
+            role: spec.ranges[role].min if role in spec.ranges else pool.workers
+            for role, pool in spec.layout.pools.items()
+        }
         reasons = []
         for role, kept in (("decode", "itl"), ("agg", "both"), ("prefill", "ttft")):
             if role not in spec.ranges:

@@ -14,9 +14,11 @@ import pytest
 import yaml
 
 from dynamo_oss.cli.check import plan_graph
+from dynamo_oss.deployment.commands import frontend_config
 from dynamo_oss.deployment.kubernetes import CONFIG_MOUNT, ClusterTarget, render_manifests
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.graph.errors import GraphError
 from dynamo_oss.graph.loader import load_graph
 from dynamo_oss.planner.settings import planner_config
 from tests.support.commands import REPO, run_dynamo
@@ -150,6 +152,25 @@ def test_pools_become_components_with_the_graphs_replicas_gpus_and_engine_files(
     assert {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}} in frontend[1][
         "env"
     ]
+
+
+def test_session_affinity_reaches_dynamo_s_frontend_with_the_kv_router_only(tmp_path: Path) -> None:
+    """frontend.session_affinity_s keeps a conversation on its worker (the gateway names Responses sessions):
+    Dynamo's --router-session-affinity-ttl-secs, which only its KV router honours."""
+    graph = yaml.safe_load((REPO / "graphs" / "agg.yaml").read_text())
+    engine_args = REPO / "graphs" / graph["pools"]["agg"]["engine_args"]
+    graph["pools"]["agg"]["engine_args"] = str(engine_args)
+
+    def frontend_args(**frontend: object) -> list[str]:
+        path = tmp_path / "graph.yaml"
+        path.write_text(yaml.safe_dump({**graph, "frontend": {**graph.get("frontend", {}), **frontend}}))
+        return frontend_config(build_deployment(load_graph(path)), None, None).args()
+
+    args = frontend_args(session_affinity_s=600)
+    assert args[args.index("--router-session-affinity-ttl-secs") + 1] == "600"
+    assert "--router-session-affinity-ttl-secs" not in frontend_args()
+    with pytest.raises(GraphError, match="session_affinity_s needs router kv"):
+        frontend_args(session_affinity_s=600, router="round-robin")
 
 
 def test_the_pod_monitor_scrapes_the_graphs_pods_on_the_ports_the_operator_names() -> None:

@@ -278,7 +278,8 @@ def test_gateways_on_several_frontend_nodes_share_their_limits_over_nats_and_one
     (tmp_path / "graph.key").write_bytes(bytes(32))
     (tmp_path / "graph.key").chmod(0o600)
     graph = two_nodes()
-    graph["gateway"] = {"responses": {"store": False}, "key_file": str(tmp_path / "graph.key")}
+    kept_nowhere = {"responses": {"store": False}, "batches": {"enabled": False}}
+    graph["gateway"] = {**kept_nowhere, "key_file": str(tmp_path / "graph.key")}
     graph["frontend"] = {"nodes": ["head", "gpu-a"]}
     configs = gateway_configs(graph)
     assert list(configs) == ["head", "gpu-a"]

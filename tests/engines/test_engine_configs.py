@@ -62,9 +62,12 @@ def test_the_engine_files_dynamo_plan_writes_validate_too(graph: str) -> None:
 
 
 def test_every_engine_file_turns_on_the_guided_decoding_the_gateway_s_grammars_need() -> None:
-    planned = [yaml.safe_load(text) for graph in ("disagg.yaml", "agg.yaml")
-               for name, text in graph_files(layout_from_file(REPO / "graphs" / graph), "planned").items()
-               if name.startswith("engines/")]  # fmt: skip
+    planned = [
+        yaml.safe_load(text)
+        for graph in ("disagg.yaml", "agg.yaml")
+        for name, text in graph_files(layout_from_file(REPO / "graphs" / graph), "planned").items()
+        if name.startswith("engines/")
+    ]
     for document in [*(yaml.safe_load(path.read_text()) for path in ENGINE_FILES), *planned]:
         assert document["guided_decoding_backend"] == GUIDED_DECODING_BACKEND == "llguidance"
 
@@ -76,3 +79,30 @@ def test_an_engine_file_naming_another_guided_decoding_backend_is_refused(tmp_pa
     assert errors(yaml.safe_load(path.read_text())) == []  # TensorRT-LLM would take it ...
     with pytest.raises(EngineArgsError, match="guided_decoding_backend"):
         read_llm_args(path)  # ... and fail every structured output, whose grammar is llguidance's
+
+
+def test_the_speculative_engine_files_dynamo_plan_writes_validate_and_name_eagle3() -> None:
+    layout = layout_from_file(REPO / "graphs" / "disagg.yaml")
+    drafting = layout.model_copy(
+        update={"pools": {role: pool.model_copy(update={"draft_tokens": 3}) for role, pool in layout.pools.items()}}
+    )
+    engine_files = {
+        name: yaml.safe_load(text)
+        for name, text in graph_files(drafting, "planned").items()
+        if name.startswith("engines/")
+    }
+    assert len(engine_files) == 2
+    for name, document in engine_files.items():
+        assert errors(document) == [], name
+        assert document["speculative_config"] == {
+            "decoding_type": "Eagle3",
+            "max_draft_len": 3,
+            "speculative_model": "nvidia/gpt-oss-120b-Eagle3-v3",
+        }
+
+
+def test_the_schema_refuses_a_speculative_config_tensorrt_llm_refuses() -> None:
+    engine = yaml.safe_load((REPO / "graphs" / "engines" / "gpt-oss-120b" / "b200-agg-eagle3.yaml").read_text())
+    spec = engine["speculative_config"]
+    for change in ({"draft_len": 3}, {"decoding_type": "eagle3"}, {"max_draft_len": -1}):
+        assert errors({**engine, "speculative_config": {**spec, **change}}), change

@@ -47,17 +47,6 @@ def running(of: openai.OpenAI, response_id: str) -> Response:
     )
 
 
-def frontend_gauges(served: ServedGraph) -> dict[str, float]:
-    """Dynamo's frontend's requests in flight and output tokens so far."""
-    process = next(p for p in served.state()["processes"] if p["kind"] == "frontend")
-    metrics = httpx.get(f"http://127.0.0.1:{process['ports'][0]}/metrics", timeout=10).text
-    wanted = ("dynamo_frontend_inflight_requests", "dynamo_frontend_output_tokens_total")
-    found = {
-        line.split("{")[0]: float(line.rsplit(" ", 1)[1]) for line in metrics.splitlines() if line.startswith(wanted)
-    }
-    return {name: found.get(name, 0.0) for name in wanted}  # none yet before the frontend's first request
-
-
 def test_a_background_response_is_answered_queued_and_completes_without_its_client(served: ServedGraph) -> None:
     alice = openai_client(served, "alice")
     created = alice.responses.create(model=MODEL, input="Say hello.", background=True)
@@ -111,7 +100,7 @@ def test_cancelling_a_running_background_response_ends_it_cancelled_and_stops_it
     served: ServedGraph,
 ) -> None:
     alice = openai_client(served, "alice")
-    before = frontend_gauges(served)["dynamo_frontend_output_tokens_total"]
+    before = served.frontend_gauges()["dynamo_frontend_output_tokens_total"]
     created = alice.responses.create(model=MODEL, input="Say hello.", background=True, **ENDLESS)
     running(alice, created.id)
     cancelled = alice.responses.cancel(created.id)
@@ -119,8 +108,8 @@ def test_cancelling_a_running_background_response_ends_it_cancelled_and_stops_it
     assert [(item.type, item.status) for item in cancelled.output] == [("reasoning", "incomplete")]  # as far as it got
     assert alice.responses.retrieve(created.id) == cancelled
     assert alice.responses.cancel(created.id) == cancelled  # cancelling twice: the same response
-    wait_for(lambda: frontend_gauges(served)["dynamo_frontend_inflight_requests"] == 0, 10, "the generation to stop")
-    generated = frontend_gauges(served)["dynamo_frontend_output_tokens_total"] - before
+    wait_for(lambda: served.frontend_gauges()["dynamo_frontend_inflight_requests"] == 0, 10, "the generation to stop")
+    generated = served.frontend_gauges()["dynamo_frontend_output_tokens_total"] - before
     assert 0 < generated < ENDLESS["max_output_tokens"] / 2, generated
 
 

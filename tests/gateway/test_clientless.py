@@ -12,7 +12,6 @@ import json
 from collections.abc import AsyncIterator, Callable
 
 import httpx
-import orjson
 
 from dynamo_oss.gateway.app import Gateway, serve
 from dynamo_oss.gateway.forwarding import Clientless
@@ -21,74 +20,12 @@ from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.route import ResponsesAnswer
 from dynamo_oss.gateway.routes import EventStreamAnswer, Exchange, Upstream
-from tests.support.harmony import completion_chunks, harmony_ids, render_request, sealed_with
+from tests.support.frontends import StandInFrontend
+from tests.support.harmony import render_request, sealed_with
 from tests.support.ports import free_ports
 
 SEAL = sealed_with(b"c")
-ANSWER = "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final<|message|>Hello there.<|return|>"
 DEADLINE_S = 10
-
-
-class StandInFrontend:
-    """Answers each completion with ANSWER's chunks, one token each; after `hold_after` chunks it waits
-    for `release` (or for the gateway to drop the connection, which it records)."""
-
-    def __init__(self, hold_after: int | None = None) -> None:
-        self.hold_after = hold_after
-        self.release = asyncio.Event()
-        self.requests: list[dict] = []
-        self.dropped = asyncio.Event()
-        self.server: asyncio.Server | None = None
-
-    async def start(self) -> str:
-        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """Each request on the connection in turn, kept alive as Dynamo's frontend keeps it."""
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError:  # the gateway closed the connection
-                break
-            lines = head.split(b"\r\n")
-            length = next((int(line.split(b":")[1]) for line in lines if line.lower().startswith(b"content-length")), 0)
-            body = await reader.readexactly(length)
-            if not lines[0].startswith(b"POST"):  # health
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
-                continue
-            self.requests.append(json.loads(body))
-            if not await self._answer(reader, writer):
-                return
-        writer.close()
-
-    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        """The completion's chunks; False when the gateway dropped the connection while it was held."""
-        writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
-        chunks = completion_chunks(harmony_ids(ANSWER), 1)
-        usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": len(chunks)}}
-        chunks += [b"data: " + orjson.dumps(usage) + b"\n\n", b"data: [DONE]\n\n"]
-        for index, chunk in enumerate(chunks):
-            if index == self.hold_after and not self.release.is_set():
-                await writer.drain()
-                dropped = asyncio.ensure_future(reader.read())
-                await asyncio.wait(
-                    [asyncio.ensure_future(self.release.wait()), dropped], return_when=asyncio.FIRST_COMPLETED
-                )
-                if dropped.done():
-                    self.dropped.set()
-                    writer.close()
-                    return False
-                dropped.cancel()
-                await asyncio.wait([dropped])
-            writer.write(b"%x\r\n%b\r\n" % (len(chunk), chunk))
-        writer.write(b"0\r\n\r\n")
-        await writer.drain()
-        return True
-
-    async def stop(self) -> None:
-        assert self.server is not None
-        self.server.close()
 
 
 def transform() -> ResponsesAnswer:
@@ -128,6 +65,27 @@ def test_an_exchange_no_client_reads_gets_the_answer_a_client_s_stream_would_car
         "Hello there."
     )
     assert exchange.status == 200 and exchange.error is None
+
+
+def test_a_route_s_headers_go_where_the_client_sent_none_by_that_name() -> None:
+    """The Responses route names a conversation's session for Dynamo's router (x-dynamo-session-id); a
+    client that named the session itself keeps its own name."""
+
+    async def run(client: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+        frontend = StandInFrontend()
+        gateway = Gateway([await frontend.start()], None, GraphKey(b"g" * 32))
+        own = ((b"x-dynamo-session-id", b"resp_1"),)
+        upstream = Upstream(b"/v1/completions", b'{"prompt": [1]}', transform(), headers=own)
+        exchange = Clientless(gateway, "responses", b"POST", client, upstream, lambda data, last: None)
+        await asyncio.wait_for(exchange.forward(), DEADLINE_S)
+        await gateway.close()
+        await frontend.stop()
+        return frontend.heads[0]
+
+    head = asyncio.run(run([(b"x-tenant", b"t")]))
+    assert head[b"x-dynamo-session-id"] == b"resp_1" and head[b"x-tenant"] == b"t"
+    head = asyncio.run(run([(b"X-Dynamo-Session-Id", b"agent-7")]))
+    assert head[b"x-dynamo-session-id"] == b"agent-7" and b"resp_1" not in head.values()
 
 
 def test_leaving_an_exchange_drops_the_frontend_s_connection_mid_answer() -> None:

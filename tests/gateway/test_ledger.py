@@ -84,7 +84,8 @@ def test_the_first_process_opens_it_without_a_row_and_other_places_count_in_ever
     assert refused(other, "heidi") == 429  # one here, one at another place
     serving.done(ticket, tokens=7)
     with first.locked():
-        assert first.charged(heidi) == (1, 7) and first.here_by_slot() == [(0, 0, 0), (0, 1, 7)]
+        # Each key's, then the batch requests' column (ledger.BATCH_LINES), which nothing here used.
+        assert first.charged(heidi) == (1, 7) and first.here_by_slot() == [(0, 0, 0), (0, 1, 7), (0, 0, 0)]
         first.set_elsewhere(0, {})
     other.admit("heidi")
     Ledger(KEYS, processes=2, process=None, path=tmp_path / "ledger")  # opened again: it zeroes no row

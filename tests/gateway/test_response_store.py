@@ -25,6 +25,7 @@ from dynamo_oss.gateway.config import GatewayConfig, NatsConnection
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import encoding
+from dynamo_oss.gateway.nats_connection import GraphNats
 from dynamo_oss.gateway.responses.nats_store import NatsResponseStore
 from dynamo_oss.gateway.responses.route import ITEMS, input_items
 from dynamo_oss.gateway.responses.store import StoredResponse
@@ -150,7 +151,8 @@ def test_nats_drops_a_response_past_the_bucket_s_retention(served: ServedGraph) 
     """The age limit is NATS's own (the bucket's max_age), not only the gateway's check."""
 
     async def kept_until_dropped() -> float:
-        store = NatsResponseStore("responses-retention-test", 1, 2**20, NatsConnection(url=nats_url(served)))
+        nats = GraphNats(NatsConnection(url=nats_url(served)))
+        store = NatsResponseStore("responses-retention-test", 1, 2**20, nats)
         try:
             await store.put(StoredResponse(id="resp_short", owner=None, created_at=time.time(), input=[], response={}))
             assert await store.get("resp_short") is not None
@@ -160,7 +162,7 @@ def test_nats_drops_a_response_past_the_bucket_s_retention(served: ServedGraph) 
                 await asyncio.sleep(0.1)
             return time.monotonic() - started
         finally:
-            await store.close()
+            await nats.close()
 
     assert asyncio.run(kept_until_dropped()) < 10
 

@@ -15,6 +15,8 @@ from pydantic import ValidationError
 from tests.support.harmony import harmony_ids, render_request, sealed_with
 from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
+from dynamo_oss.gateway.ids import ItemIds, new_id
+from dynamo_oss.gateway.responses.route import Turn, conversation_session
 from dynamo_oss.gateway.harmony.rendering import RenderCache, encoding
 from dynamo_oss.gateway.harmony.decoding import MessageText
 from dynamo_oss.gateway.harmony.headers import read_header
@@ -433,3 +435,28 @@ def test_the_prompt_rendered_piece_by_piece_is_harmony_s_rendering_of_the_whole(
     prompt = render_request(request(**fields), SEAL, TODAY)
     whole = Conversation.from_messages(captured[0])
     assert prompt.token_ids == encoding().render_conversation_for_completion(whole, Role.ASSISTANT)
+
+
+def _turn(inherited: list[dict], own: list[dict], response_id: str = "resp_new", **extra: object) -> Turn:
+    request = ResponsesRequest.model_validate({"model": "m", "input": "hi", **extra})
+    return Turn(request, 0, None, bool(own), ItemIds(response_id), inherited, own, None)  # type: ignore[arg-type]
+
+
+def test_a_conversation_is_one_session_from_its_first_response_on() -> None:
+    """The router keeps a session on one worker; a Responses conversation is named after the response that
+    began it, which every continuation's stored items lead back to."""
+    root, second, third = (ItemIds(new_id("resp")) for _ in range(3))
+    first = _turn([], [{"id": root.next("msg")}], root.response_id)
+    assert conversation_session(first, "t") == root.response_id
+    stored = [*first.own, {"id": root.next("msg")}, {"id": second.next("msg")}]
+    later = _turn(stored, [{"id": third.next("msg")}], third.response_id)
+    assert conversation_session(later, "t") == root.response_id
+    assert conversation_session(_turn([{"id": "msg_mine"}], [{"id": third.next("msg")}]), "t") == "t/msg_mine"
+    assert conversation_session(_turn([], []), "t") is None  # store: false and no previous response: nothing to name
+    # Codex names its conversation in prompt_cache_key; a tenant's keys never meet another's.
+    assert conversation_session(_turn([], [], prompt_cache_key="c-1"), "a") == "a/c-1"
+    assert conversation_session(_turn([], [], prompt_cache_key="c-1"), "b") == "b/c-1"
+    assert conversation_session(_turn([], [], prompt_cache_key="c-1"), "") == "c-1"  # no tenants
+    # A name a header cannot carry goes as its digest.
+    unfit = conversation_session(_turn([], [], prompt_cache_key="c\r\nx-evil: 1"), "a")
+    assert unfit is not None and unfit.startswith("sha256-") and len(unfit) == 71

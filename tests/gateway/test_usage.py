@@ -33,8 +33,11 @@ def counted(graph: ServedGraph) -> dict[str, float]:
     """KEY's tokens by kind, from the gateway's loopback metrics port."""
     port = yaml.safe_load(graph.graph.read_text())["observability"]["gateway_port"]
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
-    family = next(f for f in text_string_to_metric_families(text) if f.name == "dynamo_oss_gateway_tokens")
-    found = {s.labels["kind"]: s.value for s in family.samples if s.name.endswith("_total") and s.labels["key"] == KEY}
+    # No family yet before the gateway's first answer with usage: every count is then 0.
+    samples = next(
+        (f.samples for f in text_string_to_metric_families(text) if f.name == "dynamo_oss_gateway_tokens"), []
+    )
+    found = {s.labels["kind"]: s.value for s in samples if s.name.endswith("_total") and s.labels["key"] == KEY}
     return {kind: found.get(kind, 0.0) for kind in KINDS}
 
 

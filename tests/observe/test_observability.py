@@ -54,6 +54,19 @@ def test_the_launcher_reports_pool_sizes_and_readiness(disagg: ServedGraph) -> N
     assert ready == [1.0]
 
 
+def test_a_graph_that_does_not_trace_runs_no_process_told_to_export(disagg: ServedGraph) -> None:
+    """Tracing off (the shipped graphs'): no Dynamo process has OTEL_EXPORT_ENABLED, so none exports, the
+    gateway has no tracer, and neither a trace backend nor Prometheus's exemplar storage is started."""
+    processes = disagg.state()["processes"]
+    assert all(p["kind"] != "traces" for p in processes)
+    for process in processes:
+        environ = Path(f"/proc/{process['pid']}/environ").read_bytes().split(b"\0")
+        assert not [v for v in environ if v.startswith(b"OTEL_")], process["name"]
+    assert '"tracing"' not in (disagg.run_dir / "gateway.json").read_text()
+    prometheus_pid = next(p["pid"] for p in processes if p["name"] == "prometheus")
+    assert b"exemplar-storage" not in Path(f"/proc/{prometheus_pid}/cmdline").read_bytes()
+
+
 def test_prometheus_listens_on_loopback_only(disagg: ServedGraph) -> None:
     assert prometheus(disagg).startswith("http://127.0.0.1:")
     config = (disagg.run_dir / "prometheus.yml").read_text()
@@ -73,7 +86,9 @@ def test_a_missing_prometheus_says_how_to_install_it(tmp_path: Path, monkeypatch
 
 
 # Panels whose queries cannot have data on this graph, and why.
-NO_DATA_HERE: dict[tuple[str, str], str] = {}
+NO_DATA_HERE: dict[tuple[str, str], str] = {
+    ("overview", "Time to first token, traced requests"): "the README's graph does not trace",
+}
 
 
 def test_every_dashboard_query_returns_data_under_load(disagg: ServedGraph) -> None:

@@ -20,11 +20,13 @@ def cost(gpu=B200, shape=GPT_OSS_120B, kv="bf16", **pool) -> CostModel:
 def test_kv_bytes_honour_the_sliding_window():
     c = cost()
     naive = 32768 * GPT_OSS_120B.num_layers * GPT_OSS_120B.kv_bytes_per_layer_token()
-    assert c.kv_bytes(32768) == pytest.approx(naive / 2, rel=0.01)  # half the layers keep 128 tokens
-    window_part = c.kv_bytes(1000) - 1000 * c.kv_bytes_per_context_token()
-    assert c.kv_bytes(64000) - 64000 * c.kv_bytes_per_context_token() == pytest.approx(window_part)
-    assert cost(kv="fp8").kv_bytes(32768) == pytest.approx(c.kv_bytes(32768) / 2)
-    assert c.kv_bytes(32768) == pytest.approx(1.2e9, rel=0.05)  # facts: about 1.2 GB for one 32k sequence
+    assert c.kv_cache.sequence_bytes(32768) == pytest.approx(naive / 2, rel=0.01)  # half the layers keep 128 tokens
+    assert cost(kv="fp8").kv_cache.sequence_bytes(32768) == pytest.approx(c.kv_cache.sequence_bytes(32768) / 2)
+    assert c.kv_cache.sequence_bytes(32768) == pytest.approx(
+        1.2e9, rel=0.05
+    )  # facts: about 1.2 GB for one 32k sequence
+    whole = PoolLayout(windowed_kv=False)
+    assert CostModel(GPT_OSS_120B, B200, whole).kv_cache.sequence_bytes(32768) == pytest.approx(naive)
 
 
 def test_weights_match_the_checkpoint_and_split_over_gpus():

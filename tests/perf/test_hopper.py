@@ -98,7 +98,7 @@ def test_h200_kv_handoff_runs_at_nixls_contiguous_rate():
         precision=Precision(kv_cache="fp8"),
         pools={"prefill": PoolLayout(max_num_tokens=16384), "decode": PoolLayout()},
     )
-    nbytes = GPT_OSS_120B.kv_bytes(32768, 1.0)
+    nbytes = CostModel.for_pool(layout, "prefill").kv_cache.sequence_bytes(32768)
     assert kv_handoff_ms(layout, 32768, MEASURED_FACTORS) == pytest.approx(1e3 * nbytes / (450e9 * MEASURED.kv_handoff))
     assert kv_transfer_bandwidth_gbps(layout, MEASURED_FACTORS) == pytest.approx(450 * MEASURED.kv_handoff)
     assert kv_handoff_ms(layout, 32768, MEASURED_FACTORS) > kv_handoff_ms(layout, 32768, PRIORS)

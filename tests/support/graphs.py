@@ -76,9 +76,16 @@ KEYS = {
     "heidi": "sk-heidi-d09e",
     "ivan": "sk-ivan-7b35",
     "judy": "sk-judy-4e2a",
+    "ken": "sk-ken-8d51",
 }
-# Their own shares of the graph, as their lines in the keys file say (tests/gateway/test_fair_share.py).
-KEY_LIMITS = {"grace": "requests_per_minute=3", "heidi": "concurrent_requests=1", "ivan": "tokens_per_minute=60"}
+# Their own shares of the graph, as their lines in the keys file say (tests/gateway/test_fair_share.py);
+# ken's is the batch tests' alone (tests/gateway/test_batches.py), so no other test's minute moves it.
+KEY_LIMITS = {
+    "grace": "requests_per_minute=3",
+    "heidi": "concurrent_requests=1",
+    "ivan": "tokens_per_minute=60",
+    "ken": "tokens_per_minute=60",
+}
 
 
 # A Responses request's fields for an answer far longer than a test waits for (the fast mocker makes a few thousand
@@ -88,11 +95,15 @@ ENDLESS = {"max_output_tokens": 100_000, "extra_body": {"ignore_eos": True, "min
 # How long the keyed graph keeps a stored response (`gateway.responses.retention_s`), and how many background
 # responses one of its keys may have queued or running (`gateway.responses.max_background_per_key`).
 RETENTION_S, BACKGROUND_PER_KEY = 3600, 2
+# Its largest batch file (`gateway.batches.max_file_mib`) and most lines in one (`max_lines`): small, so a test
+# passes them cheaply.
+BATCH_FILE_MIB, BATCH_LINES = 1, 500
 
 
 def write_keyed_graph(folder: Path) -> Path:
     """write_graph's graph with the gateway asking for KEYS, keeping stored responses RETENTION_S (and
-    BACKGROUND_PER_KEY background ones a key at once), and its usage metrics on a free loopback port
+    BACKGROUND_PER_KEY background ones a key at once), batch files of at most BATCH_FILE_MIB and BATCH_LINES,
+    and its usage metrics on a free loopback port
     (`observability.gateway_port`) that no Prometheus scrapes: a test reads them itself."""
     keys = folder / "api-keys"
     keys.write_text(
@@ -108,7 +119,8 @@ def write_keyed_graph(folder: Path) -> Path:
         "gateway_port": gateway_metrics,
     }
     responses = {"retention_s": RETENTION_S, "max_background_per_key": BACKGROUND_PER_KEY}
-    gateway = {"auth": {"keys_file": str(keys)}, "responses": responses}
+    batches = {"max_file_mib": BATCH_FILE_MIB, "max_lines": BATCH_LINES}
+    gateway = {"auth": {"keys_file": str(keys)}, "responses": responses, "batches": batches}
     return write_graph(folder, gateway=gateway, observability=observability)
 
 

@@ -64,6 +64,18 @@ class ServedGraph:
                 )
         return total
 
+    def frontend_gauges(self) -> dict[str, float]:
+        """Dynamo's (first) frontend's requests in flight and output tokens so far."""
+        process = next(p for p in self.state()["processes"] if p["kind"] == "frontend")
+        metrics = httpx.get(f"http://127.0.0.1:{process['ports'][0]}/metrics", timeout=10).text
+        wanted = ("dynamo_frontend_inflight_requests", "dynamo_frontend_output_tokens_total")
+        found = {
+            line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+            for line in metrics.splitlines()
+            if line.startswith(wanted)
+        }
+        return {name: found.get(name, 0.0) for name in wanted}  # none yet before the frontend's first request
+
     def log_of(self, name: str) -> str:
         return (self.run_dir / "logs" / f"{name}.log").read_text()
 

@@ -18,6 +18,7 @@ from dynamo_oss.gateway.errors import ApiError, stream_cut
 from dynamo_oss.gateway.protocol.formats import ChatResponseFormat, ResponsesTextFormat
 from dynamo_oss.gateway.protocol.responses import NamedToolChoice, ToolChoice
 from dynamo_oss.gateway.harmony.rendering import Prompt
+from dynamo_oss.gateway.latency import StreamTiming
 from dynamo_oss.gateway.structured import guided_grammar
 from dynamo_oss.gateway.usage import Usage
 
@@ -136,6 +137,7 @@ class CompletionAnswer:
         self.usage: dict[str, Any] | None = None
         self.failed = False  # the frontend's stream ended with an error event
         self.generated = 0  # the completion's tokens so far
+        self.timing = StreamTiming()  # when its first tokens came, for the graph's latency (latency.py)
 
     @property
     def done(self) -> bool:
@@ -180,7 +182,10 @@ class CompletionAnswer:
             raise MissingTokenIds("Dynamo's frontend returned no completion_token_ids for a completion's text")
         if not token_ids:
             return b""
+        if not self.generated:
+            self.timing.first()
         self.generated += len(token_ids)
+        self.timing.tokens = self.generated
         return self.builder.feed(token_ids)
 
     def _start(self) -> bytes:

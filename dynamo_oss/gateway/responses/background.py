@@ -37,13 +37,8 @@ from dynamo_oss.gateway.harmony.sealing import BoundSeal
 from dynamo_oss.gateway.ids import ItemIds
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.responses.plane import EventLog, Listing, Runners
-from dynamo_oss.gateway.responses.store import (
-    BackgroundRun,
-    Conflict,
-    ResponseStore,
-    StoredResponse,
-    StoreUnavailable,
-)
+from dynamo_oss.gateway.responses.store import BackgroundRun, ResponseStore, StoredResponse
+from dynamo_oss.gateway.stores import Conflict, StoreUnavailable
 from dynamo_oss.gateway.responses.stream import ResponseBuilder, terminal_event
 from dynamo_oss.gateway.routes import EventStreamAnswer, Exchange, LocalAnswer
 

@@ -23,7 +23,8 @@ import orjson
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.responses.background import STOPPED, BackgroundResponses
 from dynamo_oss.gateway.responses.plane import Batch
-from dynamo_oss.gateway.responses.store import Conflict, StoredResponse, StoreUnavailable, Versioned
+from dynamo_oss.gateway.responses.store import StoredResponse, Versioned
+from dynamo_oss.gateway.stores import Conflict, StoreUnavailable
 from dynamo_oss.gateway.responses.stream import terminal_event
 
 log = logging.getLogger("dynamo_oss.gateway")

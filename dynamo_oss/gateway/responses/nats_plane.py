@@ -1,6 +1,6 @@
-"""Background responses' events and runners (plane.py) on the graph's NATS, over the response store's
-connection (nats_store.py): the same server every gateway of the graph already reaches, and nothing more
-to run.
+"""Background responses' events and runners (plane.py) on the graph's NATS, over the serving process's one
+connection (nats_connection.GraphNats): the same server every gateway of the graph already reaches, and
+nothing more to run.
 
 Events: a JetStream stream per graph (`BUCKET-events`), a subject per response
 (`dynamo-oss.BUCKET.events.RESPONSE_ID`), file storage, kept as long as the response itself (the store's
@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator
+from typing import Any
 
 import nats.errors
 import nats.js.errors
@@ -34,34 +34,28 @@ from nats.js.api import DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
-from dynamo_oss.gateway.responses.nats_store import REQUEST_TIMEOUT_S, NatsResponseStore, ensure_stream, kv_stream
+from dynamo_oss.gateway.nats_connection import (
+    HEADROOM,
+    REQUEST_TIMEOUT_S,
+    GraphNats,
+    answered,
+    ensure_stream,
+    kv_stream,
+)
 from dynamo_oss.gateway.responses.plane import Batch, Handler, Listing
-from dynamo_oss.gateway.responses.store import StoreUnavailable
+from dynamo_oss.gateway.stores import StoreUnavailable
 
 log = logging.getLogger("dynamo_oss.gateway.store")
 
 LAPSE_S = 8.0  # a runner's listing lasts this long unrenewed
 FIRST = "Dynamo-Oss-First"  # the header holding a message's first event's sequence number
-HEADROOM = 4096  # bytes of a message kept for its subject and headers, below NATS's largest message
-
-T = TypeVar("T")
-
-
-async def answered(call: Awaitable[T]) -> T:
-    """A NATS call's result; StoreUnavailable when NATS does not answer."""
-    try:
-        return await asyncio.wait_for(call, REQUEST_TIMEOUT_S)
-    except nats.js.errors.KeyNotFoundError:
-        raise
-    except (nats.errors.Error, OSError, TimeoutError) as error:
-        raise StoreUnavailable(f"NATS did not answer ({error or type(error).__name__})") from None
 
 
 class NatsEventLog:
     """plane.EventLog on one JetStream stream of the graph's NATS."""
 
-    def __init__(self, store: NatsResponseStore, bucket: str, retention_s: float, max_bytes: int) -> None:
-        self.store, self.retention_s, self.max_bytes = store, retention_s, max_bytes
+    def __init__(self, nats: GraphNats, bucket: str, retention_s: float, max_bytes: int) -> None:
+        self.nats, self.retention_s, self.max_bytes = nats, retention_s, max_bytes
         self.stream = f"{bucket}-events"
         self.prefix = f"dynamo-oss.{bucket}.events."
         self._js: JetStreamContext | None = None
@@ -69,7 +63,7 @@ class NatsEventLog:
 
     async def append(self, response_id: str, first: int, events: bytes) -> None:
         js = await self._jetstream()
-        limit = (await self.store.client()).max_payload - HEADROOM
+        limit = (await self.nats.client()).max_payload - HEADROOM
         for number, data in pieces(first, events, limit):
             await answered(
                 js.publish(self.prefix + response_id, data, stream=self.stream, headers={FIRST: str(number)})
@@ -101,9 +95,9 @@ class NatsEventLog:
     async def _jetstream(self) -> JetStreamContext:
         if self._js is not None:
             return self._js
+        js = await self.nats.jetstream()  # outside the lock: callers wait for NATS side by side, not in turn
         async with self._made:
             if self._js is None:
-                js = (await self.store.client()).jetstream(timeout=REQUEST_TIMEOUT_S)
                 wanted = StreamConfig(
                     name=self.stream,
                     description="dynamo-oss background responses' events, a subject per response",
@@ -149,8 +143,8 @@ class NatsRunners:
 
     lapse_s = LAPSE_S
 
-    def __init__(self, store: NatsResponseStore, bucket: str) -> None:
-        self.store = store
+    def __init__(self, nats: GraphNats, bucket: str) -> None:
+        self.nats = nats
         self.bucket = f"{bucket}-runners"
         self.prefix = f"dynamo-oss.{bucket}.runner."
         self._kv: KeyValue | None = None
@@ -188,7 +182,7 @@ class NatsRunners:
         return found
 
     async def serve(self, process: str, handler: Handler) -> None:
-        client = await self.store.client()
+        client = await self.nats.client()
 
         async def handle(message: Msg) -> None:
             try:
@@ -210,7 +204,7 @@ class NatsRunners:
 
     async def ask(self, process: str, request: dict[str, Any], timeout_s: float) -> dict[str, Any] | None:
         try:
-            client = await self.store.client()
+            client = await self.nats.client()
             reply = await client.request(self.prefix + process, orjson.dumps(request), timeout=timeout_s)
         except (nats.errors.NoRespondersError, nats.errors.TimeoutError, TimeoutError):
             return None
@@ -229,9 +223,9 @@ class NatsRunners:
     async def _bucket(self) -> KeyValue:
         if self._kv is not None:
             return self._kv
+        js = await self.nats.jetstream()  # outside the lock: callers wait for NATS side by side, not in turn
         async with self._made:
             if self._kv is None:
-                js = (await self.store.client()).jetstream(timeout=REQUEST_TIMEOUT_S)
                 description = "dynamo-oss gateway processes running background responses; each entry lapses"
                 wanted = kv_stream(self.bucket, description, max_age=LAPSE_S, duplicate_window=min(2.0, LAPSE_S))
                 await answered(ensure_stream(js, wanted))

@@ -17,6 +17,7 @@ once, queued, while its completion runs on without the client (background.py).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -32,12 +33,13 @@ from dynamo_oss.gateway.harmony.conversation import conversation, generation
 from dynamo_oss.gateway.harmony.rendering import OFF_LOOP_BYTES, OFF_LOOP_ITEMS, Prompt, rendered
 from dynamo_oss.gateway.harmony.sealing import BoundSeal, ReasoningSeal
 from dynamo_oss.gateway.limits import Limits
-from dynamo_oss.gateway.ids import ItemIds, new_id
+from dynamo_oss.gateway.ids import ItemIds, new_id, response_of
 from dynamo_oss.gateway.protocol.responses import InputItem, ResponsesRequest
 from dynamo_oss.gateway.responses.background import BackgroundAnswer, BackgroundResponses
 from dynamo_oss.gateway.responses.references import references, resolved
-from dynamo_oss.gateway.responses.store import BackgroundRun, Conflict, ResponseStore, StoredResponse, StoreUnavailable
-from dynamo_oss.gateway.responses.stored import find, unavailable
+from dynamo_oss.gateway.responses.store import BackgroundRun, ResponseStore, StoredResponse
+from dynamo_oss.gateway.stores import Conflict, StoreUnavailable, unavailable
+from dynamo_oss.gateway.responses.stored import find
 from dynamo_oss.gateway.responses.stream import ResponseBuilder
 from dynamo_oss.gateway.routes import Checks, Upstream, typed_request
 from dynamo_oss.gateway.tenancy import Caller
@@ -54,6 +56,10 @@ ITEM_ID_PREFIXES = {
     "custom_tool_call_output": "ctco",
 }
 _INPUT_INDEX = re.compile(r"input\[(\d+)\]")
+# The header Dynamo's frontend reads a request's session from (agent_context.session_id); a client that
+# sends its own keeps it.
+SESSION_HEADER = b"x-dynamo-session-id"
+MAX_SESSION_CHARS = 256
 
 
 @dataclass
@@ -90,17 +96,22 @@ class ResponsesRoute:
         request, prompt = turn.request, turn.prompt
         check_context(prompt, request.max_output_tokens, turn.context, "input", "max_output_tokens")
         completion = completion_request(generation(request), prompt)
+        session = conversation_session(turn, caller.tenant)
+        # Dynamo's KV router keeps a session on one worker (--router-session-affinity-ttl-secs).
+        headers = ((SESSION_HEADER, session.encode()),) if session is not None else ()
         if request.background:
-            return await self._background(turn, orjson.dumps(completion), caller)
+            return await self._background(turn, orjson.dumps(completion), caller, headers)
         if turn.stored:
             assert self.store is not None
             parts = StoredResponseParts(caller.key, turn.inherited, turn.own)
             transform: ResponsesAnswer = StoredResponsesAnswer(request, prompt, turn.seal, turn.ids, self.store, parts)
         else:
             transform = ResponsesAnswer(request, prompt, turn.seal, turn.ids)
-        return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform)
+        return Upstream(url=COMPLETIONS_URL, body=orjson.dumps(completion), transform=transform, headers=headers)
 
-    async def _background(self, turn: Turn, completion: bytes, caller: Caller) -> Upstream:
+    async def _background(
+        self, turn: Turn, completion: bytes, caller: Caller, headers: tuple[tuple[bytes, bytes], ...]
+    ) -> Upstream:
         """A background response accepted: queued and stored, and its completion detached from the client."""
         if not turn.stored or self.background is None:
             why = "the request says store: false; send store: true or leave it out"
@@ -125,8 +136,8 @@ class ResponsesRoute:
         try:
             job = await self.background.create(record, answer, caller.key)
         except (StoreUnavailable, Conflict) as error:
-            raise unavailable(StoreUnavailable(str(error))) from None
-        return Upstream(url=COMPLETIONS_URL, body=completion, transform=answer, detached=job)
+            raise unavailable("response store", StoreUnavailable(str(error))) from None
+        return Upstream(url=COMPLETIONS_URL, body=completion, transform=answer, detached=job, headers=headers)
 
     async def render(self, body: bytes, checks: Checks, caller: Caller) -> Turn:
         """The request checked, its item references and stored conversation read, and its prompt rendered:
@@ -172,6 +183,26 @@ class ResponsesRoute:
                 param="previous_response_id",
             )
         return previous.conversation()
+
+
+def conversation_session(turn: Turn, tenant: str) -> str | None:
+    """The conversation a turn belongs to, as Dynamo's router names a session (SESSION_HEADER):
+    the client's `prompt_cache_key` (Codex sends its conversation's id there), within its tenant; else
+    the response that began the stored conversation, which `previous_response_id` leads back to (its
+    first item is that response's, or an id its client gave, kept with it); None for a turn neither
+    stored nor continued. A name unfit for a header (beyond printable ASCII, or long) goes as its digest."""
+    key = (turn.request.model_extra or {}).get("prompt_cache_key")
+    first = next(iter([*turn.inherited, *turn.own]), None)
+    within = f"{tenant}/" if tenant else ""  # one tenant's names never meet another's
+    if isinstance(key, str) and key:
+        session = within + key
+    elif first is not None:
+        session = response_of(first["id"]) or within + first["id"]
+    else:
+        return None
+    if len(session) > MAX_SESSION_CHARS or not all(" " <= c <= "~" for c in session):
+        return "sha256-" + hashlib.sha256(session.encode()).hexdigest()
+    return session
 
 
 def input_items(request: ResponsesRequest, ids: ItemIds) -> list[dict[str, Any]]:

@@ -22,18 +22,12 @@ from typing import Any, NamedTuple, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from dynamo_oss.gateway.stores import Conflict
+
 RESPONSE_ID_PATTERN = r"^resp_[A-Za-z0-9_-]{1,200}$"  # what a response id looks like (ids.new_id)
 
 
 RUNNING = ("queued", "in_progress")  # a background response's statuses before its end
-
-
-class StoreUnavailable(Exception):
-    """The store cannot be reached (NATS down or restarting), or refused the write: retryable."""
-
-
-class Conflict(Exception):
-    """A conditional write found the record changed (or gone) since the revision it was given."""
 
 
 class BackgroundRun(BaseModel):

@@ -10,21 +10,16 @@ graph's retention, get the same 404 as one never stored, so no key learns what a
 from __future__ import annotations
 
 import re
-from typing import Any
 from urllib.parse import parse_qs
 
-from dynamo_oss.gateway.errors import RETRY_AFTER_S, ApiError
+from dynamo_oss.gateway.errors import ApiError
+from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.responses.background import BackgroundResponses
 from dynamo_oss.gateway.responses.following import cancel, current, follow
 from dynamo_oss.gateway.routes import Checks, EventStreamAnswer, LocalAnswer
 from dynamo_oss.gateway.tenancy import Caller
-from dynamo_oss.gateway.responses.store import (
-    RESPONSE_ID_PATTERN,
-    ResponseStore,
-    StoredResponse,
-    StoreUnavailable,
-    Versioned,
-)
+from dynamo_oss.gateway.responses.store import RESPONSE_ID_PATTERN, ResponseStore, StoredResponse, Versioned
+from dynamo_oss.gateway.stores import StoreUnavailable, unavailable
 
 PREFIX = b"/v1/responses/"
 METHODS = frozenset({b"GET", b"DELETE", b"POST"})  # what the paths under PREFIX take
@@ -33,15 +28,6 @@ _TAKES = {None: (b"GET", b"DELETE"), "/input_items": (b"GET",), "/cancel": (b"PO
 _ID = re.compile(RESPONSE_ID_PATTERN)
 MAX_PAGE = 100  # OpenAI's largest `limit` for input items
 DEFAULT_PAGE = 20
-
-
-def unavailable(error: StoreUnavailable) -> ApiError:
-    return ApiError(
-        503,
-        f"The response store is unavailable ({error}); retry shortly.",
-        code="store_unavailable",
-        retry_after=RETRY_AFTER_S,
-    )
 
 
 async def find(store: ResponseStore, response_id: str, key: str | None, param: str | None) -> StoredResponse:
@@ -57,7 +43,7 @@ async def found(store: ResponseStore, response_id: str, key: str | None, param: 
         try:
             versioned = await store.read(response_id)
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("response store", error) from None
     record = versioned.record if versioned is not None else None
     if record is not None and record.owner == key and record.expired(store.retention_s):
         raise ApiError(
@@ -113,15 +99,15 @@ class StoredResponsesRoute:
                     raise ApiError(400, "Cannot cancel a synchronous response: this gateway runs no background ones.")
                 return 200, await cancel(self.background, versioned)
             if match.group(2):
-                return 200, _page(record.input, parse_qs(query))
+                return 200, page(record.input, parse_qs(query), "input item of this response", DEFAULT_PAGE, MAX_PAGE)
             if method == b"GET":
                 return await self._read(versioned, parse_qs(query))
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("response store", error) from None
         try:
             await self.store.delete(response_id)
         except StoreUnavailable as error:
-            raise unavailable(error) from None
+            raise unavailable("response store", error) from None
         return 200, {"id": response_id, "object": "response", "deleted": True}
 
     async def _read(self, versioned: Versioned, query: dict[str, list[str]]) -> LocalAnswer:
@@ -143,31 +129,3 @@ class StoredResponsesRoute:
         except ValueError:
             raise ApiError(400, "Invalid 'starting_after': expected an integer.", param="starting_after") from None
         return EventStreamAnswer(follow(self.background, versioned, after))
-
-
-def _page(items: list[dict[str, Any]], query: dict[str, list[str]]) -> dict[str, Any]:
-    """OpenAI's list of input items: `order` (desc by default), `after` an item id, `limit` 1-100."""
-    order = query.get("order", ["desc"])[0]
-    if order not in ("asc", "desc"):
-        raise ApiError(400, f"Invalid 'order': {order!r}. Expected 'asc' or 'desc'.", param="order")
-    try:
-        limit = int(query.get("limit", [str(DEFAULT_PAGE)])[0])
-    except ValueError:
-        limit = 0
-    if not 1 <= limit <= MAX_PAGE:
-        raise ApiError(400, f"Invalid 'limit': expected an integer from 1 to {MAX_PAGE}.", param="limit")
-    ordered = items if order == "asc" else items[::-1]
-    after = query.get("after", [None])[0]
-    if after is not None:
-        ids = [item.get("id") for item in ordered]
-        if after not in ids:
-            raise ApiError(400, f"Invalid 'after': no input item of this response has id '{after}'.", param="after")
-        ordered = ordered[ids.index(after) + 1 :]
-    data = ordered[:limit]
-    return {
-        "object": "list",
-        "data": data,
-        "first_id": data[0]["id"] if data else None,
-        "last_id": data[-1]["id"] if data else None,
-        "has_more": len(ordered) > limit,
-    }
