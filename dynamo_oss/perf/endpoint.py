@@ -58,9 +58,9 @@ MEASURED_CPU = MeasuredCpu(
     source="benchmarks/gateway_cpu/results.json",
     machine="AMD EPYC (2 cores)",
     date="2026-12-01",
-    code="694bdde",
-    gateway_us_per_token={"chat": 16.11, "responses": 18.19, "completions": 12.33},
-    frontend_us_per_token={"chat": 26.12, "responses": 27.1, "completions": 29.05},
+    code="fce3b7e",
+    gateway_us_per_token={"chat": 14.16, "responses": 18.43, "completions": 10.13},
+    frontend_us_per_token={"chat": 21.97, "responses": 25.15, "completions": 24.54},
 )
 
 

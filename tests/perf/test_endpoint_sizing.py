@@ -83,12 +83,12 @@ def test_the_measured_figures_are_the_committed_benchmark_results() -> None:
 def test_a_host_with_cores_enough_gets_what_the_peak_needs() -> None:
     sizing = size_endpoint(deployment("disagg.yaml"), cores=64)
     peak = sizing.peak.tok_s
-    # Sized on the dearest API per token of each: the gateway's Responses, the frontend's completions.
-    assert sizing.gateway_processes.value == math.ceil(peak * 18.19e-6) == 2
-    assert sizing.frontend_replicas.value == math.ceil(peak * 29.05e-6) == 3
+    # Sized on the dearest API per token of each: Responses, for the gateway and for the frontend.
+    assert sizing.gateway_processes.value == math.ceil(peak * 18.43e-6) == 2
+    assert sizing.frontend_replicas.value == math.ceil(peak * 25.15e-6) == 3
     assert sizing.gateway_processes.sized and sizing.frontend_replicas.sized and sizing.warnings == []
     chat = next(need for need in sizing.needs if need.api == "chat")
-    assert chat.gateway_processes == math.ceil(peak * 16.11e-6)
+    assert chat.gateway_processes == math.ceil(peak * 14.16e-6)
 
 
 def test_sizing_caps_at_the_hosts_cores_and_says_so() -> None:
@@ -113,7 +113,7 @@ def test_explicit_values_stand_and_warn_when_they_cannot_carry_the_peak(tmp_path
     assert sizing.gateway_processes.why == "given by the graph" and sizing.frontend_replicas.value == 9
     assert [problem.path for problem in sizing.warnings] == ["gateway.processes"]  # 9 frontends carry it
     message = sizing.warnings[0].message
-    assert message.startswith("is 1: 1 gateway processes carry about 54,975 tok/s") and message.endswith("needs 2")
+    assert message.startswith("is 1: 1 gateway processes carry about 54,259 tok/s") and message.endswith("needs 2")
 
 
 def test_sized_fills_only_what_the_graph_left_to_sizing() -> None:
@@ -136,10 +136,10 @@ def test_a_cluster_sizes_frontend_pods_and_processes_per_pod() -> None:
         }
     )
     sizing = size_endpoint(rack, cores=None)
-    need = math.ceil(sizing.peak.tok_s * 18.19e-6)
+    need = math.ceil(sizing.peak.tok_s * 18.43e-6)
     assert sizing.on_cluster and sizing.gateway_processes.value == MOST_PROCESSES_PER_POD
     assert sizing.frontend_replicas.value == math.ceil(need / MOST_PROCESSES_PER_POD) == 5
-    assert sizing.frontend_cores_per_pod == math.ceil(math.ceil(sizing.peak.tok_s * 29.05e-6) / 5)
+    assert sizing.frontend_cores_per_pod == math.ceil(math.ceil(sizing.peak.tok_s * 25.15e-6) / 5)
     assert sizing.warnings == []  # no host cap on a cluster
     # An autoscaled frontend keeps its min and max, and says when max pods cannot carry the peak.
     frontend = rack.frontend.model_copy(
@@ -172,7 +172,7 @@ def test_check_prints_the_endpoint_of_a_cluster_graph() -> None:
         in section
     )
     assert "gateway.processes  8 a pod  (given by the graph)" in section
-    assert "responses                18.2         38" in section  # the graph's 6 to 24 pods of 8 carry these 38
+    assert "responses                18.4         38" in section  # the graph's 6 to 24 pods of 8 carry these 38
     code, out, err = dynamo("check", str(REPO / "graphs" / "gb200-nvl72.yaml"), "--json")
     endpoint = json.loads(out)["endpoint_sizing"]
     assert endpoint["frontend_replicas"]["value"] == 6 and endpoint["peak"]["gpus"] == 72
@@ -211,5 +211,5 @@ def test_plan_prints_the_endpoint_each_layout_needs() -> None:
     )
     assert code == 0, err
     endpoint = [line for line in out.splitlines() if line.startswith("# endpoint: ")]
-    assert endpoint and "gateway processes (responses)" in endpoint[0] and "frontends (completions)" in endpoint[0]
+    assert endpoint and "gateway processes (responses)" in endpoint[0] and "frontends (responses)" in endpoint[0]
     assert "modelled at 2,048 input + 128 output tokens" in endpoint[0]
