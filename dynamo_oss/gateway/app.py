@@ -68,6 +68,8 @@ from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHO
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
     BytesAnswer,
+    is_local,
+    settles,
     Detached,
     EventStreamAnswer,
     LocalAnswer,
@@ -75,7 +77,6 @@ from dynamo_oss.gateway.routes import (
     PassThrough,
     Route,
     RouteTable,
-    Settling,
     Transform,
     parse_json,
 )
@@ -581,7 +582,7 @@ class ClientConnection(asyncio.Protocol):
                 self.rate_headers = ticket.headers
             if self.trace is not None:
                 self.trace.mark_admitted()
-            if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
+            if is_local(route):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
                 await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)
             else:
@@ -953,7 +954,7 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.error_body is not None:
             payload = parse_json(b"".join(self.error_body))
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
-        elif isinstance(self.transform, Settling) and not self.client.transport.is_closing():
+        elif settles(self.transform) and not self.client.transport.is_closing():
             # The answer's last bytes wait on I/O (the response store): the exchange ends once they are out.
             keep_alive = self.keep_alive and not self.head_only
             self.parser, self.settling = None, asyncio.get_running_loop().create_task(self._settle(keep_alive))
@@ -976,7 +977,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def _settle(self, keep_alive: bool) -> None:
         """The rest of _finish for a Settling transform: its last bytes, then the connection kept or closed."""
-        assert self.done is not None and self.client is not None and isinstance(self.transform, Settling)
+        assert self.done is not None and self.client is not None and settles(self.transform)
         try:
             output, self.transformed = b"".join([*self.transformed, await self.transform.settle()]), []
         except Exception as err:  # noqa: BLE001 - as in data_received

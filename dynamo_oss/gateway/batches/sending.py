@@ -17,7 +17,7 @@ from dynamo_oss.gateway.batches.runner import Sent
 from dynamo_oss.gateway.errors import ApiError, openai_error
 from dynamo_oss.gateway.forwarding import Clientless
 from dynamo_oss.gateway.latency import StreamTiming
-from dynamo_oss.gateway.routes import LocalRoute
+from dynamo_oss.gateway.routes import is_local
 from dynamo_oss.gateway.usage import Usage, count_tokens
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ class GatewayLine:
             message = f"The API key that made this batch ({self.owner}) is no longer one of this graph's keys."
             return Sent(401, openai_error(401, message, code="invalid_api_key"), TokenUsage(), retryable=False)
         route = gateway.routes.exact[(b"POST", self.url)]
-        assert not isinstance(route, LocalRoute)  # every batch endpoint is a generation route
+        assert not is_local(route)  # every batch endpoint is a generation route
         caller = gateway.caller(self.owner)
         try:
             upstream = await route.prepare(self.url, self.body, gateway, caller)
