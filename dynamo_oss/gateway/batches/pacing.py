@@ -9,8 +9,9 @@ request starts only while the graph is below max_in_flight; interactive requests
 counting batch requests (fair_share.py), so batch work never turns an interactive request away. Within them, the window follows the latency this process's answers meet (latency.py), judged every
 TICK_S over the last LOOK_S:
 
-- the interactive TTFT p90 or the ITL p90 of every answer past the graph's targets (the planner's, or
-  gateway.batches.targets): the window halves, at most once per HOLD_S, since answers already under way still
+- the interactive TTFT p90 or the ITL p90 of every answer past nine tenths of the graph's targets (the
+  planner's, or gateway.batches.targets; a margin, since the interactive requests meet a spread around the
+  p90): the window halves, at most once per HOLD_S, since answers already under way still
   show the load before the cut. At zero no batch request runs until the graph meets its targets again; then
   one does, to see.
 - batch requests queueing for prefill (their median TTFT a prompt token three times what they meet when
@@ -41,6 +42,7 @@ TICK_S = 1.0  # how often the window is judged
 LOOK_S = 10.0  # the latency judged: answers of the last seconds
 HOLD_S = 5.0  # after a cut, no other cut (and no growth) for this long
 RECHECK_S = 0.25  # a request waiting for room looks at the graph's ledger again this often
+MARGIN = 0.9  # the share of the graph's targets batch work holds the graph's latency to
 
 
 class Pacer:
@@ -50,6 +52,10 @@ class Pacer:
         self, fair_share: FairShare, share: int, targets: BatchTargetsSection | None, latency: RecentLatency
     ) -> None:
         self.fair_share, self.share, self.targets, self.latency = fair_share, share, targets, latency
+        # Held a tenth inside the targets: at the targets themselves a tenth of the interactive requests would miss.
+        self.held_to = (
+            BatchTargetsSection(ttft_ms=targets.ttft_ms * MARGIN, itl_ms=targets.itl_ms * MARGIN) if targets else None
+        )
         self.window = share if targets is None else 1
         WINDOW.set(self.window)
         self.in_flight = 0
@@ -84,9 +90,9 @@ class Pacer:
 
     def tick(self, now: float | None = None) -> None:
         """Judge the last LOOK_S and move the window."""
-        assert self.targets is not None
+        assert self.held_to is not None
         now = time.monotonic() if now is None else now
-        judged = self.latency.judge(self.targets, LOOK_S, now)
+        judged = self.latency.judge(self.held_to, LOOK_S, now)
         PREFILL.set(self.latency.batch_prefill_tokens())
         DECODING.set(self.latency.batch_decoding())
         if now < self.held_until:
