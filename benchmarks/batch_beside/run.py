@@ -80,7 +80,7 @@ class BatchWatch:
         self.client, self.batch_id, self.metrics_url = client, batch_id, metrics_url
         self.samples: list[dict] = []
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run)
+        self.thread = threading.Thread(target=self._run, daemon=True)  # an interrupted run exits, not waits for it
 
     def _run(self) -> None:
         while True:
