@@ -16,6 +16,7 @@ import asyncio
 import logging
 import os
 import ssl
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -24,8 +25,7 @@ import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
-from nats.js.api import DiscardPolicy, StorageType, StreamConfig
-from nats.js.kv import KeyValue
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 
 from dynamo_oss.gateway.config import NatsConnection, NatsTlsFiles
 from dynamo_oss.gateway.stores import StoreUnavailable
@@ -37,6 +37,8 @@ REQUEST_TIMEOUT_S = 5.0  # one JetStream call
 HEADROOM = 4096  # bytes of a message kept for its subject and headers, below NATS's largest message
 ADDRESS_WAIT_S = 0.5  # how often an address file that is not written yet is read again
 T = TypeVar("T")
+LISTING_BATCH = 256  # entries fetched at once while listing a bucket
+LISTING_LAPSE_S = 30.0  # a listing's consumer left behind by a process that died is dropped after this
 NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
@@ -152,16 +154,45 @@ async def answered(call: Awaitable[T]) -> T:
         raise StoreUnavailable(f"NATS did not answer ({error or type(error).__name__})") from None
 
 
-async def kv_values(kv: KeyValue, keys: str) -> list[tuple[str, bytes]]:
-    """Every (key, value) of `kv` under `keys` (a subject pattern: `>` for all), read once, deletes left out."""
-    watcher = await answered(kv.watch(keys, ignore_deletes=True))
-    found = []
+async def kv_values(js: JetStreamContext, bucket: str, keys: str) -> list[tuple[str, bytes]]:
+    """Every (key, value) of the key-value `bucket` under `keys` (a subject pattern: `>` for all), read once,
+    deletes left out. Read through a pull consumer of its own: nats-py's watch can say it has sent everything
+    before the client has taken in what the server already sent (it reads the server's pending count
+    before its own deliveries), which lists nothing under load."""
+    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    consumer = ConsumerConfig(
+        name=f"list-{uuid.uuid4().hex}",
+        filter_subject=prefix + keys,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        ack_policy=AckPolicy.NONE,
+        inactive_threshold=LISTING_LAPSE_S,  # removed by NATS if this process dies mid-listing
+        mem_storage=True,
+    )
+    await answered(js.add_consumer(stream, config=consumer))
     try:
-        while (entry := await answered(watcher.updates(REQUEST_TIMEOUT_S))) is not None:
-            if entry.value:
-                found.append((entry.key, entry.value))
+        subscription = await answered(js.pull_subscribe_bind(consumer.name, stream))
+        try:
+            return list((await _last_values(subscription, prefix)).items())
+        finally:
+            await subscription.unsubscribe()
     finally:
-        await watcher.stop()
+        try:
+            await answered(js.delete_consumer(stream, consumer.name))
+        except (StoreUnavailable, nats.js.errors.NotFoundError):
+            pass  # NATS drops it once inactive
+
+
+async def _last_values(subscription: JetStreamContext.PullSubscription, prefix: str) -> dict[str, bytes]:
+    found: dict[str, bytes] = {}
+    pending = (await answered(subscription.consumer_info())).num_pending
+    while pending:
+        for message in await answered(subscription.fetch(min(pending, LISTING_BATCH), REQUEST_TIMEOUT_S)):
+            pending = message.metadata.num_pending
+            key = message.subject.removeprefix(prefix)
+            if (message.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or not message.data:
+                found.pop(key, None)
+            else:
+                found[key] = message.data
     return found
 
 

@@ -80,14 +80,15 @@ class NatsBatchStore:
         return revision
 
     async def owned(self, owner: str | None) -> list[BatchRecord]:
-        records, _, _ = await self._buckets()
-        found = [record for _, record in await _entries(records, f"{owner_tag(owner)}.>") if record is not None]
+        _, _, js = await self._buckets()
+        values = await kv_values(js, self.bucket, f"{owner_tag(owner)}.>")
+        found = [record for _, value in values if (record := _record(value)) is not None]
         return sorted(found, key=lambda record: record.created_at)
 
     async def unended(self) -> list[tuple[str | None, str]]:
-        records, queue, _ = await self._buckets()
+        records, _, js = await self._buckets()
         out = []
-        for batch_id, value in await kv_values(queue, ">"):
+        for batch_id, value in await kv_values(js, f"{self.bucket}-queue", ">"):
             try:
                 entry = await answered(records.get(value.decode()))
             except nats.js.errors.KeyNotFoundError:  # never written, or dropped past retention while it waited
@@ -199,7 +200,3 @@ def _record(value: bytes | None) -> BatchRecord | None:
     except ValidationError as error:
         log.error("a kept batch's record is unreadable (%s): answered as not found", error)
         return None
-
-
-async def _entries(kv: KeyValue, keys: str) -> list[tuple[str, BatchRecord | None]]:
-    return [(key, _record(value)) for key, value in await kv_values(kv, keys)]

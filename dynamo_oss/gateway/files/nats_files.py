@@ -41,6 +41,7 @@ class NatsFileStore:
         if not bucket or not set(bucket) <= NAME_CHARACTERS:
             raise ValueError(f"bucket {bucket!r}: a NATS object store is named with letters, digits, - and _")
         self.bucket, self.retention_s, self.max_bytes, self.nats = bucket, retention_s, max_bytes, nats
+        self.index = f"{bucket}-index"
         self._stores: tuple[ObjectStore, KeyValue] | None = None
         self._made = asyncio.Lock()
 
@@ -77,8 +78,9 @@ class NatsFileStore:
         return b"".join(chunks.pieces)
 
     async def owned(self, owner: str | None) -> list[StoredFile]:
-        _, index = await self._buckets()
-        found = [_record(value) for _, value in await kv_values(index, f"{owner_tag(owner)}.>")]
+        await self._buckets()
+        js = await self.nats.jetstream()
+        found = [_record(value) for _, value in await kv_values(js, self.index, f"{owner_tag(owner)}.>")]
         return sorted((record for record in found if record is not None), key=lambda r: r.created_at, reverse=True)
 
     async def delete(self, owner: str | None, file_id: str) -> bool:
@@ -111,7 +113,7 @@ class NatsFileStore:
                     allow_direct=True,
                 )
                 await answered(ensure_stream(js, wanted))
-                records = f"{self.bucket}-index"
+                records = self.index
                 description = "dynamo-oss files' records, by owner and id"
                 window = min(120.0, self.retention_s)
                 await answered(

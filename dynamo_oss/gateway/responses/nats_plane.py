@@ -169,8 +169,9 @@ class NatsRunners:
         return _listing(entry.value)
 
     async def listings(self) -> dict[str, Listing]:
-        kv = await self._bucket()
-        listings = {process: _listing(value) for process, value in await kv_values(kv, ">")}
+        await self._bucket()
+        js = await self.nats.jetstream()
+        listings = {process: _listing(value) for process, value in await kv_values(js, self.bucket, ">")}
         return {process: listing for process, listing in listings.items() if listing is not None}
 
     async def serve(self, process: str, handler: Handler) -> None:
