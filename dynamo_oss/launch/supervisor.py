@@ -176,7 +176,7 @@ class Supervisor:
         return lambda: probes.tcp_open(port.host, port.port)
 
     async def _until_served(self, timeout_s: float) -> None:
-        """Every worker registered in discovery and the model listed by the frontend."""
+        """Every worker registered in discovery and the model listed by every frontend and the endpoint."""
         expected = Counter(component_for(p.role) for p in self.plan.workers() if p.role)
         etcd = self.plan.etcd
 
@@ -188,13 +188,17 @@ class Supervisor:
             return True
 
         async def served() -> bool:
-            if not self.plan.api_keys:  # the whole path, as a client takes it
+            # Every frontend lists the model (the gateway spreads requests over all of them), then the whole
+            # path as a client takes it, or, where the endpoint wants a key the launcher does not hold, the
+            # gateway's open health path.
+            for frontend in (p.ports[0] for p in self.plan.processes if p.kind == "frontend"):
+                if self.plan.served_name not in await probes.served_models(
+                    f"http://{frontend.host}:{frontend.port}/v1"
+                ):
+                    return False
+            if not self.plan.api_keys:
                 return self.plan.served_name in await probes.served_models(self.plan.endpoint)
-            # The endpoint wants a key the launcher does not hold: the model as Dynamo's frontend lists it,
-            # behind a gateway that answers its open health path.
-            frontend = next(p for p in self.plan.processes if p.kind == "frontend").ports[0]
-            listed = await probes.served_models(f"http://{frontend.host}:{frontend.port}/v1")
-            return self.plan.served_name in listed and await probes.http_ok(f"{self.plan.endpoint[:-3]}/health")
+            return await probes.http_ok(f"{self.plan.endpoint[:-3]}/health")
 
         if self.plan.endpoint_node:  # a frontend node serves them, not this one
             self.say(f"waiting for {sum(expected.values())} worker(s) to register")
