@@ -640,15 +640,15 @@ class ClientConnection(asyncio.Protocol):
     async def answer(self, answer: LocalAnswer, keep_alive: bool) -> None:
         """A local answer: one JSON body, a file's bytes, or events while they come."""
         if isinstance(answer, EventStreamAnswer):
-            await self._stream(answer.events)
+            await self._stream(answer.events, LOCAL_EVENTS)
         elif isinstance(answer, BytesAnswer):
-            self.write_transformed(WholeAnswer(answer.content_type), answer.body, last=True)
+            await self._stream(answer.pieces, LocalBytes(answer.content_type))
         else:
             self.respond(*answer, keep_alive)
 
-    async def _stream(self, events: AsyncIterator[bytes]) -> None:
-        """Each piece of a local answer's events written as it comes, until they end or the client leaves;
-        a client that reads slowly holds the next piece back."""
+    async def _stream(self, events: AsyncIterator[bytes], framing: LocalEvents | LocalBytes) -> None:
+        """Each piece of a local answer written as it comes, until they end or the client leaves; a client that
+        reads slowly holds the next piece back."""
         left = asyncio.ensure_future(self.left.wait())
         piece: asyncio.Future[bytes] | None = None
         try:
@@ -660,9 +660,9 @@ class ClientConnection(asyncio.Protocol):
                 try:
                     data = piece.result()
                 except StopAsyncIteration:
-                    self.write_transformed(LOCAL_EVENTS, b"", last=True)
+                    self.write_transformed(framing, b"", last=True)
                     return
-                self.write_transformed(LOCAL_EVENTS, data, last=False)
+                self.write_transformed(framing, data, last=False)
                 if not self.writable.is_set():
                     writable = asyncio.ensure_future(self.writable.wait())
                     await asyncio.wait((writable, left), return_when=asyncio.FIRST_COMPLETED)
@@ -778,11 +778,11 @@ LOCAL_EVENTS = LocalEvents()
 
 
 @dataclass(frozen=True)
-class WholeAnswer:
-    """How a local answer's bytes are framed (ClientConnection.write_transformed): one body with its length."""
+class LocalBytes:
+    """How a local answer's bytes are framed (ClientConnection.write_transformed): chunks, as they come."""
 
     content_type: bytes
-    streaming = False
+    streaming = True
 
 
 def spent(transform: Transform | None) -> int:

@@ -13,17 +13,19 @@ its key-value buckets are made the one way too (`kv_stream`, `ensure_stream`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import ssl
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TypeVar
 
 import nats
 import nats.errors
 import nats.js.errors
 from nats.aio.client import Client
+from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
 
@@ -37,8 +39,8 @@ REQUEST_TIMEOUT_S = 5.0  # one JetStream call
 HEADROOM = 4096  # bytes of a message kept for its subject and headers, below NATS's largest message
 ADDRESS_WAIT_S = 0.5  # how often an address file that is not written yet is read again
 T = TypeVar("T")
-LISTING_BATCH = 256  # entries fetched at once while listing a bucket
-LISTING_LAPSE_S = 30.0  # a listing's consumer left behind by a process that died is dropped after this
+PULL_BATCH = 64  # messages fetched at once by a reader of a stream
+READER_LAPSE_S = 120.0  # a reader's consumer that asks for nothing for this long is dropped by NATS
 NAME_CHARACTERS = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 
 
@@ -156,44 +158,49 @@ async def answered(call: Awaitable[T]) -> T:
 
 async def kv_values(js: JetStreamContext, bucket: str, keys: str) -> list[tuple[str, bytes]]:
     """Every (key, value) of the key-value `bucket` under `keys` (a subject pattern: `>` for all), read once,
-    deletes left out. Read through a pull consumer of its own: nats-py's watch can say it has sent everything
-    before the client has taken in what the server already sent (it reads the server's pending count
-    before its own deliveries), which lists nothing under load."""
-    stream, prefix = f"KV_{bucket}", f"$KV.{bucket}."
+    deletes left out."""
+    prefix = f"$KV.{bucket}."
+    found: dict[str, bytes] = {}
+    async for message in pulled(js, f"KV_{bucket}", prefix + keys, last_per_subject=True):
+        key = message.subject.removeprefix(prefix)
+        if (message.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or not message.data:
+            found.pop(key, None)
+        else:
+            found[key] = message.data
+    return list(found.items())
+
+
+async def pulled(
+    js: JetStreamContext, stream: str, subject: str, *, last_per_subject: bool = False, batch: int = PULL_BATCH
+) -> AsyncIterator[Msg]:
+    """Every message of `stream` on `subject` (a pattern) as the stream holds them now, oldest first (or the
+    last of each subject), through a pull consumer of its own. NATS sends the next `batch` only as the caller
+    takes these, so a slow reader (a client downloading a file) holds NATS back rather than filling memory;
+    and the end is exact, where nats-py's push watch can say it has sent everything before the client has
+    taken in what the server already sent, which lists nothing under load."""
     consumer = ConsumerConfig(
-        name=f"list-{uuid.uuid4().hex}",
-        filter_subject=prefix + keys,
-        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT,
+        name=f"read-{uuid.uuid4().hex}",
+        filter_subject=subject,
+        deliver_policy=DeliverPolicy.LAST_PER_SUBJECT if last_per_subject else DeliverPolicy.ALL,
         ack_policy=AckPolicy.NONE,
-        inactive_threshold=LISTING_LAPSE_S,  # removed by NATS if this process dies mid-listing
+        inactive_threshold=READER_LAPSE_S,  # dropped by NATS if its process dies, or its reader stalls, mid-read
         mem_storage=True,
     )
     await answered(js.add_consumer(stream, config=consumer))
     try:
         subscription = await answered(js.pull_subscribe_bind(consumer.name, stream))
         try:
-            return list((await _last_values(subscription, prefix)).items())
+            pending = (await answered(subscription.consumer_info())).num_pending
+            while pending:
+                for message in await answered(subscription.fetch(min(pending, batch), REQUEST_TIMEOUT_S)):
+                    pending = message.metadata.num_pending
+                    yield message
         finally:
-            await subscription.unsubscribe()
+            with contextlib.suppress(nats.errors.Error, OSError):
+                await subscription.unsubscribe()
     finally:
-        try:
-            await answered(js.delete_consumer(stream, consumer.name))
-        except (StoreUnavailable, nats.js.errors.NotFoundError):
-            pass  # NATS drops it once inactive
-
-
-async def _last_values(subscription: JetStreamContext.PullSubscription, prefix: str) -> dict[str, bytes]:
-    found: dict[str, bytes] = {}
-    pending = (await answered(subscription.consumer_info())).num_pending
-    while pending:
-        for message in await answered(subscription.fetch(min(pending, LISTING_BATCH), REQUEST_TIMEOUT_S)):
-            pending = message.metadata.num_pending
-            key = message.subject.removeprefix(prefix)
-            if (message.headers or {}).get("KV-Operation") in ("DEL", "PURGE") or not message.data:
-                found.pop(key, None)
-            else:
-                found[key] = message.data
-    return found
+        with contextlib.suppress(StoreUnavailable, nats.js.errors.NotFoundError):
+            await answered(js.delete_consumer(stream, consumer.name))  # else NATS drops it once inactive
 
 
 def kv_stream(

@@ -151,9 +151,10 @@ class EventStreamAnswer:
 
 @dataclass
 class BytesAnswer:
-    """A local answer that is not JSON, sent whole: a file's content."""
+    """A local answer that is not JSON: a file's content, sent in pieces as they come (chunked), a client that
+    reads slowly holding the next piece back, as for EventStreamAnswer."""
 
-    body: bytes
+    pieces: AsyncIterator[bytes]
     content_type: bytes
 
 

@@ -8,23 +8,26 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
 
 import httpx
 import openai.types
 import pytest
 
+from dynamo_oss.gateway.batches import output_files as output_files_module
 from dynamo_oss.gateway.batches import runner as runner_module
 from dynamo_oss.gateway.batches.lines import answered_line, read_lines, too_large
+from dynamo_oss.gateway.batches.output_files import output_files
 from dynamo_oss.gateway.batches.pacing import Pacer
 from dynamo_oss.gateway.batches.records import BatchRecord, Counts, TokenUsage, new_batch_id
 from dynamo_oss.gateway.batches.route import BatchesRoute
 from dynamo_oss.gateway.batches.runner import BatchRunner
+from dynamo_oss.gateway.batches.store import Answer
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.fair_share import FairShare
 from dynamo_oss.gateway.files.multipart import MAX_PART_HEAD_BYTES, form_fields
-from dynamo_oss.gateway.files.store import StoredFile, StoreFull
+from dynamo_oss.gateway.files.store import StoredFile, StoreFull, non_blank_lines
 from dynamo_oss.gateway.latency import RecentLatency, StreamTiming
 from dynamo_oss.gateway.ledger import Ledger
 from dynamo_oss.gateway.stores import StoreUnavailable
@@ -147,8 +150,31 @@ def test_the_kept_objects_are_what_openai_s_client_reads() -> None:
     batch = openai.types.Batch.model_validate(record.openai())
     assert batch.request_counts is not None and batch.request_counts.total == 3 and batch.usage is not None
     assert "owner" not in record.openai() and "lease" not in record.openai()
-    stored = StoredFile.made("alice", "batch", "in.jsonl", b"a\n\nb\n", 60)
+    data = b"a\n\nb\n"
+    stored = StoredFile.made("alice", "batch", "in.jsonl", len(data), non_blank_lines(data), 60)
     assert openai.types.FileObject.model_validate(stored.openai()).bytes == 5 and stored.lines == 2
+
+
+def test_a_batch_s_files_hold_each_line_s_first_answer_in_line_order_spooled_past_memory(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(output_files_module, "SPOOL_BYTES", 16)  # every file on disk past its first 16 bytes
+
+    async def kept() -> AsyncIterator[Answer]:
+        for answer in [
+            Answer(2, False, b'{"n": 2, "first": true}'),
+            Answer(0, True, b'{"n": 0}'),
+            Answer(2, False, b'{"n": 2, "first": false}'),  # sent again after a takeover: the first one stands
+            Answer(1, False, b'{"n": 1}'),
+        ]:
+            yield answer
+
+    output, errors = asyncio.run(output_files(kept()))
+    assert output.data.read() == b'{"n": 1}\n{"n": 2, "first": true}\n' and (output.lines, output.size) == (2, 33)
+    assert errors.data.read() == b'{"n": 0}\n' and errors.lines == 1
+    assert output.data._rolled  # type: ignore[attr-defined]  # on disk, not in memory
+    output.close()
+    errors.close()
 
 
 # Pacing
@@ -287,7 +313,7 @@ class Graph:
 
     async def batch(self, *lines: str, expires_in: float = 3600) -> str:
         data = ("\n".join(lines) + "\n").encode()
-        stored = StoredFile.made("alice", "batch", "in.jsonl", data, 3600)
+        stored = StoredFile.made("alice", "batch", "in.jsonl", len(data), non_blank_lines(data), 3600)
         await self.files.put(stored, data)
         now = int(time.time())
         record = BatchRecord(
@@ -309,7 +335,7 @@ class Graph:
 
     async def file(self, file_id: str | None) -> list[dict]:
         assert file_id is not None
-        data = await self.files.content("alice", file_id)
+        data = await self.files.whole("alice", file_id)
         return [json.loads(entry) for entry in (data or b"").splitlines()]
 
 
@@ -599,8 +625,9 @@ def test_a_batch_the_gateway_keeps_failing_on_ends_failed_with_what_it_has(monke
         graph = Graph()
         batch_id = await graph.batch(line("a"))
 
-        async def unreadable(batch: str) -> list:
+        async def unreadable(batch: str) -> AsyncIterator[Answer]:
             raise ValueError("an answer kept by another version")
+            yield  # an async generator, as the store's answers are
 
         graph.store.answers = unreadable  # type: ignore[method-assign]
         runner = graph.runner()
@@ -654,7 +681,7 @@ def test_a_batch_no_runner_has_taken_up_is_cancelled_at_once_and_a_wrong_method_
     async def test() -> None:
         store, files = MemoryBatchStore(), MemoryFileStore()
         data = (line("a") + "\n").encode()
-        uploaded = StoredFile.made("alice", "batch", "in.jsonl", data, 3600)
+        uploaded = StoredFile.made("alice", "batch", "in.jsonl", len(data), non_blank_lines(data), 3600)
         await files.put(uploaded, data)
         route = BatchesRoute(store, files, GatewayBatchesSection())
         alice = Caller("alice", "alice", None)  # type: ignore[arg-type]

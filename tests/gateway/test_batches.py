@@ -17,6 +17,7 @@ import pytest
 from openai.types import Batch
 
 from dynamo_oss.gateway.batches.records import BatchRecord, Counts, new_batch_id
+from dynamo_oss.gateway.files.nats_files import CHUNK_BYTES
 from tests.support.graphs import BATCH_FILE_MIB, BATCH_LINES, ENDLESS, KEYS
 from tests.support.keyed import MODEL, gateway_samples, nats_url, openai_client, put_batch
 from tests.support.served import ServedGraph
@@ -82,6 +83,20 @@ def test_a_chat_batch_runs_to_its_end_with_its_answers_and_errors_in_their_files
     listed = alice.files.list(purpose="batch_output")
     assert {done.output_file_id, done.error_file_id} <= {file.id for file in listed}
     assert done.id in {listed_batch.id for listed_batch in alice.batches.list()}
+
+
+def test_a_file_of_many_chunks_is_downloaded_whole_as_it_is_read(served: ServedGraph) -> None:
+    alice = openai_client(served, "alice")
+    data = jsonl(*(chat_line(f"l{n}-" + "x" * 4400) for n in range(100)))  # 0.9 MiB: four chunks in NATS
+    assert len(data) > 3 * CHUNK_BYTES
+    uploaded = alice.files.create(file=("big.jsonl", data), purpose="batch")
+    try:
+        url = f"{served.endpoint}/files/{uploaded.id}/content"
+        with httpx.stream("GET", url, headers={"authorization": f"Bearer {KEYS['alice']}"}) as download:
+            assert download.headers["transfer-encoding"] == "chunked"  # sent as read, not held whole first
+            assert download.read() == data
+    finally:
+        alice.files.delete(uploaded.id)
 
 
 @pytest.mark.parametrize(

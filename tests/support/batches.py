@@ -5,12 +5,16 @@ answered with, or is left."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from typing import BinaryIO
 
 from dynamo_oss.gateway.batches.records import BatchRecord, TokenUsage, Versioned
 from dynamo_oss.gateway.batches.runner import Sent
 from dynamo_oss.gateway.batches.store import Answer
 from dynamo_oss.gateway.files.store import StoredFile
 from dynamo_oss.gateway.stores import Conflict
+
+PIECE_BYTES = 1000  # a file's content is read back in pieces this large, as NATS's object store chunks it
 
 
 class MemoryBatchStore:
@@ -46,8 +50,9 @@ class MemoryBatchStore:
     async def keep_answer(self, batch_id: str, answer: Answer) -> None:
         self.kept.setdefault(batch_id, []).append(answer)
 
-    async def answers(self, batch_id: str) -> list[Answer]:
-        return list(self.kept.get(batch_id, []))
+    async def answers(self, batch_id: str) -> AsyncIterator[Answer]:
+        for answer in list(self.kept.get(batch_id, [])):
+            yield answer
 
     async def drop_answers(self, batch_id: str) -> None:
         self.kept.pop(batch_id, None)
@@ -64,16 +69,20 @@ class MemoryFileStore:
     def __init__(self) -> None:
         self.files: dict[str, tuple[StoredFile, bytes]] = {}
 
-    async def put(self, record: StoredFile, data: bytes) -> None:
-        self.files[record.id] = (record, data)
+    async def put(self, record: StoredFile, data: bytes | BinaryIO) -> None:
+        self.files[record.id] = (record, data if isinstance(data, bytes) else data.read())
 
     async def info(self, owner: str | None, file_id: str) -> StoredFile | None:
         found = self.files.get(file_id)
         return found[0] if found is not None and found[0].owner == owner else None
 
-    async def content(self, owner: str | None, file_id: str) -> bytes | None:
+    async def content(self, owner: str | None, file_id: str) -> AsyncIterator[bytes] | None:
         found = self.files.get(file_id)
-        return found[1] if found is not None and found[0].owner == owner else None
+        return _pieces(found[1]) if found is not None and found[0].owner == owner else None
+
+    async def whole(self, owner: str | None, file_id: str) -> bytes | None:
+        pieces = await self.content(owner, file_id)
+        return None if pieces is None else b"".join([piece async for piece in pieces])
 
     async def owned(self, owner: str | None) -> list[StoredFile]:
         return [record for record, _ in self.files.values() if record.owner == owner]
@@ -83,6 +92,11 @@ class MemoryFileStore:
             return False
         del self.files[file_id]
         return True
+
+
+async def _pieces(data: bytes) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), PIECE_BYTES):
+        yield data[start : start + PIECE_BYTES]
 
 
 class HandAnswered:

@@ -10,12 +10,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import zlib
+from collections.abc import AsyncIterator
 
 import nats.errors
 import nats.js.errors
 import orjson
 from nats.js import JetStreamContext
-from nats.js.api import DeliverPolicy, DiscardPolicy, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from pydantic import ValidationError
 
@@ -25,14 +26,14 @@ from dynamo_oss.gateway.batches.store import Answer
 from dynamo_oss.gateway.nats_connection import (
     HEADROOM,
     NAME_CHARACTERS,
-    REQUEST_TIMEOUT_S,
     GraphNats,
     answered,
     ensure_stream,
     kv_stream,
     kv_values,
+    pulled,
 )
-from dynamo_oss.gateway.stores import Conflict, StoreUnavailable, owner_tag
+from dynamo_oss.gateway.stores import Conflict, owner_tag
 
 log = logging.getLogger("dynamo_oss.gateway.store")
 
@@ -111,31 +112,11 @@ class NatsBatchStore:
             data = _message(too_large(answer, message))
         await answered(js.publish(self.prefix + batch_id, data, stream=self.stream))
 
-    async def answers(self, batch_id: str) -> list[Answer]:
+    async def answers(self, batch_id: str) -> AsyncIterator[Answer]:
         _, _, js = await self._buckets()
-        subject = self.prefix + batch_id
-        info = await answered(js.stream_info(self.stream, subjects_filter=subject))
-        count = (info.state.subjects or {}).get(subject, 0)  # read all that many: none is missed for a slow one
-        if not count:
-            return []
-        subscription = await answered(
-            js.subscribe(subject, stream=self.stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
-        )
-        out: list[Answer] = []
-        try:
-            while len(out) < count:
-                try:
-                    message = await subscription.next_msg(timeout=REQUEST_TIMEOUT_S)
-                except (nats.errors.Error, OSError) as error:
-                    raise StoreUnavailable(f"NATS stopped delivering a batch's answers ({error})") from None
-                kept = orjson.loads(zlib.decompress(message.data))
-                out.append(Answer(kept["line"], kept["failed"], kept["data"].encode(), TokenUsage(**kept["usage"])))
-        finally:
-            try:
-                await subscription.unsubscribe()
-            except (nats.errors.Error, OSError):
-                pass
-        return out
+        async for message in pulled(js, self.stream, self.prefix + batch_id):
+            kept = orjson.loads(zlib.decompress(message.data))
+            yield Answer(kept["line"], kept["failed"], kept["data"].encode(), TokenUsage(**kept["usage"]))
 
     async def drop_answers(self, batch_id: str) -> None:
         _, _, js = await self._buckets()

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from dynamo_oss.gateway.batches.lines import UNSENDABLE, Line, answered_line, read_lines, unsent_line
+from dynamo_oss.gateway.batches.output_files import output_files
 from dynamo_oss.gateway.batches.pacing import Pacer
 from dynamo_oss.gateway.batches.records import BatchRecord, Counts, Lease, Status, TokenUsage, output_file_id
 from dynamo_oss.gateway.batches.store import Answer, BatchStore
@@ -52,6 +53,17 @@ UNSENT = {  # why a line was never answered, by how its batch ended
     "failed": "The batch failed before this request was answered.",
     "completed": "The gateway did not answer this request.",
 }
+
+
+class Tally(NamedTuple):
+    """What a line's answer counts for its batch: whether it failed, and what it used."""
+
+    failed: bool
+    usage: TokenUsage
+
+    @classmethod
+    def of(cls, answer: Answer) -> Tally:
+        return cls(answer.failed, answer.usage)
 
 
 class Sent(NamedTuple):
@@ -180,7 +192,7 @@ class Run:
 
     def __init__(self, runner: BatchRunner, record: BatchRecord, revision: int) -> None:
         self.runner, self.record, self.revision = runner, record, revision
-        self.answered: dict[int, Answer] = {}  # each line's first answer, kept
+        self.answered: dict[int, Tally] = {}  # what each line's first answer counts (its data is in the store)
         self.lines: list[Line] = []
         self.sending: set[LineExchange] = set()
         self.tasks: set[asyncio.Task] = set()
@@ -213,9 +225,9 @@ class Run:
 
     async def _work(self) -> None:
         record, store = self.record, self.runner.store
-        for answer in await store.answers(record.id):
-            self.answered.setdefault(answer.line, answer)
-        data = await self.runner.files.content(record.owner, record.input_file_id)
+        async for answer in store.answers(record.id):
+            self.answered.setdefault(answer.line, Tally.of(answer))
+        data = await self._input()
         if data is None:
             message = f"Input file {record.input_file_id} is no longer kept."
             error = {"code": "invalid_file", "message": message, "param": "input_file_id", "line": None}
@@ -338,7 +350,7 @@ class Run:
     async def _keep(self, answer: Answer) -> None:
         """The answer is the line's (in this process at once, for the batch's files) and kept in the graph's
         NATS, tried again while NATS is away, so another process taking the batch up does not send it again."""
-        self.answered.setdefault(answer.line, answer)
+        self.answered.setdefault(answer.line, Tally.of(answer))
         delay = KEEP_RETRY_S
         while True:
             try:
@@ -418,14 +430,16 @@ class Run:
                 await self._keep(unsent_line(line, code, UNSENT[status]))
         files, record = self.runner.files, self.record
         kept: dict[str, Any] = {"errors": errors} if errors else {}
+        written = await output_files(self.runner.store.answers(record.id))
         try:
-            for kind, data in zip(("output", "error"), self._files(), strict=True):
-                if data:
+            for kind, file in zip(("output", "error"), written, strict=True):
+                if file.lines:
                     file_id = output_file_id(record.id, kind)  # the same on a second try: never a second file
                     name = f"{record.id}_{kind}.jsonl"
-                    await files.put(
-                        StoredFile.made(record.owner, "batch_output", name, data, files.retention_s, file_id), data
+                    made = StoredFile.made(
+                        record.owner, "batch_output", name, file.size, file.lines, files.retention_s, file_id
                     )
+                    await files.put(made, file.data)
                     kept[f"{kind}_file_id"] = file_id
         except StoreFull as error:  # its answers cannot be written out: it fails, saying so
             message = f"Its output could not be kept: {error}; delete files no longer needed and run it again."
@@ -433,6 +447,9 @@ class Run:
                 "failed",
                 {**kept, "errors": [*(errors or []), {"code": "file_storage_full", "message": message}]},
             )
+        finally:
+            for file in written:
+                file.close()
         ended = {"counts": self._counts(), "usage": self._usage(), "lease": None, **kept}
         await self._update(lambda record: record.moved(status, **ended), over_others=True)
         await self.runner.store.drop_answers(record.id)
@@ -442,17 +459,21 @@ class Run:
     async def _give_up(self, failures: int) -> None:
         """The gateway failed on the batch `failures` times: it ends failed, with the answers it has."""
         message = f"The gateway failed on this batch {failures} times; its log says why. Create it again."
+        errors = [{"code": "server_error", "message": message}]
         try:
-            await self._end("failed", [{"code": "server_error", "message": message}])
-        except Exception:  # noqa: BLE001 - a bug again: the batch rests and is tried again later
+            return await self._end("failed", errors)
+        except Exception:  # noqa: BLE001 - a bug again, in reading its answers back, say: it ends without files
+            log.exception("batch %s: its files could not be written; it ends failed without them", self.record.id)
+        try:
+            ended = {"counts": self._counts(), "usage": self._usage(), "lease": None, "errors": errors}
+            await self._update(lambda record: record.moved("failed", **ended), over_others=True)
+        except Exception:  # noqa: BLE001 - the batch rests and is tried again later
             log.exception("batch %s: could not be ended failed", self.record.id)
 
-    def _files(self) -> tuple[bytes, bytes]:
-        """The output and error files' bytes, each answer in its line's place."""
-        ordered = [self.answered[number] for number in sorted(self.answered)]
-        output = b"".join(answer.data + b"\n" for answer in ordered if not answer.failed)
-        errors = b"".join(answer.data + b"\n" for answer in ordered if answer.failed)
-        return output, errors
+    async def _input(self) -> bytes | None:
+        """The batch's input file whole (an upload is at most gateway.batches.max_file_mib); None when gone."""
+        pieces = await self.runner.files.content(self.record.owner, self.record.input_file_id)
+        return None if pieces is None else b"".join([piece async for piece in pieces])
 
     async def let_go(self) -> None:
         """The process is stopping: its lines are left and its lease given up, so another process takes it up."""

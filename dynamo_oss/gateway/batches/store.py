@@ -8,6 +8,7 @@ graph's NATS (nats_batches.py).
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import NamedTuple, Protocol
 
 from dynamo_oss.gateway.batches.records import BatchRecord, TokenUsage, Versioned
@@ -51,8 +52,9 @@ class BatchStore(Protocol):
 
     async def keep_answer(self, batch_id: str, answer: Answer) -> None: ...
 
-    async def answers(self, batch_id: str) -> list[Answer]:
-        """The batch's answers kept so far, in the order they came (a line answered twice: both)."""
+    def answers(self, batch_id: str) -> AsyncIterator[Answer]:
+        """The batch's answers kept so far, in the order they came (a line answered twice: both), read as the
+        caller takes them (a batch's answers may be more than a process should hold)."""
         ...
 
     async def drop_answers(self, batch_id: str) -> None:

@@ -12,26 +12,37 @@ store never drops a file a batch still needs) and drops files past the graph's r
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
 import logging
-from collections.abc import Awaitable
-from typing import TypeVar
+from collections.abc import AsyncIterator, Awaitable
+from typing import BinaryIO, TypeVar
 
 import nats.errors
 import nats.js.errors
-from nats.js.api import DiscardPolicy, ObjectMeta, ObjectMetaOptions, StorageType, StreamConfig
+from nats.js.api import DiscardPolicy, ObjectInfo, ObjectMeta, ObjectMetaOptions, StorageType, StreamConfig
 from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 from pydantic import ValidationError
 
 from dynamo_oss.gateway.files.store import FILE_ID, StoredFile, StoreFull
-from dynamo_oss.gateway.nats_connection import NAME_CHARACTERS, GraphNats, answered, ensure_stream, kv_stream, kv_values
+from dynamo_oss.gateway.nats_connection import (
+    NAME_CHARACTERS,
+    GraphNats,
+    answered,
+    ensure_stream,
+    kv_stream,
+    kv_values,
+    pulled,
+)
 from dynamo_oss.gateway.stores import StoreUnavailable, owner_tag
 
 log = logging.getLogger("dynamo_oss.gateway.store")
 
 CHUNK_BYTES = 256 * 1024  # well below NATS's largest message (1 MiB by default)
+CHUNKS_AHEAD = 4  # chunks a download is sent ahead of what its client has taken
 T = TypeVar("T")
-TRANSFER_TIMEOUT_S = 120.0  # a whole file's put or get (its chunks are acknowledged one by one)
+TRANSFER_TIMEOUT_S = 120.0  # a whole file's put (its chunks are acknowledged one by one)
 
 
 class NatsFileStore:
@@ -45,7 +56,7 @@ class NatsFileStore:
         self._stores: tuple[ObjectStore, KeyValue] | None = None
         self._made = asyncio.Lock()
 
-    async def put(self, record: StoredFile, data: bytes) -> None:
+    async def put(self, record: StoredFile, data: bytes | BinaryIO) -> None:
         objects, index = await self._buckets()
         meta = ObjectMeta(name=_name(record.owner, record.id), options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES))
         try:
@@ -66,16 +77,27 @@ class NatsFileStore:
             return None
         return _record(entry.value)
 
-    async def content(self, owner: str | None, file_id: str) -> bytes | None:
+    async def content(self, owner: str | None, file_id: str) -> AsyncIterator[bytes] | None:
         if await self.info(owner, file_id) is None:
             return None
         objects, _ = await self._buckets()
-        chunks = _Chunks()
         try:
-            await _transfer(objects.get(_name(owner, file_id), writeinto=chunks))  # type: ignore[arg-type]
+            info = await answered(objects.get_info(_name(owner, file_id)))
         except nats.js.errors.ObjectNotFoundError:
-            return None
-        return b"".join(chunks.pieces)
+            return None  # dropped past retention a moment ago
+        return self._chunks(info)
+
+    async def _chunks(self, info: ObjectInfo) -> AsyncIterator[bytes]:
+        """The object's chunks as the reader takes them (CHUNKS_AHEAD at a time from NATS), checked against its
+        digest at the end: a mismatch raises StoreUnavailable, which cuts a download short."""
+        js = await self.nats.jetstream()
+        digest = hashlib.sha256()
+        chunks = f"$O.{self.bucket}.C.{info.nuid}"
+        async for message in pulled(js, f"OBJ_{self.bucket}", chunks, batch=CHUNKS_AHEAD):
+            digest.update(message.data)
+            yield message.data
+        if "SHA-256=" + base64.urlsafe_b64encode(digest.digest()).decode() != info.digest:
+            raise StoreUnavailable(f"file {info.name}: its chunks do not match its digest")
 
     async def owned(self, owner: str | None) -> list[StoredFile]:
         await self._buckets()
@@ -123,17 +145,6 @@ class NatsFileStore:
                 )
                 self._stores = (await answered(js.object_store(self.bucket)), await answered(js.key_value(records)))
         return self._stores
-
-
-class _Chunks:
-    """Where nats-py's object store writes a file's chunks as they come (joined once, at the end)."""
-
-    def __init__(self) -> None:
-        self.pieces: list[bytes] = []
-
-    def write(self, data: bytes) -> int:
-        self.pieces.append(bytes(data))
-        return len(data)
 
 
 def _name(owner: str | None, file_id: str) -> str:

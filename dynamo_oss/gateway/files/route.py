@@ -11,11 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator
 from urllib.parse import parse_qs
 
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.files.multipart import form_fields, malformed
-from dynamo_oss.gateway.files.store import MAX_FILENAME, OFF_LOOP_BYTES, FileStore, StoredFile, StoreFull
+from dynamo_oss.gateway.files.store import (
+    MAX_FILENAME,
+    OFF_LOOP_BYTES,
+    FileStore,
+    StoredFile,
+    StoreFull,
+    non_blank_lines,
+)
 from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.routes import BytesAnswer, Checks, LocalAnswer
 from dynamo_oss.gateway.stores import StoreUnavailable, unavailable
@@ -73,10 +81,10 @@ class FilesRoute:
             if method != b"GET":
                 raise ApiError(405, f"{method.decode(errors='replace')} {path} is not served: it takes GET.")
             if content:
-                data = await self.store.content(caller.key, file_id)
-                if data is None:
+                pieces = await self.store.content(caller.key, file_id)
+                if pieces is None:
                     raise not_found(file_id)
-                return BytesAnswer(data, b"application/octet-stream")
+                return BytesAnswer(_downloaded(pieces), b"application/octet-stream")
             record = await self.store.info(caller.key, file_id)
             if record is None:
                 raise not_found(file_id)
@@ -123,8 +131,8 @@ class FilesRoute:
                 param="file",
                 code="too_many_requests_in_file",
             )
-        made = (owner, "batch", upload.filename, data, self.settings.retention_s)
-        record = await asyncio.to_thread(StoredFile.made, *made) if heavy else StoredFile.made(*made)
+        requests = await asyncio.to_thread(non_blank_lines, data) if heavy else non_blank_lines(data)
+        record = StoredFile.made(owner, "batch", upload.filename, len(data), requests, self.settings.retention_s)
         if record.lines == 0:
             raise ApiError(400, "The file has no requests: a batch file holds one JSON request per line.", param="file")
         kept = sum(kept_bytes(file) for file in await self.store.owned(owner))
@@ -154,3 +162,13 @@ class FilesRoute:
         if purpose is not None:
             files = [file for file in files if file["purpose"] == purpose]
         return page(files[::-1], query, "file of this API key", MAX_PAGE, MAX_PAGE)
+
+
+async def _downloaded(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """A file's pieces, NATS going away answered as any store's absence is (a 503 before the first piece; once
+    pieces went out, the download is cut)."""
+    try:
+        async for piece in pieces:
+            yield piece
+    except StoreUnavailable as error:
+        raise unavailable("file store", error) from None

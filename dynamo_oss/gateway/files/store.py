@@ -7,7 +7,8 @@ from __future__ import annotations
 import re
 import secrets
 import time
-from typing import Any, Literal, Protocol
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +17,10 @@ FILE_ID = re.compile(FILE_ID_PATTERN)
 Purpose = Literal["batch", "batch_output"]
 MAX_FILENAME = 512
 OFF_LOOP_BYTES = 1024 * 1024  # a file this large is split into lines in a thread, off the event loop
+
+
+def non_blank_lines(data: bytes) -> int:
+    return sum(1 for line in data.split(b"\n") if line.strip())
 
 
 def new_file_id() -> str:
@@ -42,19 +47,20 @@ class StoredFile(BaseModel):
         owner: str | None,
         purpose: Purpose,
         filename: str,
-        data: bytes,
+        size: int,
+        lines: int,
         retention_s: int,
         file_id: str | None = None,
     ) -> StoredFile:
-        """The record of `data` kept now, under `file_id` (a new id where none is given)."""
+        """The record of a file of `size` bytes and `lines` non-blank lines kept now, under `file_id` (a new id
+        where none is given)."""
         now = int(time.time())
-        lines = sum(1 for line in data.split(b"\n") if line.strip())
         return cls(
             id=file_id or new_file_id(),
             owner=owner,
             purpose=purpose,
             filename=filename,
-            bytes=len(data),
+            bytes=size,
             lines=lines,
             created_at=now,
             expires_at=now + retention_s,
@@ -81,14 +87,17 @@ class FileStore(Protocol):
 
     retention_s: int
 
-    async def put(self, record: StoredFile, data: bytes) -> None: ...
+    async def put(self, record: StoredFile, data: bytes | BinaryIO) -> None:
+        """Keep `data` (bytes, or a file read from where it stands) as `record` says."""
+        ...
 
     async def info(self, owner: str | None, file_id: str) -> StoredFile | None:
         """The owner's file by that id (None: never kept, deleted, past retention, or another key's)."""
         ...
 
-    async def content(self, owner: str | None, file_id: str) -> bytes | None:
-        """The file's bytes, as `info` finds it."""
+    async def content(self, owner: str | None, file_id: str) -> AsyncIterator[bytes] | None:
+        """The file's bytes, as `info` finds it, in pieces read as the caller takes them (a file may be more
+        than a process should hold, and a client may read it slowly)."""
         ...
 
     async def owned(self, owner: str | None) -> list[StoredFile]:
