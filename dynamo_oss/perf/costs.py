@@ -328,9 +328,11 @@ class CostModel:
         return dense / self._attention_shards + experts / self.pool.tp
 
     def kv_budget_bytes(self) -> float:
-        """KV cache memory on each GPU: a fraction of what the weights and the runtime leave."""
+        """KV cache memory on each GPU: a fraction of what the weights and the runtime leave, or less
+        where the engine caps it (kv_cache_config.max_gpu_total_bytes: the smaller of the two is used)."""
         free = self.gpu.hbm_bytes - self.weight_bytes_per_gpu() - RUNTIME_RESERVE_BYTES
-        return max(0.0, KV_MEMORY_FRACTION * free)
+        budget = max(0.0, KV_MEMORY_FRACTION * free)
+        return budget if self.pool.kv_memory_bytes is None else min(budget, float(self.pool.kv_memory_bytes))
 
     def kv_capacity_tokens(self) -> int:
         """Context tokens the full-attention KV of one attention rank holds (its blocks times 32)."""
