@@ -273,7 +273,7 @@ class PoolWatch:
     def __init__(self, run_dir: Path) -> None:
         self.run_dir, self.samples = run_dir, []
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run)
+        self.thread = threading.Thread(target=self._run, daemon=True)  # an interrupted run exits, not waits for it
 
     def _run(self) -> None:
         while True:

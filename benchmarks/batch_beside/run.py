@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import os
 import random
 import tempfile
 import threading
@@ -42,6 +43,7 @@ assert _spec is not None and _spec.loader is not None
 autoscale = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(autoscale)
 
+from dynamo_oss.bench.host_load import CpuSampler  # noqa: E402
 from dynamo_oss.bench.served import SERVE_LOG, served_graph  # noqa: E402
 from dynamo_oss.deployment.model import build_deployment  # noqa: E402
 from dynamo_oss.graph.loader import load_graph  # noqa: E402
@@ -78,7 +80,7 @@ class BatchWatch:
         self.client, self.batch_id, self.metrics_url = client, batch_id, metrics_url
         self.samples: list[dict] = []
         self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self._run)
+        self.thread = threading.Thread(target=self._run, daemon=True)  # an interrupted run exits, not waits for it
 
     def _run(self) -> None:
         while True:
@@ -110,7 +112,8 @@ def run(with_batch: bool, trace: Path, work: Path, lines: int) -> dict:
     deployment = build_deployment(load_graph(graph), engine_override="mocker")
     print(f"[{name}] serving {graph}", flush=True)
     batch, watch = None, None
-    with served_graph(graph, folder / "run", engine="mocker", time_scale=autoscale.SLOW) as state:
+    before, started = os.times(), time.time()
+    with CpuSampler() as cpu, served_graph(graph, folder / "run", engine="mocker", time_scale=autoscale.SLOW) as state:
         autoscale.warm_up(state)
         autoscale.settle(state, deployment, folder / "run")
         if with_batch:
@@ -134,6 +137,11 @@ def run(with_batch: bool, trace: Path, work: Path, lines: int) -> dict:
             watch.stopping.set()
             watch.thread.join()
             result["batch"] = batch_figures(client, batch.id, watch.samples, records, lines)
+    stopped, after = time.time(), os.times()
+    # The graph and aiperf are this process's children, reaped by the time the graph has stopped.
+    ours = after.children_user + after.children_system - before.children_user - before.children_system
+    busy = (cpu.busy_between(started, stopped) or 0.0) * autoscale.CORES
+    result["cores_busy"], result["cores_outside"] = busy, busy - ours / (stopped - started)
     decisions = [line for line in (folder / SERVE_LOG).read_text().splitlines() if "planner decision" in line]
     result["resizes"] = sum("->" in line for line in decisions)
     done = f", batch {result['batch']['done']} done" if "batch" in result else ""
@@ -185,8 +193,8 @@ def write_results(results: list[dict], command: str, out: Path, lines: int, phas
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     rows = [
         "| setup | interactive within both targets | TTFT p50 / p99 | ITL p50 / p99 | worker-GPU-hours | mean GPUs "
-        "| resizes | batch requests done during the trace | batch requests/s | failed |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| resizes | batch requests done during the trace | batch requests/s | failed | cores busy (outside) |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in results:
         b = r.get("batch")
@@ -195,7 +203,7 @@ def write_results(results: list[dict], command: str, out: Path, lines: int, phas
         rows.append(
             f"| {r['setup']} | {r['within_both']:.1%} | {r['ttft_p50_ms']:.0f} / {r['ttft_p99_ms']:.0f} ms "
             f"| {r['itl_p50_ms']:.1f} / {r['itl_p99_ms']:.1f} ms | {r['gpu_hours']:.3f} | {r['mean_gpus']:.2f} "
-            f"| {r['resizes']} | {done} | {rate} | {r['failed']} |"
+            f"| {r['resizes']} | {done} | {rate} | {r['failed']} | {r['cores_busy']:.2f} ({r['cores_outside']:.2f}) |"
         )
     added = beside["gpu_hours"] / alone["gpu_hours"] - 1
     drop = alone["within_both"] - beside["within_both"]
@@ -221,6 +229,10 @@ def write_results(results: list[dict], command: str, out: Path, lines: int, phas
         f"- The batch finished {batch['done']} of its {lines} requests during the trace ({batch['requests_per_s']:.2f} "
         f"requests/s, {batch['output_tokens']} output tokens by its end, status {batch['status_at_trace_end']} when "
         f"the trace ended, then {batch['final_status']}).",
+        "",
+        f"Cores busy: of this machine's {autoscale.CORES}, from starting the graph to stopping it (/proc/stat), and in "
+        "brackets what processes outside the benchmark (neither the graph nor aiperf) used of them: above about 0.1, "
+        "the two runs shared the machine with other work and compare less well.",
         "",
         "![pools, batch progress and the pacing window](timeline.png)",
         "",

@@ -3,20 +3,23 @@ for the gateway's own Responses API, under the same streaming load.
 
 Why: the gateway owns POST /v1/responses and /v1/chat/completions (it renders each request into
 harmony, streams a plain /v1/completions from Dynamo's frontend and turns each chunk's token ids into
-the API's events). The requirements: the Responses path may cost the gateway at most 1.5x the chat
-path's CPU per token, and what chat costs is measured before and after it became the gateway's own
-(results-chat-passthrough.md, the run before).
+the API's events). The requirements (issue 40, item 5): the Responses path may cost the gateway at
+most 1.5x the chat path's CPU per token, and chat no more than on the day the issue was filed, when
+the gateway passed chat through to Dynamo's own chat endpoint. That gateway (BASELINE, d78d3b2's
+code from this repository's history, run with today's packages) serves beside today's in front of
+the same frontend, so the two are compared in one run on one host: this host's speed drifts within
+the hour, and only ratios within a run mean much.
 
 How: a one-worker aggregated gpt-oss-20b mocker graph on free ports, its steps TIME_SCALE of the
 modelled H200's (`--mocker-time-scale`, as the control plane's ceiling runs; a graph file cannot
 pick the mocker's timing model), so the software, not the simulated engine, sets the pace. A plain
 aiohttp client keeps CONCURRENCY streams of exactly TOKENS output tokens busy for REQUESTS requests
 per run. The user+system CPU
-time of the gateway and frontend processes is read before and after each run and divided by the
+time of the gateway (or the baseline's) and frontend processes is read before and after each run and divided by the
 output tokens the streams' usage reports. A third API is a control: /v1/completions, the stream the
 Responses path reads from the frontend, which the gateway passes through untransformed. After a
 warm-up of each API, REPEATS rounds run each API in turn, since this 2-core machine is noisy;
-medians and ranges are reported. Writes results.json and results.md beside this file; about 5
+medians and ranges are reported. Writes results.json and results.md beside this file; about 6
 minutes here:
 
     uv run python benchmarks/gateway_cpu/run.py
@@ -26,15 +29,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import json
+import os
 import platform
 import random
+import socket
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -43,7 +51,7 @@ import aiohttp
 import psutil
 import yaml
 
-from dynamo_oss.bench.ports import on_free_ports
+from dynamo_oss.bench.ports import free_block, on_free_ports
 from dynamo_oss.bench.served import served_graph
 from dynamo_oss.launch.state import RunState
 
@@ -53,12 +61,16 @@ CONCURRENCY = 16
 TOKENS = 256
 REQUESTS = 320  # per measured run: 81,920 tokens
 WARMUP_REQUESTS = 48  # per API, before the first measured run
-REPEATS = 3
+REPEATS = 7
 TIME_SCALE = 0.001  # mocker 1000x faster than the modelled H200
 RUN_TIMEOUT_S = 120.0  # a run stops starting requests after this; unfinished ones count as failed
 REQUEST_TIMEOUT_S = 60.0
 TARGET_RATIO = 1.5
-APIS = ("chat", "responses", "completions")  # the last a control: the Responses upstream, passed through
+BASELINE = "d78d3b2"  # the gateway of the day issue 40 was filed: chat passed through to Dynamo's chat endpoint
+BASELINE_READY_S = 120.0
+PASSTHROUGH = "chat-passthrough"  # chat through BASELINE's gateway
+# The first through BASELINE's gateway; the last a control: the Responses upstream, passed through.
+APIS = (PASSTHROUGH, "chat", "responses", "completions")
 CORES = psutil.cpu_count()
 
 
@@ -119,6 +131,7 @@ def responses_tokens(events: list[dict]) -> int | None:
 
 
 API = {
+    PASSTHROUGH: Api("/v1/chat/completions", chat_body, usage_tokens),
     "chat": Api("/v1/chat/completions", chat_body, usage_tokens),
     "responses": Api("/v1/responses", responses_body, responses_tokens),
     "completions": Api("/v1/completions", completions_body, usage_tokens),
@@ -145,30 +158,75 @@ def write_graph(folder: Path, processes: int) -> Path:
     return path
 
 
+@contextmanager
+def baseline_gateway(folder: Path, frontend_port: int) -> Iterator[tuple[str, int]]:
+    """BASELINE's gateway, which passed chat through to Dynamo's chat endpoint, in front of the graph's
+    frontend on a free port: its code from this repository's history, run with today's packages. Yields
+    its base URL and pid once it listens; stopped afterwards."""
+    archive = subprocess.run(["git", "archive", BASELINE, "dynamo_oss"], cwd=HERE.parents[1], capture_output=True)
+    if archive.returncode:
+        sys.exit(f"the baseline gateway's code ({BASELINE}) is not in this checkout's history: {archive.stderr!r}")
+    source = folder / f"gateway-{BASELINE}"
+    tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(source, filter="data")
+    port = free_block(1)
+    argv = [sys.executable, "-m", "dynamo_oss.gateway", "--port", str(port), "--model", "gpt-oss-20b"]
+    argv += ["--upstream", f"http://127.0.0.1:{frontend_port}"]
+    with (folder / f"gateway-{BASELINE}.log").open("w") as log:
+        process = subprocess.Popen(
+            argv, cwd=source, env={**os.environ, "PYTHONPATH": str(source)}, stdout=log, stderr=subprocess.STDOUT
+        )
+    try:
+        deadline = time.monotonic() + BASELINE_READY_S
+        while not listening(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                sys.exit(f"the baseline gateway did not start; see {folder / f'gateway-{BASELINE}.log'}")
+            time.sleep(0.2)  # polling its port against the deadline above
+        yield f"http://127.0.0.1:{port}", process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 @dataclass
 class Counters:
-    """CPU seconds so far: of the frontend and of each gateway serving process (the endpoint's first
-    process, which serves no client, is left out), of the graph's processes and this client together,
-    and of the whole machine; and the gateway's read syscalls (socket reads, mostly)."""
+    """CPU seconds so far: of the frontend, of each gateway serving process (the endpoint's first
+    process, which serves no client, is left out) and of the baseline's gateway, of the graph's processes,
+    the baseline and this client together, and of the whole machine; and the read syscalls (socket reads,
+    mostly) of today's gateway ("gateway") and of the baseline's."""
 
     cpu: dict[str, float]
     ours: float
     machine: float
-    gateway_reads: int
+    reads: dict[str, int]
 
     @classmethod
     def read(cls, supervisor_pid: int, pids: dict[str, int]) -> Counters:
+        """`pids` names the gateway's first process and the frontend, and the baseline's gateway if one runs."""
         graph = psutil.Process(supervisor_pid)
-        ours = sum(cpu_seconds(p, gone=0.0) for p in [psutil.Process(), graph, *graph.children(recursive=True)])
+        baseline = [psutil.Process(pids["baseline"])] if "baseline" in pids else []
+        ours = sum(
+            cpu_seconds(p, gone=0.0) for p in [psutil.Process(), graph, *graph.children(recursive=True), *baseline]
+        )
         machine = psutil.cpu_times()
         serving = psutil.Process(pids["gateway"]).children()
-        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"]))}
+        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"]))} | {
+            "baseline": cpu_seconds(p) for p in baseline
+        }
         cpu |= {f"gateway-{index}": cpu_seconds(process) for index, process in enumerate(sorted(serving, key=pid))}
+        reads = {"gateway": sum(process.io_counters().read_count for process in serving)}
         return cls(
             cpu=cpu,
             ours=ours,
             machine=machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
-            gateway_reads=sum(process.io_counters().read_count for process in serving),
+            reads=reads | {"baseline": p.io_counters().read_count for p in baseline},
         )
 
 
@@ -240,13 +298,20 @@ async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[int 
     return results, time.monotonic() - started
 
 
-def measure(name: str, state: RunState, pids: dict[str, int], requests: int) -> dict:
-    """One run of `requests` streams of API `name`, with the CPU each watched process spent over it."""
+def measure(
+    name: str, state: RunState, pids: dict[str, int], requests: int, urls: dict[str, str] | None = None
+) -> dict:
+    """One run of `requests` streams of API `name` (to its gateway's base URL in `urls`, else the graph's
+    endpoint), with the CPU each watched process spent over it; "gateway" is the gateway that served it,
+    today's or the baseline's."""
     before = Counters.read(state.supervisor_pid, pids)
-    results, wall = asyncio.run(load(state.endpoint.removesuffix("/v1"), API[name], state.served_name, requests))
+    url = (urls or {}).get(name, state.endpoint.removesuffix("/v1"))
+    results, wall = asyncio.run(load(url, API[name], state.served_name, requests))
     after = Counters.read(state.supervisor_pid, pids)
     cpu = {process: after.cpu[process] - before.cpu[process] for process in after.cpu}
-    cpu["gateway"] = sum(seconds for process, seconds in cpu.items() if process.startswith("gateway-"))
+    served_by = "baseline" if name == PASSTHROUGH else "gateway"
+    today = sum(seconds for process, seconds in cpu.items() if process.startswith("gateway-"))
+    cpu["gateway"] = cpu["baseline"] if name == PASSTHROUGH else today
     tokens = sum(t for t in results if t)
     failed = sum(1 for t in results if t != TOKENS)
     machine = after.machine - before.machine
@@ -260,12 +325,12 @@ def measure(name: str, state: RunState, pids: dict[str, int], requests: int) -> 
         **{f"{p}_cpu_s": round(s, 3) for p, s in cpu.items()},
         **{f"{p}_us_per_token": round(1e6 * s / max(tokens, 1), 2) for p, s in cpu.items()},
         "gateway_share": round(cpu["gateway"] / (cpu["gateway"] + cpu["frontend"]), 3),
-        "gateway_reads_per_token": round((after.gateway_reads - before.gateway_reads) / max(tokens, 1), 3),
+        "gateway_reads_per_token": round((after.reads[served_by] - before.reads[served_by]) / max(tokens, 1), 3),
         "cores_busy": round(machine / wall / CORES, 3),
         "other_processes_cores": round(max(0.0, machine - (after.ours - before.ours)) / wall, 2),
     }
     print(
-        f"  {name:<11} {row['requests']} requests ({failed} failed) {tokens} tokens in {wall:5.1f} s "
+        f"  {name:<16} {row['requests']} requests ({failed} failed) {tokens} tokens in {wall:5.1f} s "
         f"{row['tok_s']:6d} tok/s  gateway {row['gateway_us_per_token']:5.1f} us/tok  "
         f"frontend {row['frontend_us_per_token']:5.1f} us/tok  cores busy {row['cores_busy']:.0%} "
         f"(others {row['other_processes_cores']:.2f} cores)",
@@ -292,13 +357,13 @@ SUMMARIZED = (
 )
 
 
-def ratio(rows: list[dict], summary: dict, base: str) -> dict:
-    """Responses' gateway CPU per token over `base`'s: of the medians, and of each round's two runs."""
+def ratio(rows: list[dict], summary: dict, api: str, base: str) -> dict:
+    """`api`'s gateway CPU per token over `base`'s: of the medians, and of each round's two runs."""
     per_round = [
         r["gateway_us_per_token"] / b["gateway_us_per_token"]
-        for r, b in zip([r for r in rows if r["api"] == "responses"], [r for r in rows if r["api"] == base])
+        for r, b in zip([r for r in rows if r["api"] == api], [r for r in rows if r["api"] == base])
     ]
-    medians = summary["responses"]["gateway_us_per_token"]["median"] / summary[base]["gateway_us_per_token"]["median"]
+    medians = summary[api]["gateway_us_per_token"]["median"] / summary[base]["gateway_us_per_token"]["median"]
     return {"of_medians": round(medians, 3), "per_round": [round(r, 3) for r in per_round]}
 
 
@@ -306,9 +371,13 @@ def summarize(rows: list[dict]) -> dict:
     fields = [*SUMMARIZED, *(field for field in rows[0] if field.startswith("gateway-") and field.endswith("_token"))]
     summary = {api: {f: spread([r[f] for r in rows if r["api"] == api]) for f in fields} for api in APIS}
     for base in ("chat", "completions"):
-        summary[f"gateway_ratio_responses_over_{base}"] = ratio(rows, summary, base)
+        summary[f"gateway_ratio_responses_over_{base}"] = ratio(rows, summary, "responses", base)
     summary["gateway_ratio_responses_over_chat"]["met"] = (
         summary["gateway_ratio_responses_over_chat"]["of_medians"] <= TARGET_RATIO
+    )
+    summary["gateway_ratio_chat_over_passthrough"] = ratio(rows, summary, "chat", PASSTHROUGH)
+    summary["gateway_ratio_chat_over_passthrough"]["met"] = (
+        summary["gateway_ratio_chat_over_passthrough"]["of_medians"] <= 1.0
     )
     summary["failed_requests"] = sum(r["failed"] for r in rows)
     return summary
@@ -321,8 +390,11 @@ def cell(s: dict, digits: int = 1, percent: bool = False) -> str:
     return f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})"
 
 
+ROW_LABELS = {PASSTHROUGH: f"chat, passed through ({BASELINE}'s gateway)", "completions": "completions (control)"}
+
+
 def table_row(api: str, s: dict) -> str:
-    label = f"{api} (control)" if api == "completions" else api
+    label = ROW_LABELS.get(api, api)
     return (
         f"| {label} | {cell(s['gateway_us_per_token'])} | {cell(s['frontend_us_per_token'])} | "
         f"{cell(s['gateway_share'], percent=True)} | {cell(s['tok_s'], 0)} |"
@@ -335,6 +407,7 @@ def per_api(summary: dict, field: str, digits: int = 1, percent: bool = False) -
 
 def markdown(summary: dict, settings: dict) -> str:
     chat, control = summary["gateway_ratio_responses_over_chat"], summary["gateway_ratio_responses_over_completions"]
+    then = summary["gateway_ratio_chat_over_passthrough"]
     lines = [
         f"Command: `{settings['command']}`",
         "",
@@ -345,7 +418,9 @@ def markdown(summary: dict, settings: dict) -> str:
         f"streaming, {settings['requests_per_run']} requests of exactly {TOKENS} output tokens per run (`ignore_eos`, "
         f"`min_tokens`), after {settings['warmup_requests_per_api']} warm-up requests per API; {settings['repeats']} "
         "rounds of one run per API in turn. Each cell: "
-        "median (min-max) over the runs. The completions row is a control: the stream the Responses path reads "
+        "median (min-max) over the runs. The first row is chat through the gateway of the day issue 40 was filed "
+        f"(code {BASELINE}, which passed chat through to Dynamo's own chat endpoint), run beside today's in front "
+        "of the same frontend. The completions row is a control: the stream the Responses and chat paths read "
         "from Dynamo's frontend, passed through by the gateway untransformed.",
         "",
         "| API | gateway us/token | frontend us/token | gateway share of gateway+frontend | output tok/s |",
@@ -360,6 +435,10 @@ def markdown(summary: dict, settings: dict) -> str:
         f"{rounds(chat)}) against the target of at most {TARGET_RATIO}x: {'met' if chat['met'] else '**missed**'}. "
         f"Responses / completions passed through, what the Responses transform adds to the same upstream stream: "
         f"{control['of_medians']:.2f}x (per round {rounds(control)}). Failed requests: {summary['failed_requests']}.",
+        "",
+        f"Chat / chat passed through at {BASELINE}, gateway CPU per token: **{then['of_medians']:.2f}x** (ratio of "
+        f"medians; per round {rounds(then)}) against the target of no more than then (1.0x): "
+        f"{'met' if then['met'] else '**missed**'}.",
         "",
         "Every read from the frontend costs the gateway a wakeup, a parse, a transform and a write to the client, "
         "whatever it carries, and Dynamo's frontend writes chat in bursts but completions about a token at a time "
@@ -381,6 +460,7 @@ def processes_line(summary: dict, processes: int) -> list[str]:
     shares = "; ".join(
         f"{api} " + ", ".join(cell(summary[api][f"gateway-{index}_us_per_token"]) for index in range(processes))
         for api in APIS
+        if api != PASSTHROUGH
     )
     return [f"Each gateway process's CPU per token of the run (us, process 0 first): {shares}.", ""]
 
@@ -453,6 +533,7 @@ def main() -> None:
         "tokens": TOKENS,
         "requests_per_run": requests,
         "warmup_requests_per_api": min(WARMUP_REQUESTS, requests // 3),
+        "baseline": BASELINE,
         "repeats": repeats,
         "mocker_time_scale": time_scale,
         "loop_seconds_before": loop_seconds(),
@@ -464,11 +545,17 @@ def main() -> None:
             write_graph(folder, processes), folder / "run", engine="mocker", time_scale=time_scale
         ) as state:
             pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
-            print(f"served in {time.monotonic() - started:.0f} s; warm-up", flush=True)
-            for api in APIS:
-                measure(api, state, pids, settings["warmup_requests_per_api"])
-            print("measuring", flush=True)
-            rows = [measure(api, state, pids, requests) for _ in range(repeats) for api in APIS]
+            frontend_port = next(p for p in state.processes if p.name == "frontend").ports[0]
+            with baseline_gateway(folder, frontend_port) as (baseline_url, pids["baseline"]):
+                urls = {PASSTHROUGH: baseline_url}
+                print(
+                    f"served in {time.monotonic() - started:.0f} s, and {BASELINE}'s gateway beside it; warm-up",
+                    flush=True,
+                )
+                for api in APIS:
+                    measure(api, state, pids, settings["warmup_requests_per_api"], urls)
+                print("measuring", flush=True)
+                rows = [measure(api, state, pids, requests, urls) for _ in range(repeats) for api in APIS]
     summary = summarize(rows)
     settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)

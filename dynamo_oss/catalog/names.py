@@ -9,7 +9,7 @@ from typing import Literal
 
 PoolRole = Literal["prefill", "decode", "agg"]  # in start and GPU placement order
 
-EngineName = Literal["trtllm", "mocker"]
+EngineName = Literal["trtllm", "mocker", "gptoss"]
 
 RouterMode = Literal["kv", "round-robin", "random", "least-loaded", "power-of-two"]
 

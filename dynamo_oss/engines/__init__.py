@@ -1,7 +1,8 @@
-"""Engines a pool can run: one small interface, one module per engine (trtllm, mocker).
+"""Engines a pool can run: one small interface, one module per engine (trtllm, mocker), or a package
+for an engine of the project's own (gptoss).
 
-A new engine is one module here, dynamo_oss/engines/NAME.py with an `ENGINE` object, and its
-name in dynamo_oss.catalog.names. Each engine reads its own configuration file once into an `EngineShape`, the one typed
+A new engine is one module here, dynamo_oss/engines/NAME.py (or a package NAME/) with an `ENGINE`
+object, and its name in dynamo_oss.catalog.names. Each engine reads its own configuration file once into an `EngineShape`, the one typed
 description the rest of the tree uses (parallelism, batch and token limits, KV cache), and
 owns everything else about its workers: command line, environment, ready timeout. The graph
 names an engine per pool; `dynamo serve --engine mocker` swaps every pool's engine for
@@ -160,6 +161,7 @@ class WorkerContext(BaseModel):
 class Engine(Protocol):
     name: EngineName
     ready_timeout_s: float  # how long a worker may take to register after it starts
+    planner_backend: str  # the backend Dynamo's planner is configured with for its pools (it knows four)
 
     def planner_namespace(self, namespace: str) -> str:
         """Where Dynamo's planner finds the workers' forward-pass metrics and counts them."""

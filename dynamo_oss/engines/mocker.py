@@ -26,6 +26,7 @@ CORE_NAMESPACE_PREFIX = "mocker-core-"
 class MockerEngine:
     name: Literal["mocker"] = "mocker"
     ready_timeout_s: float = READY_TIMEOUT_S
+    planner_backend: str = "mocker"
 
     def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
         if engine_args is None:

@@ -50,6 +50,7 @@ import dynamo.mocker.main as mocker_main
 from dynamo.llm import ModelInput, ModelRuntimeConfig, ModelType, WorkerType, register_model
 
 from dynamo_oss.catalog.models import GPT_OSS_120B, REASONING_PARSER, TOOL_CALL_PARSER
+from dynamo_oss.engines.cache_salt import cache_salt
 from dynamo_oss.engines.harmony.answers import Completion, completion_for
 from dynamo_oss.engines.mocker import CORE_NAMESPACE_PREFIX
 
@@ -176,16 +177,6 @@ def _salted(request: dict[str, Any]) -> dict[str, Any]:
     vocabulary = GPT_OSS_120B.vocab_size
     offset = int.from_bytes(hashlib.sha256(salt.encode()).digest()[:8], "big") % (vocabulary - 1) + 1
     return {**request, "token_ids": [(token + offset) % vocabulary for token in request.get("token_ids") or []]}
-
-
-def cache_salt(request: Mapping[str, Any]) -> str | None:
-    """Where Dynamo's frontend puts a request's salt, and TensorRT-LLM's worker reads it (dynamo.trtllm's
-    request_cache_salt): the routing hints, else the request's nvext."""
-    routing = request.get("routing")
-    if isinstance(routing, Mapping) and routing.get("cache_salt"):
-        return str(routing["cache_salt"])
-    nvext = (request.get("extra_args") or {}).get("nvext")
-    return str(nvext["cache_salt"]) if isinstance(nvext, Mapping) and nvext.get("cache_salt") else None
 
 
 def _asking_for(request: dict[str, Any], completion: Completion) -> dict[str, Any]:

@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import importlib.util
 import re
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
 from dynamo_oss.catalog.names import PoolRole
@@ -31,6 +28,8 @@ from dynamo_oss.engines import (
     WorkerContext,
     flags,
 )
+from dynamo_oss.engines.args_file import read_args_file
+from dynamo_oss.engines.host_gpus import gpu_shortfall
 
 DEFAULT_TOKENS_PER_BLOCK = 32  # TensorRT-LLM's KV block, in tokens, when kv_cache_config does not say
 GUIDED_DECODING_BACKEND = "llguidance"  # the grammars the gateway sends are llguidance's Lark
@@ -77,20 +76,7 @@ class _LlmArgsKeys(BaseModel):
 
 def read_llm_args(path: Path) -> EngineShape:
     """The shape of a TensorRT-LLM engine configuration file; EngineArgsError names the key."""
-    if not path.is_file():
-        raise EngineArgsError(f"file not found: {path}")
-    try:
-        loaded = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        raise EngineArgsError(f"{path} is not valid YAML: {err}") from None
-    if not isinstance(loaded, dict):
-        raise EngineArgsError(f"{path} must hold a mapping of TensorRT-LLM engine arguments")
-    try:
-        keys = _LlmArgsKeys.model_validate(loaded)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise EngineArgsError(f"{path.name}: {where}: {first['msg']} (got {first['input']!r})") from None
+    keys = read_args_file(path, _LlmArgsKeys, "TensorRT-LLM engine arguments")
     speculative = _speculation(keys.speculative_config, path.name) if keys.speculative_config else None
     return EngineShape(
         tensor_parallel=keys.tensor_parallel_size,
@@ -184,20 +170,10 @@ def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
     return args
 
 
-def visible_gpu_count() -> int:
-    """NVIDIA GPUs this host shows through nvidia-smi (0 when there is no driver)."""
-    if shutil.which("nvidia-smi") is None:
-        return 0
-    try:
-        listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=True)
-    except (subprocess.SubprocessError, OSError):
-        return 0
-    return sum(1 for line in listing.stdout.splitlines() if line.startswith("GPU "))
-
-
 class TrtllmEngine:
     name: Literal["trtllm"] = "trtllm"
     ready_timeout_s: float = READY_TIMEOUT_S
+    planner_backend: str = "trtllm"
 
     def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
         if engine_args is None:
@@ -208,10 +184,7 @@ class TrtllmEngine:
         return namespace  # its workers publish forward-pass metrics where they serve
 
     def unavailable_reason(self, gpus_needed: int) -> str | None:
-        reasons = []
-        gpus = visible_gpu_count()
-        if gpus < gpus_needed:
-            reasons.append(f"the graph needs {gpus_needed} NVIDIA GPUs and this host has {gpus}")
+        reasons = [shortfall] if (shortfall := gpu_shortfall(gpus_needed)) else []
         if importlib.util.find_spec("tensorrt_llm") is None:
             reasons.append("TensorRT-LLM is not installed (import tensorrt_llm fails)")
         return "; ".join(reasons) or None

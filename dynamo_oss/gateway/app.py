@@ -33,6 +33,7 @@ from dynamo_oss.gateway.errors import (
     ApiError,
     from_upstream,
     openai_error,
+    stream_cut,
     stream_cut_event,
 )
 from dynamo_oss.gateway.limits import (
@@ -67,6 +68,8 @@ from dynamo_oss.gateway.responses.stored import METHODS as STORED_RESPONSE_METHO
 from dynamo_oss.gateway.responses.stored import StoredResponsesRoute
 from dynamo_oss.gateway.routes import (
     BytesAnswer,
+    is_local,
+    settles,
     Detached,
     EventStreamAnswer,
     LocalAnswer,
@@ -74,7 +77,6 @@ from dynamo_oss.gateway.routes import (
     PassThrough,
     Route,
     RouteTable,
-    Settling,
     Transform,
     parse_json,
 )
@@ -156,7 +158,7 @@ class Gateway:
         self.store = store  # None: the graph keeps no responses
         self.background = background  # the background responses this process runs
         self.batches = batch_api.runner(self) if batch_api is not None else None  # the batches this process runs
-        self.idle: list[UpstreamConnection] = []
+        self.idle: dict[str, list[UpstreamConnection]] = {}  # kept connections, by their frontend's base URL
         self.exchanges = 0  # requests between the client's last byte and the response's last byte, or the work's end
         self.detached: set[asyncio.Task] = set()  # work running without its client (the loop keeps weak references)
         self._session: aiohttp.ClientSession | None = None
@@ -229,14 +231,22 @@ class Gateway:
         self._models = {}
 
     async def connection(self, fresh: bool = False) -> tuple[UpstreamConnection, bool]:
-        """An idle keep-alive connection (and True), or a new one (and False)."""
-        while self.idle and not fresh:
-            connection = self.idle.pop()
+        """A kept connection to the frontend whose turn it is (and True), or a new one (and False). Requests take
+        the frontends in turn whether their connection is kept or new, so a frontend started again gets its
+        share back at once, not only as kept connections to the others close."""
+        order = self.frontends.in_turn()
+        kept = self.idle.get(order[0].base, [])
+        while kept and not fresh:
+            connection = kept.pop()
             if not connection.transport.is_closing():
                 return connection, True
-        connection = await self.frontends.connect(lambda frontend: UpstreamConnection(self, frontend))
+        connection = await self.frontends.connect(lambda frontend: UpstreamConnection(self, frontend), order)
         assert isinstance(connection, UpstreamConnection)
         return connection, False
+
+    def keep(self, connection: UpstreamConnection) -> None:
+        """`connection`, its exchange over, for a later request to its frontend."""
+        self.idle.setdefault(connection.frontend.base, []).append(connection)
 
     def detach(self, exchange: Clientless, detached: Detached, key: str | None, ticket: Ticket | None) -> None:
         """Run `detached` to its end with an exchange no client reads (routes.Detached): a drain waits for it as
@@ -263,8 +273,9 @@ class Gateway:
     async def close(self) -> None:
         if self.batches is not None:
             await self.batches.close()
-        for connection in self.idle:
-            connection.transport.close()
+        for kept in self.idle.values():
+            for connection in kept:
+                connection.transport.close()
         if self._session is not None:
             await self._session.close()
         if self.background is not None:
@@ -571,7 +582,7 @@ class ClientConnection(asyncio.Protocol):
                 self.rate_headers = ticket.headers
             if self.trace is not None:
                 self.trace.mark_admitted()
-            if isinstance(route, LocalRoute):  # the gateway's own answer: nothing goes upstream
+            if is_local(route):  # the gateway's own answer: nothing goes upstream
                 caller = self.gateway.caller(self.key)
                 await self.answer(await route.answer(method, url, request.body, self.gateway, caller), keep_alive)
             else:
@@ -710,7 +721,10 @@ class ClientConnection(asyncio.Protocol):
 
     def write_transformed(self, transform: Transform, data: bytes, last: bool) -> None:
         """A transform's output, framed: chunks for a stream (the head with the first), else one body."""
-        if transform.streaming:
+        if transform.streaming and self.started and not last:  # a read's output mid-stream, most writes
+            if data:
+                self.transport.write(b"%x\r\n%b\r\n" % (len(data), data))
+        elif transform.streaming:
             out = []
             if not self.started:
                 self.started, self.status = True, 200
@@ -739,11 +753,14 @@ class ClientConnection(asyncio.Protocol):
         return b"".join(b"\r\n" + name + b": " + value for name, value in self.rate_headers)
 
     def end_stream(self, with_error_event: bool) -> None:
-        """The frontend went away mid-response. An event stream cut between two chunks gets an error
+        """The frontend went away mid-response. An answer none of which went out yet (a transform's that is
+        written whole at its end) is a retryable 503. An event stream cut between two chunks gets an error
         event and its last chunk: the client reads a well-formed stream that says what happened, and
         may send its next request on the same connection. Anything else is closed, which a client sees
         as a cut response, never as a corrupt one."""
-        if not with_error_event:
+        if not self.started:
+            self.respond(503, stream_cut(), keep_alive=True, retry_after=RETRY_AFTER_S)
+        elif not with_error_event:
             self.transport.close()
         elif not self.transport.is_closing():
             event = stream_cut_event()
@@ -792,6 +809,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.pending: list[bytes] = []  # bytes before the status line is complete
         self.head_only = False
         self.complete = False
+        self.keep_alive = False  # the frontend keeps the connection open after this answer (read as it completes)
+        self.kept = False  # kept for the next exchange, which may have it once this one is over (exchange())
         self.event_stream = False  # a text/event-stream response
         self.chunked = False  # framed in chunks, so an error event can follow the last whole one
         self.in_chunk = False  # between a chunk's header and its end
@@ -805,6 +824,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def exchange(self, client: Sink, request: bytes, head_only: bool, transform: Transform | None) -> None:
         self.client, self.status, self.error_body, self.pending, self.complete = client, 0, None, [], False
+        self.keep_alive = self.kept = False
         self.transform, self.transformed = transform, []
         self.event_stream = self.chunked = self.in_chunk = False
         self.parser = httptools.HttpResponseParser(self)
@@ -816,6 +836,8 @@ class UpstreamConnection(asyncio.Protocol):
             await self.done
         finally:
             self.client = None
+            if self.kept:  # only now: an exchange that took it sooner would lose its client to the line above
+                self.gateway.keep(self)
 
     def data_received(self, data: bytes) -> None:
         acknowledge_at_once(self.socket)
@@ -891,7 +913,10 @@ class UpstreamConnection(asyncio.Protocol):
             self.transformed.append(self.transform.feed(body))
 
     def on_message_complete(self) -> None:
-        self.complete = True
+        """The answer is whole. Whether the connection stays open is read now: httptools forgets it once
+        the parser has moved past the message."""
+        assert self.parser is not None
+        self.complete, self.keep_alive = True, self.parser.should_keep_alive()
 
     def _end_early(self) -> None:
         """The transform's answer is whole before the frontend's (a stop sequence): the client gets
@@ -916,6 +941,7 @@ class UpstreamConnection(asyncio.Protocol):
             self.gateway.forget_models()
             self.transport.abort()
             self.done.set_exception(FrontendStarting())
+            return
         elif self.error_body is not None and self.status >= 500 and self.client.api is not None:
             # A request the gateway checked, failed by the graph: a worker that just died (Dynamo says
             # "Failed to generate completions" until its lease lapses) or none registered. Retryable.
@@ -928,9 +954,9 @@ class UpstreamConnection(asyncio.Protocol):
         elif self.error_body is not None:
             payload = parse_json(b"".join(self.error_body))
             self.client.respond(self.status, from_upstream(self.status, payload), keep_alive=True)
-        elif isinstance(self.transform, Settling) and not self.client.transport.is_closing():
+        elif settles(self.transform) and not self.client.transport.is_closing():
             # The answer's last bytes wait on I/O (the response store): the exchange ends once they are out.
-            keep_alive = self.parser.should_keep_alive() and not self.head_only
+            keep_alive = self.keep_alive and not self.head_only
             self.parser, self.settling = None, asyncio.get_running_loop().create_task(self._settle(keep_alive))
             return
         elif self.transform is not None and not self.client.transport.is_closing():
@@ -942,7 +968,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self.done.set_exception(err)
                 return
             self.client.write_transformed(self.transform, output, last=True)
-        if self.parser.should_keep_alive() and not self.head_only:
+        if self.keep_alive and not self.head_only:
             self._pool()
         else:
             self.transport.close()
@@ -951,7 +977,7 @@ class UpstreamConnection(asyncio.Protocol):
 
     async def _settle(self, keep_alive: bool) -> None:
         """The rest of _finish for a Settling transform: its last bytes, then the connection kept or closed."""
-        assert self.done is not None and self.client is not None and isinstance(self.transform, Settling)
+        assert self.done is not None and self.client is not None and settles(self.transform)
         try:
             output, self.transformed = b"".join([*self.transformed, await self.transform.settle()]), []
         except Exception as err:  # noqa: BLE001 - as in data_received
@@ -969,12 +995,12 @@ class UpstreamConnection(asyncio.Protocol):
         self.done.set_result(None)
 
     def _pool(self) -> None:
-        """Back among the idle connections, reading again (its client may have paused it) and no longer
-        its client's to pause or abort."""
+        """Kept for the next exchange, among the idle connections once this exchange is over; reading again
+        (its client may have paused it) and no longer its client's to pause or abort."""
         assert self.client is not None
         self.client.upstream = None
         self.transport.resume_reading()
-        self.gateway.idle.append(self)
+        self.kept = True
 
 
 async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, stop: asyncio.Event) -> None:
@@ -989,8 +1015,10 @@ async def serve(gateway: Gateway, host: str, port: int, drain_timeout_s: float, 
     log.info("listening on %s:%d, upstream %s", host, port, upstreams)
     await stop.wait()
     server.close()
+    if gateway.batches is not None:  # its batch requests under way finish in the drain too, and no new one starts
+        gateway.batches.wind_down()
     deadline = loop.time() + drain_timeout_s
-    while gateway.exchanges and loop.time() < deadline:
+    while (gateway.exchanges or gateway.batches and gateway.batches.in_flight) and loop.time() < deadline:
         await asyncio.sleep(0.05)
     await gateway.close()
 

@@ -79,14 +79,16 @@ class FairShare:
 
     def admit(self, key: str | None) -> Ticket:
         """Count one generation request in, or refuse it: a 429 naming the key's limit it is past, or a
-        503 with Retry-After when the graph is at capacity."""
+        503 with Retry-After when the graph is at capacity (its interactive requests at max_in_flight)."""
         limits = self.limits_of(key)
         slot = self.ledger.slot(key)
         ticket = Ticket(slot, limits)
         with self.ledger.locked():
             if limits is not None and slot is not None:
                 self._charge(ticket, slot, limits)
-            in_flight = self.ledger.in_flight()
+            # Batch requests are not counted against it: they take only room interactive requests leave, and
+            # never turn one away (admit_batch).
+            in_flight = self.ledger.in_flight() - self.ledger.in_flight(self.ledger.slots[BATCH_LINES])
             if self.max_in_flight is not None and in_flight >= self.max_in_flight:
                 if limits is not None and slot is not None and limits.requests_per_minute:
                     self._give_back_request(slot)

@@ -71,7 +71,7 @@ async def forward(gateway: Gateway, sink: Sink, method: bytes, headers: list, up
     others = len(gateway.frontends.all) - 1  # frontends to try after this one drops the request
     while True:
         if sink.transport.is_closing():  # the reader left while a connection was found: nothing is sent
-            gateway.idle.append(sink.upstream)
+            gateway.keep(sink.upstream)
             sink.upstream = None
             return
         try:

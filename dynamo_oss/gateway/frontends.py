@@ -63,11 +63,13 @@ class Frontends:
             log.warning("frontend %s failed (%s): passing over it for %g s", frontend.base, why, DOWN_S)
         frontend.down_until = time.monotonic() + DOWN_S
 
-    async def connect(self, protocol: Callable[[Frontend], asyncio.Protocol]) -> asyncio.Protocol:
-        """A new connection to the first frontend that takes one; the last refusal if none does."""
+    async def connect(
+        self, protocol: Callable[[Frontend], asyncio.Protocol], order: list[Frontend]
+    ) -> asyncio.Protocol:
+        """A new connection to the first frontend of `order` (in_turn's) that takes one; the last refusal if none does."""
         loop = asyncio.get_running_loop()
         refused: OSError | None = None
-        for frontend in self.in_turn():
+        for frontend in order:
             try:
                 _, connection = await loop.create_connection(lambda: protocol(frontend), frontend.host, frontend.port)
                 return connection

@@ -24,6 +24,8 @@ from dynamo_oss.graph.schema import BatchTargetsSection
 KEPT = 4096  # samples of each kind kept at most
 QUEUE_FACTOR = 3.0  # batch TTFT this many times its floor: batch requests are queueing for prefill
 MIN_SAMPLES = 8  # batch first tokens needed to judge them
+FLOOR_S = 300.0  # what batch requests meet unhindered is the lowest of this long
+NORMAL_TOKENS = 1024  # a prompt's TTFT is judged per token of it and this many more
 
 
 @dataclass
@@ -51,7 +53,6 @@ class Judgement:
 
     over: bool
     why: str
-    samples: int
 
 
 @dataclass
@@ -66,16 +67,21 @@ class RecentLatency:
 
     def __init__(self) -> None:
         self.waiting: dict[int, _Waiting] = {}  # answers without their first token yet
+        self.batch: dict[int, StreamTiming] = {}  # batch answers under way
         self.ttft: deque[tuple[float, float]] = deque(maxlen=KEPT)  # (when, seconds) of interactive first tokens
-        self.batch_ttft: deque[tuple[float, float]] = deque(maxlen=KEPT)  # (asked, first) of batch first tokens
+        # (asked, first, prompt tokens) of batch requests' first tokens
+        self.batch_ttft: deque[tuple[float, float, int]] = deque(maxlen=KEPT)
         self.itl: deque[tuple[float, float]] = deque(maxlen=KEPT)  # (when, seconds) of every answer that ended
 
     def began(self, timing: StreamTiming, interactive: bool, prompt_tokens: int = 0) -> None:
         self.waiting[id(timing)] = _Waiting(timing, interactive, prompt_tokens)
+        if not interactive:
+            self.batch[id(timing)] = timing
 
     def ended(self, timing: StreamTiming) -> None:
         """The answer has ended (its exchange is over): now."""
         timing.ended_at = timing.ended_at or time.monotonic()
+        self.batch.pop(id(timing), None)
         waited = self.waiting.pop(id(timing), None)
         if waited is not None and timing.first_at is not None:
             self._first_token(waited)
@@ -98,32 +104,40 @@ class RecentLatency:
         ttft_ms = _quantile(ttfts + overdue, 0.9) * 1000 if ttfts or overdue else None
         itl_ms = _quantile(itls, 0.9) * 1000 if itls else None
         if ttft_ms is not None and ttft_ms > targets.ttft_ms:
-            return Judgement(True, f"interactive TTFT p90 {ttft_ms:.0f} ms > {targets.ttft_ms:g} ms", len(ttfts))
+            return Judgement(True, f"interactive TTFT p90 {ttft_ms:.0f} ms > {targets.ttft_ms:g} ms")
         if itl_ms is not None and itl_ms > targets.itl_ms:
-            return Judgement(True, f"ITL p90 {itl_ms:.1f} ms > {targets.itl_ms:g} ms", len(itls))
-        return Judgement(False, "within targets", len(ttfts) + len(itls))
+            return Judgement(True, f"ITL p90 {itl_ms:.1f} ms > {targets.itl_ms:g} ms")
+        return Judgement(False, "within targets")
 
     def batch_queueing(self, window_s: float, now: float | None = None) -> bool:
         """Batch requests wait for prefill: their median TTFT over the last `window_s` is past QUEUE_FACTOR times
-        the lowest tenth of all kept (what the batch meets when nothing is in its way)."""
+        the lowest tenth of the last FLOOR_S (what the batch meets when nothing is in its way), each TTFT taken per
+        prompt token (and NORMAL_TOKENS more, for what any prompt costs), so long prompts beside short ones are not
+        taken for a queue."""
         now = time.monotonic() if now is None else now
         self._look()
-        recent = [first - asked for asked, first in self.batch_ttft if first >= now - window_s]
-        if len(recent) < MIN_SAMPLES or len(self.batch_ttft) < MIN_SAMPLES:
+        kept = [(first, (first - asked) / (tokens + NORMAL_TOKENS)) for asked, first, tokens in self.batch_ttft]
+        recent = [seconds for first, seconds in kept if first >= now - window_s]
+        floor = [seconds for first, seconds in kept if first >= now - FLOOR_S]
+        if len(recent) < MIN_SAMPLES or len(floor) < MIN_SAMPLES:
             return False
-        floor = _quantile([first - asked for asked, first in self.batch_ttft], 0.1)
-        return _quantile(recent, 0.5) > QUEUE_FACTOR * floor
+        return _quantile(recent, 0.5) > QUEUE_FACTOR * _quantile(floor, 0.1)
 
     def batch_answered_since(self, since: float) -> bool:
         """A batch request asked for at `since` or later has had its first tokens: a change of the batch's pace
         made then is seen in what the graph does."""
         self._look()
-        return any(asked >= since for asked, _ in self.batch_ttft)
+        return any(asked >= since for asked, _, _ in self.batch_ttft)
 
     def batch_prefill_tokens(self) -> int:
         """Prompt tokens of the batch requests still waiting for their first token: what they add to the
         engines' prefill backlog, which the planner takes off (planner/batch_work.py)."""
         return sum(w.prompt_tokens for w in self.waiting.values() if not w.interactive and w.timing.first_at is None)
+
+    def batch_decoding(self) -> int:
+        """Batch requests that have had their first token and are still generating: sequences they hold in the
+        decode pools, which the planner takes off (planner/batch_work.py)."""
+        return sum(1 for timing in self.batch.values() if timing.first_at is not None)
 
     def _look(self) -> None:
         """Answers that have had their first token since the last look: their TTFT is a sample."""
@@ -138,7 +152,7 @@ class RecentLatency:
         if waited.interactive:
             self.ttft.append((timing.first_at, timing.first_at - timing.asked_at))
         else:
-            self.batch_ttft.append((timing.asked_at, timing.first_at))
+            self.batch_ttft.append((timing.asked_at, timing.first_at, waited.prompt_tokens))
 
 
 def _quantile(values: list[float], q: float) -> float:

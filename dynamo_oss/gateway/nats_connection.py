@@ -25,6 +25,7 @@ import nats.js.errors
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, StorageType, StreamConfig
+from nats.js.kv import KeyValue
 
 from dynamo_oss.gateway.config import NatsConnection, NatsTlsFiles
 from dynamo_oss.gateway.stores import StoreUnavailable
@@ -126,7 +127,8 @@ class GraphNats:
             await self._client.close()
 
     def _connect_task(self) -> asyncio.Task[Client]:
-        if self._connecting is None or (self._connecting.done() and self._client is None):
+        lost = self._client is None or self._client.is_closed  # never made, or closed for good (an auth error)
+        if self._connecting is None or (self._connecting.done() and lost):
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
             self._connecting.add_done_callback(_retrieved)
         return self._connecting
@@ -148,6 +150,19 @@ async def answered(call: Awaitable[T]) -> T:
         raise
     except (nats.errors.Error, OSError, TimeoutError) as error:
         raise StoreUnavailable(f"NATS did not answer ({error or type(error).__name__})") from None
+
+
+async def kv_values(kv: KeyValue, keys: str) -> list[tuple[str, bytes]]:
+    """Every (key, value) of `kv` under `keys` (a subject pattern: `>` for all), read once, deletes left out."""
+    watcher = await answered(kv.watch(keys, ignore_deletes=True))
+    found = []
+    try:
+        while (entry := await answered(watcher.updates(REQUEST_TIMEOUT_S))) is not None:
+            if entry.value:
+                found.append((entry.key, entry.value))
+    finally:
+        await watcher.stop()
+    return found
 
 
 def kv_stream(

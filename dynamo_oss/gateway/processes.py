@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry
-from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from dynamo_oss.gateway.cluster_share import keep_shared
 from dynamo_oss.gateway.config import GatewayConfig
@@ -105,6 +105,8 @@ async def _keep(
         )
         running[index] = process
         code = await process.wait()
+        # Its live gauges (the batch pacing window, what batch requests hold) go with it; its counters stay summed.
+        mark_process_dead(process.pid, str(config.metrics_dir))
         if stop.is_set():
             return
         deaths = 0 if time.monotonic() - started > STEADY_S else deaths + 1

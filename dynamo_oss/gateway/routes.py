@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, TypeGuard, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -75,7 +75,6 @@ class Transform(Protocol):
         ...
 
 
-@runtime_checkable
 class Settling(Protocol):
     """A transform whose last bytes wait on I/O (a Responses answer stored before it is sent): the
     shell awaits `settle()` for them, in place of `end()`."""
@@ -232,7 +231,6 @@ class Route(Protocol):
         ...
 
 
-@runtime_checkable
 class LocalRoute(Protocol):
     """Requests the gateway answers itself, from what it keeps or renders: nothing goes to the frontend."""
 
@@ -242,6 +240,17 @@ class LocalRoute(Protocol):
         """The answer to the request from `caller`: a status and JSON body, or events (ApiError for the
         client's mistakes)."""
         ...
+
+
+def is_local(route: Route | LocalRoute) -> TypeGuard[LocalRoute]:
+    """A route the gateway answers itself. Structural, read as one attribute: isinstance on a runtime-checkable
+    Protocol costs about ten microseconds, on every request."""
+    return hasattr(route, "answer")
+
+
+def settles(transform: Transform | None) -> TypeGuard[Settling]:
+    """A transform whose last bytes wait on I/O (Settling), read as `is_local` is."""
+    return hasattr(transform, "settle")
 
 
 class PassThrough:

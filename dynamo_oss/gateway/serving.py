@@ -100,7 +100,7 @@ def batch_api(config: GatewayConfig, nats: GraphNats | None) -> BatchApi | None:
         files_bucket = prefixed(config.nats, config.batches.files_bucket)
         batches_bucket = prefixed(config.nats, config.batches.batches_bucket)
         files = NatsFileStore(files_bucket, settings.retention_s, settings.max_mib * 2**20, nats)
-        batches = NatsBatchStore(batches_bucket, settings.retention_s, nats)
+        batches = NatsBatchStore(batches_bucket, settings.retention_s, settings.max_mib * 2**20, nats)
     except ValueError as error:
         raise SystemExit(f"gateway: batches: {error}") from None
     return BatchApi(files, batches, settings, config.batches.targets)

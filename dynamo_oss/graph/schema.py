@@ -461,7 +461,8 @@ class GatewayBatchesSection(Strict):
         ge=1,
         le=1024 * 1024,
         description="Most MiB the files (input, output and error) take in NATS together; a full store refuses "
-        "new uploads with a 400 saying to delete files, and never drops one a batch still needs.",
+        "new uploads with a 400 saying to delete files, and never drops one a batch still needs. The answers of "
+        "batches under way, kept until their files are written, take at most as much again.",
     )
     max_mib_per_key: int = Field(
         default=2048,
@@ -590,11 +591,14 @@ class PoolSection(Strict):
         "wider than a node, it spans whole nodes of one NVLink domain.",
     )
     engine: EngineName = Field(
-        default="trtllm", description="trtllm (TensorRT-LLM on GPUs) or mocker (Dynamo's simulated engine)."
+        default="trtllm",
+        description="trtllm (TensorRT-LLM on GPUs), gptoss (the project's own gpt-oss engine, on GPUs) "
+        "or mocker (Dynamo's simulated engine).",
     )
     engine_args: FilePath | None = Field(
         default=None,
-        description="Engine configuration YAML (TensorRT-LLM extra engine args), relative to the graph file.",
+        description="Engine configuration YAML (TensorRT-LLM extra engine args for trtllm, the gptoss engine's "
+        "own arguments for gptoss), relative to the graph file.",
     )
     nodes: list[NodeName] | None = Field(
         default=None, min_length=1, description="With several nodes: the ones its workers may run on (default: any)."

@@ -57,10 +57,10 @@ class MeasuredCpu(_Model):
 MEASURED_CPU = MeasuredCpu(
     source="benchmarks/gateway_cpu/results.json",
     machine="AMD EPYC (2 cores)",
-    date="2026-11-28",
-    code="09db028",
-    gateway_us_per_token={"chat": 67.26, "responses": 69.21, "completions": 48.58},
-    frontend_us_per_token={"chat": 73.73, "responses": 69.7, "completions": 81.18},
+    date="2026-12-01",
+    code="fce3b7e",
+    gateway_us_per_token={"chat": 14.16, "responses": 18.43, "completions": 10.13},
+    frontend_us_per_token={"chat": 21.97, "responses": 25.15, "completions": 24.54},
 )
 
 

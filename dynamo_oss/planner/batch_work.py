@@ -3,12 +3,17 @@ the pools: the pools are sized for interactive traffic, and batch work only fill
 
 Batch requests reach Dynamo's frontend like any other, so the traffic Dynamo's planner reads (the frontend's
 request count and mean ISL and OSL over the window) includes them, and the engines' backlog includes their
-sequences. Left in, a batch would grow the pools (the gateway paces batch work up to the capacity it finds,
+sequences. The batch's share of that traffic is taken as the gateway counts both sides (its answered batch
+requests against its interactive ones, and their tokens), not as the difference of two counts from two
+sources: a difference over a short window of two series scraped apart once left a few requests of
+millions of tokens each, and the pools grew for them. Left in, a batch would grow the pools (the gateway paces batch work up to the capacity it finds,
 the planner would size for it, the gateway would find more): so a batch never grows a pool, and runs in what
 the interactive sizing holds (scale-downs included, which leave it less room). The gateway counts every batch
-request it answers (`dynamo_oss_gateway_requests_total{api="batch"}`), their tokens, those it has started and
-the prompt tokens of those still waiting for a first token, in the graph's Prometheus; this reads them over the
-same window and takes them off the traffic and the backlog.
+request Dynamo's frontend answered (`dynamo_oss_gateway_requests_total{api="batch"}`; those the gateway refused
+never reached it), their tokens, those decoding and the prompt tokens of those still waiting for a first token,
+in the graph's Prometheus; this reads them over the same window and takes them off the traffic and the backlog.
+The prompt tokens waiting include those being prefilled, which the engines' queue does not: the prefill backlog
+may be taken down a chunk a worker too far, never below none.
 """
 
 from __future__ import annotations
@@ -16,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from prometheus_api_client import PrometheusConnect
 
@@ -28,8 +33,11 @@ if TYPE_CHECKING:  # Dynamo's planner imports aisimulate_core, put on the path b
 log = logging.getLogger("dynamo_oss.planner")
 
 QUERY_TIMEOUT_S = 5.0
-ANSWERED = 'dynamo_oss_gateway_requests_total{api="batch"}'
-STARTED = "dynamo_oss_gateway_batch_requests_started_total"
+ANSWERED = "dynamo_oss_gateway_requests_total"
+GENERATION_APIS = "chat|responses|messages|completions"  # the interactive requests that reach Dynamo
+ALL_TOKENS = "dynamo_oss_gateway_tokens_total"
+MEASURABLE = 0.05  # a share of the requests below which their mean ISL and OSL are not derived
+DECODING = "dynamo_oss_gateway_batch_decoding"
 TOKENS = "dynamo_oss_gateway_batch_tokens_total"
 PREFILL = "dynamo_oss_gateway_batch_prefill_tokens"
 
@@ -44,29 +52,37 @@ class BatchWork:
         self._unreadable = False
 
     async def interactive(self, traffic: TrafficMetrics) -> tuple[TrafficMetrics, Backlog]:
-        """`traffic` without the batch requests answered over its window (their count, and their share of the
-        mean ISL and OSL), and what batch requests hold in the engines now: their prompt tokens waiting for a
-        first token, and their sequences."""
+        """`traffic` without the batch's share of it over its window, and what batch requests hold in the engines
+        now: their prompt tokens waiting for a first token, and their sequences decoding."""
         if self.prometheus is None or traffic.duration_s <= 0:
             return traffic, NO_BACKLOG
         window = f"{max(1, round(traffic.duration_s))}s"
         queries = (
-            f"sum(increase({ANSWERED}[{window}]))",
+            f'sum(increase({ANSWERED}{{api="batch", status="200"}}[{window}]))',
+            f'sum(increase({ANSWERED}{{api=~"{GENERATION_APIS}", status="200"}}[{window}]))',
             f'sum(increase({TOKENS}{{kind="input"}}[{window}]))',
+            f'sum(increase({ALL_TOKENS}{{kind="input"}}[{window}]))',
             f'sum(increase({TOKENS}{{kind="output"}}[{window}]))',
-            f"sum({STARTED}) - sum({ANSWERED})",
+            f'sum(increase({ALL_TOKENS}{{kind="output"}}[{window}]))',
+            f"sum({DECODING})",
             f"sum({PREFILL})",
         )
         try:
-            requests, isl_sum, osl_sum, in_flight, prefill = await asyncio.to_thread(self._values, queries)
+            values = await asyncio.to_thread(self._values, queries)
         except Exception as error:  # noqa: BLE001 - Prometheus away: size on what Dynamo saw, say so once
             if not self._unreadable:
                 log.warning("cannot read batch work from Prometheus (%s): sizing for all traffic", error)
             self._unreadable = True
             return traffic, NO_BACKLOG
         self._unreadable = False
-        held = Backlog(prefill_tokens=max(0.0, prefill), decode_requests=max(0.0, in_flight))
-        return without(traffic, requests, isl_sum, osl_sum), held
+        batch, interactive, batch_in, all_in, batch_out, all_out, decoding, prefill = values
+        shares = Shares(
+            requests=_share(batch, batch + interactive),
+            input_tokens=_share(batch_in, all_in),
+            output_tokens=_share(batch_out, all_out),
+        )
+        held = Backlog(prefill_tokens=max(0.0, prefill), decode_requests=max(0.0, decoding))
+        return without(traffic, shares), held
 
     def _values(self, queries: tuple[str, ...]) -> list[float]:
         assert self.prometheus is not None
@@ -78,17 +94,33 @@ class BatchWork:
         return values
 
 
-def without(traffic: TrafficMetrics, requests: float, isl_sum: float, osl_sum: float) -> TrafficMetrics:
-    """The traffic less `requests` batch requests whose prompts and outputs came to `isl_sum` and `osl_sum` tokens."""
-    requests = min(max(requests, 0.0), traffic.num_req)
-    if requests <= 0:
+class Shares(NamedTuple):
+    """What part of the window's requests, prompt tokens and output tokens were batch work's, each counted by the
+    gateway on both sides (so the two counts share their scrapes, and a window's edge cuts both alike)."""
+
+    requests: float
+    input_tokens: float
+    output_tokens: float
+
+
+def _share(part: float, whole: float) -> float:
+    return min(max(part / whole, 0.0), 1.0) if whole > 0 else 0.0
+
+
+def without(traffic: TrafficMetrics, batch: Shares) -> TrafficMetrics:
+    """The traffic Dynamo saw less the batch's shares of it: its requests, and the mean ISL and OSL of those left
+    (their tokens' share over their requests' share). When nearly all of it was batch work, what is left is too
+    little to measure a mean from: it keeps the mean seen."""
+    left = 1.0 - batch.requests
+    if batch.requests <= 0:
         return traffic
-    left = traffic.num_req - requests
     if left <= 0:
         return traffic.model_copy(update={"num_req": 0.0})
-    isl = max(1.0, (traffic.isl * traffic.num_req - isl_sum) / left)
-    osl = max(1.0, (traffic.osl * traffic.num_req - osl_sum) / left)
-    return traffic.model_copy(update={"num_req": left, "isl": isl, "osl": osl})
+    isl, osl = traffic.isl, traffic.osl
+    if left >= MEASURABLE:
+        isl = max(1.0, isl * (1.0 - batch.input_tokens) / left)
+        osl = max(1.0, osl * (1.0 - batch.output_tokens) / left)
+    return traffic.model_copy(update={"num_req": traffic.num_req * left, "isl": isl, "osl": osl})
 
 
 def less_batch(backlog: Backlog, batch: Backlog) -> Backlog:

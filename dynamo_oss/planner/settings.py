@@ -48,7 +48,7 @@ def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> Pl
     gpus = {pool.role: pool.gpus_per_worker for pool in deployment.pools}
     mins = {pool.role: pool.autoscale.min for pool in scaled if pool.autoscale}
     config: PlannerConfig = {
-        "backend": engine_for(scaled[0].engine).name,
+        "backend": engine_for(scaled[0].engine).planner_backend,
         "mode": planner.dynamo_mode,
         "optimization_target": "load",
         "enable_throughput_scaling": False,

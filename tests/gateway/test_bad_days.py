@@ -93,7 +93,14 @@ def served(slowed: ServedGraph) -> ServedGraph:
 def test_frontend_killed_mid_stream_ends_each_stream_with_an_error_event_then_503s_until_it_is_back(
     served: ServedGraph, record_property: Callable[[str, object], None]
 ) -> None:
-    with httpx.Client(base_url=served.endpoint, timeout=60) as client:
+    with (
+        httpx.Client(base_url=served.endpoint, timeout=60) as client,
+        httpx.Client(base_url=served.endpoint, timeout=60) as other,
+    ):
+        # An answer not streamed, in flight beside the streams: none of it has gone out when the frontend dies.
+        whole: list[httpx.Response] = []
+        asking = threading.Thread(target=lambda: whole.append(other.post("/chat/completions", json=chat(400, False))))
+        asking.start()
         streams = [client.stream("POST", "/chat/completions", json=chat(400, stream=True)) for _ in range(3)]
         replies = [stream.__enter__() for stream in streams]
         readers = [reply.iter_lines() for reply in replies]
@@ -107,6 +114,8 @@ def test_frontend_killed_mid_stream_ends_each_stream_with_an_error_event_then_50
             stream.__exit__(None, None, None)
             assert rest and isinstance(rest[-1], dict), rest[-3:]
             assert rest[-1]["error"]["code"] == "frontend_unavailable"
+        asking.join(60)
+        assert_retryable(whole[0])  # a JSON 503, not an error event without its status line
         statuses = recover(served, client)
     assert statuses[-1] == 200 and set(statuses[:-1]) <= {503}, statuses
     record_property("seconds_from_frontend_sigkill_to_a_served_request", round(time.monotonic() - killed_at, 1))

@@ -19,6 +19,7 @@ from dynamo_oss.gateway.batches import runner as runner_module
 from dynamo_oss.gateway.batches.lines import answered_line, read_lines, too_large
 from dynamo_oss.gateway.batches.pacing import Pacer
 from dynamo_oss.gateway.batches.records import BatchRecord, Counts, TokenUsage, new_batch_id
+from dynamo_oss.gateway.batches.route import BatchesRoute
 from dynamo_oss.gateway.batches.runner import BatchRunner
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.fair_share import FairShare
@@ -26,7 +27,9 @@ from dynamo_oss.gateway.files.multipart import MAX_PART_HEAD_BYTES, form_fields
 from dynamo_oss.gateway.files.store import StoredFile, StoreFull
 from dynamo_oss.gateway.latency import RecentLatency, StreamTiming
 from dynamo_oss.gateway.ledger import Ledger
-from dynamo_oss.graph.schema import BatchTargetsSection
+from dynamo_oss.gateway.stores import StoreUnavailable
+from dynamo_oss.gateway.tenancy import Caller
+from dynamo_oss.graph.schema import BatchTargetsSection, GatewayBatchesSection
 from tests.support.background import until
 from tests.support.batches import Lines, MemoryBatchStore, MemoryFileStore
 
@@ -79,6 +82,20 @@ def test_a_body_that_is_not_a_form_is_a_400_saying_what_is_wrong(body: bytes, wh
         form_fields(body)
     assert refused.value.status == 400 and refused.value.code == "invalid_multipart"
     assert why in refused.value.message and "curl -F file=@FILE -F purpose=batch" in refused.value.message
+
+
+def test_a_hostile_content_disposition_is_read_in_one_pass() -> None:
+    """Its parameters are a client's: a long unquoted run once made a regular expression backtrack for seconds."""
+    long_token = b"--b\r\nContent-Disposition: form-data; name=" + b"b" * 900 + b"\r\n\r\nx\r\n--b--"
+    assert list(form_fields(long_token)) == ["b" * 900]
+    for head, why in (
+        (b"form-data; name=" + b"b" * 2000, "longer than 1024"),
+        (b'form-data; name="unclosed', "without its closing quote"),
+        (b"form-data; name", "without a name and a value"),
+        (b"form-data garbage", "something other than parameters"),
+    ):
+        with pytest.raises(ApiError, match=why):
+            form_fields(b"--b\r\nContent-Disposition: " + head + b"\r\n\r\nx\r\n--b--")
 
 
 def test_so_many_fields_are_refused() -> None:
@@ -225,7 +242,9 @@ def test_an_interactive_request_waiting_past_the_ttft_target_holds_batch_work_ba
     run(test)
 
 
-def test_batch_requests_take_at_most_their_share_and_never_the_graph_s_last_place(tmp_path: Any) -> None:
+def test_batch_requests_take_at_most_their_share_never_the_graph_s_last_place_and_no_interactive_one_s(
+    tmp_path: Any,
+) -> None:
     async def test() -> None:
         Ledger.create(tmp_path / "ledger")
         ledgers = [Ledger(["alice"], processes=2, process=index, path=tmp_path / "ledger") for index in (0, 1)]
@@ -241,7 +260,12 @@ def test_batch_requests_take_at_most_their_share_and_never_the_graph_s_last_plac
         blocked = asyncio.ensure_future(pacers[1].admitted())
         await asyncio.sleep(0.3)
         assert not blocked.done()  # it waits for room rather than take the last place
-        shares[1].done(interactive.pop(), 0)
+        interactive.append(shares[0].admit("alice"))  # and the batch's place never turns an interactive one away
+        with pytest.raises(ApiError) as refused:
+            shares[0].admit("alice")  # four interactive requests: at max_in_flight
+        assert refused.value.status == 503
+        for ticket in interactive[-2:]:
+            shares[1].done(ticket, 0)
         pacers[1].done(await asyncio.wait_for(blocked, 5))
         pacers[0].done(first[0])
 
@@ -495,3 +519,180 @@ def test_an_answer_too_large_to_keep_is_kept_as_its_error() -> None:
     assert kept.failed and kept.line == answer.line and kept.usage == answer.usage
     assert data["custom_id"] == "big" and data["response"] is None
     assert data["error"] == {"code": "answer_too_large", "message": "The answer was 2 MB compressed. (answered 200)"}
+
+
+def test_an_answer_the_graph_s_nats_could_not_keep_is_kept_again_and_still_in_the_files(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(runner_module, "KEEP_RETRY_S", 0.01)
+
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"), line("b"))
+        keep, blips = graph.store.keep_answer, [StoreUnavailable("NATS did not answer")]
+
+        async def blipping(batch: str, answer: Any) -> None:
+            if blips:
+                raise blips.pop()
+            await keep(batch, answer)
+
+        graph.store.keep_answer = blipping  # type: ignore[method-assign]
+        runner = graph.runner()
+        await runner.claim()
+        await until(lambda: len(graph.lines.waiting()) == 2)
+        for exchange in graph.lines.waiting():
+            exchange.answer_with(200)
+        await until(lambda: graph.ended(batch_id))
+        record = graph.store.now(batch_id)
+        assert not blips and record.status == "completed" and record.counts == Counts(total=2, completed=2, failed=0)
+        assert [entry["custom_id"] for entry in await graph.file(record.output_file_id)] == ["a", "b"]
+        await runner.close()
+
+    run(test)
+
+
+def test_a_bug_on_a_line_s_way_is_that_line_s_500_and_the_rest_are_served() -> None:
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"), line("b"))
+        runner = graph.runner()
+        await runner.claim()
+        await until(lambda: len(graph.lines.waiting()) == 2)
+        graph.lines.sent[0].answered.set_exception(KeyError("a bug"))
+        graph.lines.sent[1].answer_with(200)
+        await until(lambda: graph.ended(batch_id))
+        record = graph.store.now(batch_id)
+        assert record.status == "completed" and record.counts == Counts(total=2, completed=1, failed=1)
+        (error,) = await graph.file(record.error_file_id)
+        assert error["custom_id"] == "a" and error["response"]["status_code"] == 500
+        await runner.close()
+
+    run(test)
+
+
+def test_a_line_waiting_to_be_sent_again_gives_its_place_to_the_next(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "RETRY_S", 0.5)
+
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"), line("b"))
+        runner = graph.runner(share=1)
+        await runner.claim()
+        await until(lambda: len(graph.lines.waiting()) == 1)
+        graph.lines.sent[0].answer_with(503, retryable=True)
+        await until(lambda: len(graph.lines.sent) == 2)  # b goes while a waits out its backoff
+        assert json.loads(graph.lines.sent[1].body)["messages"][0]["content"] == "b"
+        graph.lines.sent[1].answer_with(200)
+        await until(lambda: len(graph.lines.sent) == 3)
+        graph.lines.sent[2].answer_with(200)  # a, sent again
+        await until(lambda: graph.ended(batch_id))
+        assert graph.store.now(batch_id).counts == Counts(total=2, completed=2, failed=0)
+        await runner.close()
+
+    run(test)
+
+
+def test_a_batch_the_gateway_keeps_failing_on_ends_failed_with_what_it_has(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(runner_module, "REST_S", 0.0)
+
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"))
+
+        async def unreadable(batch: str) -> list:
+            raise ValueError("an answer kept by another version")
+
+        graph.store.answers = unreadable  # type: ignore[method-assign]
+        runner = graph.runner()
+        for attempt in range(1, runner_module.FAILURES + 1):
+            await runner.claim()
+            await until(lambda: not runner.runs)
+            assert runner.failures[batch_id] == attempt
+        record = graph.store.now(batch_id)
+        assert (
+            record.status == "failed"
+            and record.errors
+            and "failed on this batch 3 times" in record.errors[0]["message"]
+        )
+        await runner.close()
+
+    run(test)
+
+
+def test_prompts_of_many_lengths_are_not_taken_for_a_queue_but_a_wait_is() -> None:
+    async def test() -> None:
+        paced = pacer(share=64)
+        paced.window, paced.slow_start = 32, False
+        now = time.monotonic()
+        for n in range(40):  # an idle graph's TTFT grows with the prompt: 500 to 8,000 tokens
+            tokens = 500 + 190 * n
+            request = timed(now - 1 - tokens / 10_000, now - 1)
+            paced.latency.began(request, interactive=False, prompt_tokens=tokens)
+            paced.latency.ended(request)
+        paced.tick(now)
+        assert paced.window == 32
+        for entry in list(paced.latency.batch_ttft):  # a minute ago: what batch requests meet unhindered
+            paced.latency.batch_ttft.append((entry[0] - 60, entry[1] - 60, entry[2]))
+            paced.latency.batch_ttft.popleft()
+        for _ in range(20):  # the same prompts, each waiting two seconds before its prefill
+            request = timed(now - 2.5, now)
+            paced.latency.began(request, interactive=False, prompt_tokens=1000)
+            paced.latency.ended(request)
+        paced.tick(now)
+        assert paced.window == 28
+        paced.tick(now + 1)
+        assert paced.window == 28  # held, as after any cut
+        paced.window = 1
+        paced.held_until = 0
+        paced.tick(now + 2)
+        assert paced.window == 1  # a queue alone never stops the batch
+
+    run(test)
+
+
+def test_a_batch_no_runner_has_taken_up_is_cancelled_at_once_and_a_wrong_method_is_a_405() -> None:
+    async def test() -> None:
+        store, files = MemoryBatchStore(), MemoryFileStore()
+        data = (line("a") + "\n").encode()
+        uploaded = StoredFile.made("alice", "batch", "in.jsonl", data, 3600)
+        await files.put(uploaded, data)
+        route = BatchesRoute(store, files, GatewayBatchesSection())
+        alice = Caller("alice", "alice", None)  # type: ignore[arg-type]
+        create = json.dumps({"input_file_id": uploaded.id, "endpoint": CHAT, "completion_window": "24h"}).encode()
+        status, created = await route.answer(b"POST", b"/v1/batches", create, None, alice)  # type: ignore[misc, arg-type]
+        assert status == 200 and created["status"] == "validating"
+        status, cancelled = await route.answer(
+            b"POST", f"/v1/batches/{created['id']}/cancel".encode(), b"", None, alice
+        )  # type: ignore[misc, arg-type]
+        assert cancelled["status"] == "cancelled" and cancelled["cancelled_at"] and cancelled["cancelling_at"]
+        assert (await store.unended()) == []
+        with pytest.raises(ApiError) as refused:
+            await route.answer(b"GET", f"/v1/batches/{created['id']}/cancel".encode(), b"", None, alice)  # type: ignore[arg-type]
+        assert refused.value.status == 405 and "takes POST" in refused.value.message
+
+    run(test)
+
+
+def test_a_draining_process_sends_no_more_lines_keeps_those_that_finish_and_lets_the_batch_go() -> None:
+    async def test() -> None:
+        graph = Graph()
+        batch_id = await graph.batch(line("a"), line("b"), line("c"))
+        first, second = graph.runner(share=2), graph.runner(share=2)
+        await first.claim()
+        await until(lambda: len(graph.lines.waiting()) == 2)
+        first.wind_down()
+        graph.lines.sent[0].answer_with(200)  # finishes within the drain: kept
+        await until(lambda: first.in_flight == 1)
+        assert len(graph.lines.sent) == 2  # c is not sent by a draining process
+        await first.close()  # b, still in flight at the end of the drain, is left
+        record = graph.store.now(batch_id)
+        assert not record.ended and record.lease is None and [a.line for a in graph.store.kept[batch_id]] == [0]
+        await second.claim()
+        await until(lambda: len(graph.lines.waiting()) == 2)  # b and c, by the process that took it up
+        for exchange in graph.lines.waiting():
+            exchange.answer_with(200)
+        await until(lambda: graph.ended(batch_id))
+        assert graph.store.now(batch_id).counts == Counts(total=3, completed=3, failed=0)
+        await second.close()
+
+    run(test)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from openai_harmony import Conversation, Role
+from openai_harmony import Conversation, HarmonyError, Message, RenderOptions, Role, StreamableParser, StreamState
 from pydantic import ValidationError
 
 from tests.support.harmony import harmony_ids, render_request, sealed_with
@@ -17,7 +17,9 @@ from dynamo_oss.gateway.errors import ApiError, from_validation
 from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.ids import ItemIds, new_id
 from dynamo_oss.gateway.responses.route import Turn, conversation_session
-from dynamo_oss.gateway.harmony.rendering import encoding
+from dynamo_oss.gateway.harmony.rendering import RenderCache, encoding
+from dynamo_oss.gateway.harmony.decoding import MessageText
+from dynamo_oss.gateway.harmony.headers import read_header
 from dynamo_oss.gateway.harmony.parsing import AnswerParser
 from dynamo_oss.gateway.graph_key import GraphKey, KeyFileUnusable
 from dynamo_oss.gateway.harmony.sealing import UnopenableReasoning
@@ -140,6 +142,94 @@ def test_the_answer_parser_agrees_with_openai_harmony(messages: list, piece: int
     texts = [value for kind, value in events if kind == "text"]
     assert [(h.channel, h.recipient) for h in headers] == [(m.channel, m.recipient) for m in reference]
     assert "".join(texts) == "".join(m.content[0].text for m in reference)
+
+
+def one_byte_token(byte: int) -> int:
+    """The token whose bytes are `byte` alone (o200k has one for each of the 256)."""
+    return next(
+        i
+        for i in range(1000)
+        if encoding().decode([i], errors="surrogateescape").encode(errors="surrogateescape") == bytes([byte])
+    )
+
+
+# What a message's text may hold, as token ids: whole words and characters, single bytes that are the start
+# or the middle of a character or no part of one, special tokens other than a message's end (text inside a
+# message), and, rarely, an id past the vocabulary.
+TEXT_IDS = st.one_of(
+    st.sampled_from(encoding().encode(" Once é 中 🙂 {}\n", disallowed_special=())),
+    st.sampled_from([one_byte_token(b) for b in (0x80, 0xA1, 0xBF, 0xC3, 0xE0, 0xE4, 0xED, 0xF0, 0xF4, 0xFF, 0x41)]),
+    st.sampled_from(harmony_ids("<|start|><|channel|><|message|><|constrain|><|reserved_200013|>")),
+    st.sampled_from([201_089, 2**31]),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(ids=st.lists(TEXT_IDS, max_size=40))
+def test_a_message_text_is_decoded_token_by_token_as_openai_harmony_decodes_it(ids: list[int]) -> None:
+    """Harmony's own parser is left out of a message's text for speed (decoding.py): each token's delta is
+    the one harmony's parser gives, whatever bytes the tokens hold."""
+    harmony = StreamableParser(encoding(), role=Role.ASSISTANT)
+    for token in harmony_ids("<|channel|>final<|message|>"):
+        harmony.process(token)
+    text = MessageText()
+    for token in ids:
+        harmony.process(token)
+        assert text.push(token) == harmony.last_content_delta
+
+
+def test_bytes_held_back_when_a_message_ends_are_dropped_and_the_next_message_starts_clean() -> None:
+    ids = harmony_ids("<|channel|>analysis<|message|>a") + [one_byte_token(0xE4), *harmony_ids("<|end|>")]
+    ids += harmony_ids("<|start|>assistant<|channel|>final<|message|>b<|return|>")
+    assert [value for kind, value in parsed(ids, 1) if kind == "text"] == ["a", "b"]
+    reference = encoding().parse_messages_from_completion_tokens(ids, role=Role.ASSISTANT)
+    assert [m.content[0].text for m in reference] == ["a\ufffd", "b"]  # harmony's whole message keeps them lossily
+
+
+HEADER_TEXT = st.lists(
+    st.sampled_from(
+        ["assistant", "user", "<|channel|>", "analysis", "final", "commentary", " to=", "functions.get_weather", " "]
+        + ["json", "<|constrain|>", "code", "<", "\t", "é", "<|end|>", "<|start|>", "to=x", "="]
+    ),
+    max_size=10,
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(started=st.booleans(), header=HEADER_TEXT, after_end=st.booleans())
+def test_a_header_read_without_harmony_is_read_as_openai_harmony_reads_it(
+    started: bool, header: str, after_end: bool
+) -> None:
+    """headers.py reads a header only where harmony's own parser reads it the same; anything else is left to it."""
+    tokens = harmony_ids(("<|start|>" if started else "") + header + "<|message|>")
+    read = read_header(tokens, after_end)
+    harmony = StreamableParser(encoding(), role=None if after_end else Role.ASSISTANT)
+    try:
+        for token in tokens:
+            harmony.process(token)
+    except HarmonyError:
+        assert read is None
+        return
+    if read is not None:
+        assert harmony.state == StreamState.CONTENT
+        assert read == (harmony.current_channel, harmony.current_recipient, harmony.current_content_type)
+
+
+@pytest.mark.parametrize(
+    ("header", "after_end", "read"),
+    [
+        ("<|channel|>analysis", False, ("analysis", None, None)),
+        ("<|start|>assistant<|channel|>final", True, ("final", None, None)),
+        (
+            "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json",
+            True,
+            ("commentary", "functions.get_weather", "<|constrain|>json"),
+        ),
+        (" to=functions.get_weather<|channel|>commentary json", False, ("commentary", "functions.get_weather", "json")),
+    ],
+)
+def test_the_headers_gpt_oss_writes_are_read_without_harmony(header: str, after_end: bool, read: tuple) -> None:
+    assert read_header(harmony_ids(header + "<|message|>"), after_end) == read
 
 
 def request(**fields) -> ResponsesRequest:
@@ -303,6 +393,18 @@ PATH = {"type": "object", "properties": {"path": {"type": "string"}}}
 READ = {"type": "function", "name": "read", "parameters": PATH}
 NAMESPACED = {"type": "namespace", "name": "files", "description": "File tools", "tools": [READ]}
 FINAL_ANSWER = {"role": "assistant", "content": [{"type": "output_text", "text": "It is sunny."}]}
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    text=st.lists(st.sampled_from([*"ab \n\t<|>é中🙂\x00", "<|start|>", "<|end|>", "<|message|>"])).map("".join),
+    functions=st.booleans(),
+)
+def test_a_user_s_text_is_rendered_as_openai_harmony_renders_it(text: str, functions: bool) -> None:
+    """rendering.py puts a user's plain text together itself (harmony's formatting tokens cost 0.1 ms)."""
+    message = Message.from_role_and_content(Role.USER, text)
+    options = RenderOptions(conversation_has_function_tools=functions)
+    assert RenderCache().tokens(message, functions) == tuple(encoding().render(message, options))
 
 
 @pytest.mark.parametrize(

@@ -123,7 +123,7 @@ def test_more_gpus_than_the_host_has(broken) -> None:
 def test_unknown_engine_is_named(broken) -> None:
     out = broken(lambda g: g["pools"]["prefill"].update(engine="vllm"))
     assert "pools.prefill.engine:" in out
-    assert "'trtllm' or 'mocker'" in out
+    assert "'trtllm', 'mocker' or 'gptoss'" in out
 
 
 def test_missing_engine_args_file_is_named(broken, tmp_path: Path) -> None:

@@ -79,7 +79,10 @@ class MemoryFileStore:
         return [record for record, _ in self.files.values() if record.owner == owner]
 
     async def delete(self, owner: str | None, file_id: str) -> bool:
-        return self.files.pop(file_id, None) is not None
+        if await self.info(owner, file_id) is None:
+            return False
+        del self.files[file_id]
+        return True
 
 
 class HandAnswered:

@@ -67,7 +67,7 @@ async def put_batch(url: str, record: BatchRecord) -> None:
     """`record` kept in the graph's batch store at NATS `url`, as the batches route keeps a new one."""
     nats = GraphNats(NatsConnection(url=url))
     try:
-        await NatsBatchStore(BATCHES, RETENTION_S, nats).create(record)
+        await NatsBatchStore(BATCHES, RETENTION_S, 2**30, nats).create(record)
     finally:
         await nats.close()
 

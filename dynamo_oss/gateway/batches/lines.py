@@ -1,8 +1,9 @@
 """A batch file's lines as requests, and their answers as the lines of the output and error files.
 
 Each input line is `{"custom_id", "method": "POST", "url", "body"}` (OpenAI's batch input format), to the
-batch's endpoint. A line that is not one (not JSON, another endpoint, a custom_id seen before, a body that
-asks to stream) is not sent: its error goes to the error file, and the batch's other lines are served. Every
+batch's endpoint (a Responses line is stored only if it says `store: true`: its answer is in the batch's
+files). A line that is not one (not JSON, another endpoint, a custom_id seen before, a body that asks to
+stream) is not sent: its error goes to the error file, and the batch's other lines are served. Every
 answer line is `{"id", "custom_id", "response": {"status_code", "request_id", "body"}, "error"}`: an answer of
 200 goes to the output file, any other to the error file, with `response: null` and an `error` for a line that
 was never sent.
@@ -93,6 +94,8 @@ def _line(number: int, raw: bytes, endpoint: str, seen: set[str]) -> Line:
                 error=f"Line {number + 1}: invalid 'body.{field}': a batch request is answered whole, by the batch; "
                 f"leave out '{field}'.",
             )
+    if endpoint == "/v1/responses":  # a batch's answers are in its files: kept as responses only if asked
+        request.body.setdefault("store", False)
     return Line(number=number, custom_id=custom_id, body=orjson.dumps(request.body))
 
 

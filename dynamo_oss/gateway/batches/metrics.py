@@ -1,6 +1,8 @@
-"""The Batch API's series, beside every key's usage (usage.py): each batch request is counted as a request of
-its key with the API `batch`, and its tokens also here, by kind, so the planner can tell the load it sizes the
-pools for (interactive traffic) from what batch work fills in (planner/plugin.py); and the pacing window."""
+"""The Batch API's series, beside every key's usage (usage.py): each batch request Dynamo's frontend answered is
+counted as a request of its key with the API `batch`, and its tokens also here, by kind, with what batch requests
+hold in the engines now (prompt tokens waiting for prefill, sequences decoding), so the planner can tell the load
+it sizes the pools for (interactive traffic) from what batch work fills in (planner/batch_work.py); and the
+pacing window."""
 
 from __future__ import annotations
 
@@ -11,13 +13,15 @@ from dynamo_oss.gateway.usage import count_request
 
 BATCH_API = "batch"  # the `api` label of batch requests in dynamo_oss_gateway_requests_total
 
-STARTED = Counter(
-    "dynamo_oss_gateway_batch_requests_started", "Batch requests sent to the graph (answered or not yet)."
-)
 TOKENS = Counter(
     "dynamo_oss_gateway_batch_tokens",
     "Tokens in the usage of batch requests' answers, by kind (input, output).",
     ["kind"],
+)
+DECODING = Gauge(
+    "dynamo_oss_gateway_batch_decoding",
+    "Batch requests that have had their first token and are still generating (sequences in the decode pools).",
+    multiprocess_mode="livesum",
 )
 PREFILL = Gauge(
     "dynamo_oss_gateway_batch_prefill_tokens",

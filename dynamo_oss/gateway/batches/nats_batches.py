@@ -30,6 +30,7 @@ from dynamo_oss.gateway.nats_connection import (
     answered,
     ensure_stream,
     kv_stream,
+    kv_values,
 )
 from dynamo_oss.gateway.stores import Conflict, StoreUnavailable, owner_tag
 
@@ -39,20 +40,21 @@ log = logging.getLogger("dynamo_oss.gateway.store")
 class NatsBatchStore:
     """batches.store.BatchStore on the graph's NATS."""
 
-    def __init__(self, bucket: str, retention_s: int, nats: GraphNats) -> None:
+    def __init__(self, bucket: str, retention_s: int, max_bytes: int, nats: GraphNats) -> None:
         if not bucket or not set(bucket) <= NAME_CHARACTERS:
             raise ValueError(f"bucket {bucket!r}: a NATS key-value bucket is named with letters, digits, - and _")
-        self.bucket, self.retention_s, self.nats = bucket, retention_s, nats
+        self.bucket, self.retention_s, self.max_bytes, self.nats = bucket, retention_s, max_bytes, nats
         self.stream = f"{bucket}-answers"
         self.prefix = f"dynamo-oss.{bucket}.answers."
-        self._kv: tuple[KeyValue, KeyValue, JetStreamContext] | None = None
+        self._kv: tuple[KeyValue, KeyValue, JetStreamContext] | None = None  # records, queue, and JetStream
         self._made = asyncio.Lock()
 
     async def create(self, record: BatchRecord) -> int:
+        """Queued first, then kept: a queue entry whose record was never written is dropped by `unended`, where a
+        record never queued would wait for ever."""
         records, queue, _ = await self._buckets()
-        revision = await answered(records.create(_key(record.owner, record.id), _value(record)))
         await answered(queue.put(record.id, _key(record.owner, record.id).encode()))
-        return revision
+        return await answered(records.create(_key(record.owner, record.id), _value(record)))
 
     async def read(self, owner: str | None, batch_id: str) -> Versioned | None:
         if not BATCH_ID.fullmatch(batch_id):
@@ -71,8 +73,10 @@ class NatsBatchStore:
             revision = await answered(records.update(_key(record.owner, record.id), _value(record), last=revision))
         except nats.js.errors.KeyWrongLastSequenceError:
             raise Conflict(f"batch {record.id} changed since revision {revision}") from None
-        if record.ended:
-            await answered(queue.delete(record.id))
+        if record.ended:  # off the queue, leaving no delete marker for every runner to read past
+            await answered(
+                self._js().purge_stream(f"KV_{self.bucket}-queue", subject=f"$KV.{self.bucket}-queue.{record.id}")
+            )
         return revision
 
     async def owned(self, owner: str | None) -> list[BatchRecord]:
@@ -83,11 +87,13 @@ class NatsBatchStore:
     async def unended(self) -> list[tuple[str | None, str]]:
         records, queue, _ = await self._buckets()
         out = []
-        for batch_id, value in await _values(queue, ">"):
+        for batch_id, value in await kv_values(queue, ">"):
             try:
                 entry = await answered(records.get(value.decode()))
-            except nats.js.errors.KeyNotFoundError:  # dropped past retention while it waited
-                await answered(queue.delete(batch_id))
+            except nats.js.errors.KeyNotFoundError:  # never written, or dropped past retention while it waited
+                await answered(
+                    self._js().purge_stream(f"KV_{self.bucket}-queue", subject=f"$KV.{self.bucket}-queue.{batch_id}")
+                )
                 continue
             record = _record(entry.value)
             if record is not None:
@@ -106,33 +112,37 @@ class NatsBatchStore:
 
     async def answers(self, batch_id: str) -> list[Answer]:
         _, _, js = await self._buckets()
+        subject = self.prefix + batch_id
+        info = await answered(js.stream_info(self.stream, subjects_filter=subject))
+        count = (info.state.subjects or {}).get(subject, 0)  # read all that many: none is missed for a slow one
+        if not count:
+            return []
         subscription = await answered(
-            js.subscribe(
-                self.prefix + batch_id, stream=self.stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL
-            )
+            js.subscribe(subject, stream=self.stream, ordered_consumer=True, deliver_policy=DeliverPolicy.ALL)
         )
         out: list[Answer] = []
         try:
-            while True:
+            while len(out) < count:
                 try:
-                    message = await subscription.next_msg(timeout=1.0)
-                except nats.errors.TimeoutError:
-                    return out  # none kept yet (a batch with no answers delivers nothing)
+                    message = await subscription.next_msg(timeout=REQUEST_TIMEOUT_S)
                 except (nats.errors.Error, OSError) as error:
                     raise StoreUnavailable(f"NATS stopped delivering a batch's answers ({error})") from None
                 kept = orjson.loads(zlib.decompress(message.data))
                 out.append(Answer(kept["line"], kept["failed"], kept["data"].encode(), TokenUsage(**kept["usage"])))
-                if message.metadata.num_pending == 0:
-                    return out
         finally:
             try:
                 await subscription.unsubscribe()
             except (nats.errors.Error, OSError):
                 pass
+        return out
 
     async def drop_answers(self, batch_id: str) -> None:
         _, _, js = await self._buckets()
         await answered(js.purge_stream(self.stream, subject=self.prefix + batch_id))
+
+    def _js(self) -> JetStreamContext:
+        assert self._kv is not None
+        return self._kv[2]
 
     async def _buckets(self) -> tuple[KeyValue, KeyValue, JetStreamContext]:
         if self._kv is not None:
@@ -151,8 +161,9 @@ class NatsBatchStore:
                     name=self.stream,
                     description="dynamo-oss batches' answers, a subject per batch, until its files are written",
                     subjects=[self.prefix + "*"],
-                    discard=DiscardPolicy.OLD,
+                    discard=DiscardPolicy.NEW,
                     max_age=float(self.retention_s),
+                    max_bytes=self.max_bytes,  # full: a new answer is refused (and kept again), never an old one lost
                     storage=StorageType.FILE,
                     duplicate_window=window,
                     num_replicas=1,
@@ -190,18 +201,5 @@ def _record(value: bytes | None) -> BatchRecord | None:
         return None
 
 
-async def _values(kv: KeyValue, keys: str) -> list[tuple[str, bytes]]:
-    """Every (key, value) of `kv` under `keys` (a subject pattern), read once."""
-    watcher = await answered(kv.watch(keys, ignore_deletes=True))
-    found = []
-    try:
-        while (entry := await answered(watcher.updates(REQUEST_TIMEOUT_S))) is not None:
-            if entry.value:
-                found.append((entry.key, entry.value))
-    finally:
-        await watcher.stop()
-    return found
-
-
 async def _entries(kv: KeyValue, keys: str) -> list[tuple[str, BatchRecord | None]]:
-    return [(key, _record(value)) for key, value in await _values(kv, keys)]
+    return [(key, _record(value)) for key, value in await kv_values(kv, keys)]

@@ -9,6 +9,7 @@ from NATS) is taken up by another process, which runs the lines not yet answered
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import time
@@ -27,6 +28,12 @@ WINDOW_S = {"24h": 24 * 3600}  # the completion windows OpenAI's API takes
 
 def new_batch_id() -> str:
     return f"batch_{secrets.token_hex(16)}"
+
+
+def output_file_id(batch_id: str, kind: str) -> str:
+    """The id of a batch's `kind` file (output, error): the same every time, so a batch finalized twice (its
+    runner cut off between its files and its record) writes its files over, never beside, the first ones."""
+    return "file-" + hashlib.sha256(f"{batch_id}:{kind}".encode()).hexdigest()[:32]
 
 
 class Lease(BaseModel):

@@ -59,8 +59,11 @@ class BatchesRoute:
                 batches = [batch.openai() for batch in await self.store.owned(caller.key)]
                 return 200, page(batches, parse_qs(query), "batch of this API key", DEFAULT_PAGE, MAX_PAGE)
             match = _PATH.match(path)
-            if match is None or (method == b"POST") != bool(match.group(2)):
+            if match is None:
                 raise ApiError(404, f"{method.decode(errors='replace')} {path} is not an endpoint of this server.")
+            if (method == b"POST") != bool(match.group(2)):
+                takes = "POST" if match.group(2) else "GET"
+                raise ApiError(405, f"{method.decode(errors='replace')} {path} is not served: it takes {takes}.")
             batch_id = match.group(1)
             if match.group(2):
                 return 200, (await self._cancel(caller.key, batch_id)).openai()
@@ -129,9 +132,12 @@ class BatchesRoute:
                     "ended can be.",
                     code="batch_not_cancellable",
                 )
+            # One no runner has taken up ends at once (it has no answers); a running one is stopped by its runner.
+            never_run = record.status == "validating" and not record.leased_to_another(process="")
             cancelling = record.moved("cancelling")
+            ended = cancelling.moved("cancelled", lease=None) if never_run else cancelling
             try:
-                await self.store.write(cancelling, versioned.revision)
-                return cancelling
+                await self.store.write(ended, versioned.revision)
+                return ended
             except Conflict:
                 continue  # its runner wrote its progress meanwhile: read it again

@@ -15,9 +15,9 @@ from dynamo_oss.gateway.errors import ApiError
 
 MAX_PARTS = 16
 MAX_PART_HEAD_BYTES = 8 * 1024
+MAX_DISPOSITION = 1024  # characters of a part's Content-Disposition
 _BOUNDARY = re.compile(rb"[0-9A-Za-z'()+_,\-./:=? ]{0,69}[0-9A-Za-z'()+_,\-./:=?]")
-_DISPOSITION = re.compile(r"^form-data\s*;(.*)$", re.IGNORECASE | re.DOTALL)
-_PARAMETER = re.compile(r'\s*([A-Za-z*]+)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^;\s]+))\s*(?:;|$)')
+_NAME = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ*-")
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def form_fields(body: bytes) -> dict[str, Part]:
             raise malformed("it has no closing boundary")
         name, part = _part(body, at, end)
         if name in fields:
-            raise malformed(f"it has the field {name!r} twice")
+            raise malformed(f"it has the field {name[:100]!r} twice")
         fields[name] = part
         after = end + len(delimiter)
         if body.startswith(b"--", after):
@@ -82,12 +82,62 @@ def _part(body: bytes, start: int, end: int) -> tuple[str, Part]:
         name, _, value = line.partition(b":")
         if name.strip().lower() == b"content-disposition":
             disposition = value.strip().decode("utf-8", errors="replace")
-    if disposition is None or not (match := _DISPOSITION.match(disposition)):
+    if disposition is None or not disposition.lower().startswith("form-data"):
         raise malformed("a part has no Content-Disposition: form-data header")
-    parameters = {}
-    for key, quoted, plain in _PARAMETER.findall(match.group(1)):
-        parameters[key.lower()] = quoted or plain  # findall gives "" for the group that did not match
+    if len(disposition) > MAX_DISPOSITION:
+        raise malformed(f"a part's Content-Disposition is longer than {MAX_DISPOSITION} characters")
+    parameters = _parameters(disposition[len("form-data") :])
     if "name" not in parameters:
         raise malformed("a part's Content-Disposition names no field")
-    filename = parameters.get("filename")
-    return parameters["name"], Part(body[head_end + 4 : end], filename.replace('\\"', '"') if filename else filename)
+    return parameters["name"], Part(body[head_end + 4 : end], parameters.get("filename"))
+
+
+def _parameters(text: str) -> dict[str, str]:
+    """`; name="value"; other=token` read in one pass (no backtracking: the text is a client's)."""
+    found: dict[str, str] = {}
+    at, size = 0, len(text)
+    while True:
+        at = _skip_spaces(text, at)
+        if at == size:
+            return found
+        if text[at] != ";":
+            raise malformed("a part's Content-Disposition has something other than parameters after form-data")
+        at = _skip_spaces(text, at + 1)
+        start = at
+        while at < size and text[at] in _NAME:
+            at += 1
+        key = text[start:at].lower()
+        at = _skip_spaces(text, at)
+        if not key or at == size or text[at] != "=":
+            raise malformed("a part's Content-Disposition has a parameter without a name and a value")
+        at = _skip_spaces(text, at + 1)
+        if at < size and text[at] == '"':
+            value, at = _quoted(text, at + 1)
+        else:
+            start = at
+            while at < size and text[at] not in "; \t":
+                at += 1
+            value = text[start:at]
+        found[key] = value
+
+
+def _quoted(text: str, at: int) -> tuple[str, int]:
+    """A quoted string's value from just after its opening quote, and where it ends."""
+    value = []
+    while at < len(text):
+        char = text[at]
+        if char == "\\" and at + 1 < len(text):
+            value.append(text[at + 1])
+            at += 2
+        elif char == '"':
+            return "".join(value), at + 1
+        else:
+            value.append(char)
+            at += 1
+    raise malformed("a part's Content-Disposition has a quoted value without its closing quote")
+
+
+def _skip_spaces(text: str, at: int) -> int:
+    while at < len(text) and text[at] in " \t":
+        at += 1
+    return at

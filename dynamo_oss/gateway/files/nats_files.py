@@ -1,6 +1,8 @@
-"""Files in a JetStream object store of the graph's NATS: each file's bytes in chunks, its record in the
-object's description, its name `OWNER_TAG/FILE_ID` (stores.owner_tag), so a key's files are found under its
-tag and another key's lookup of the same id finds nothing.
+"""Files in the graph's NATS: each file's bytes in chunks in a JetStream object store (`BUCKET`, the object named
+`OWNER_TAG/FILE_ID`), its record in a key-value bucket beside it (`BUCKET-index`, keyed `OWNER_TAG.FILE_ID`), so a
+key's files are listed from its own records alone (however many files other keys keep) and another key's lookup
+of the same id finds nothing (stores.owner_tag). A file is listed once its bytes are whole, and unlisted before
+they go.
 
 Why NATS: it is where every other thing the gateway keeps lives (nats_store.py says why), and its object
 store is made for files larger than one message. The store refuses what does not fit (discard new: a full
@@ -11,20 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable
+from typing import TypeVar
 
 import nats.errors
 import nats.js.errors
 from nats.js.api import DiscardPolicy, ObjectMeta, ObjectMetaOptions, StorageType, StreamConfig
+from nats.js.kv import KeyValue
 from nats.js.object_store import ObjectStore
 from pydantic import ValidationError
 
 from dynamo_oss.gateway.files.store import FILE_ID, StoredFile, StoreFull
-from dynamo_oss.gateway.nats_connection import NAME_CHARACTERS, GraphNats, answered, ensure_stream
+from dynamo_oss.gateway.nats_connection import NAME_CHARACTERS, GraphNats, answered, ensure_stream, kv_stream, kv_values
 from dynamo_oss.gateway.stores import StoreUnavailable, owner_tag
 
 log = logging.getLogger("dynamo_oss.gateway.store")
 
 CHUNK_BYTES = 256 * 1024  # well below NATS's largest message (1 MiB by default)
+T = TypeVar("T")
 TRANSFER_TIMEOUT_S = 120.0  # a whole file's put or get (its chunks are acknowledged one by one)
 
 
@@ -35,70 +41,63 @@ class NatsFileStore:
         if not bucket or not set(bucket) <= NAME_CHARACTERS:
             raise ValueError(f"bucket {bucket!r}: a NATS object store is named with letters, digits, - and _")
         self.bucket, self.retention_s, self.max_bytes, self.nats = bucket, retention_s, max_bytes, nats
-        self._store: ObjectStore | None = None
+        self._stores: tuple[ObjectStore, KeyValue] | None = None
         self._made = asyncio.Lock()
 
     async def put(self, record: StoredFile, data: bytes) -> None:
-        store = await self._objects()
-        meta = ObjectMeta(
-            name=_name(record.owner, record.id),
-            description=record.model_dump_json(),
-            options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES),
-        )
+        objects, index = await self._buckets()
+        meta = ObjectMeta(name=_name(record.owner, record.id), options=ObjectMetaOptions(max_chunk_size=CHUNK_BYTES))
         try:
-            await _transfer(store.put(meta.name, data, meta))
+            await _transfer(objects.put(meta.name, data, meta))
         except nats.js.errors.APIError as error:
             if "maximum bytes" in str(error).lower() or "insufficient resources" in str(error).lower():
                 raise StoreFull(f"the graph's file store is full ({self.max_bytes // 2**20} MiB)") from None
             raise StoreUnavailable(f"NATS refused the file ({error})") from None
+        await answered(index.put(_key(record.owner, record.id), record.model_dump_json().encode()))
 
     async def info(self, owner: str | None, file_id: str) -> StoredFile | None:
         if not FILE_ID.fullmatch(file_id):
             return None
-        store = await self._objects()
+        _, index = await self._buckets()
         try:
-            info = await answered(store.get_info(_name(owner, file_id)))
-        except nats.js.errors.ObjectNotFoundError:
+            entry = await answered(index.get(_key(owner, file_id)))
+        except nats.js.errors.KeyNotFoundError:
             return None
-        return _record(info.description)
+        return _record(entry.value)
 
     async def content(self, owner: str | None, file_id: str) -> bytes | None:
-        if not FILE_ID.fullmatch(file_id):
+        if await self.info(owner, file_id) is None:
             return None
-        store = await self._objects()
+        objects, _ = await self._buckets()
         chunks = _Chunks()
         try:
-            await _transfer(store.get(_name(owner, file_id), writeinto=chunks))  # type: ignore[arg-type]
+            await _transfer(objects.get(_name(owner, file_id), writeinto=chunks))  # type: ignore[arg-type]
         except nats.js.errors.ObjectNotFoundError:
             return None
         return b"".join(chunks.pieces)
 
     async def owned(self, owner: str | None) -> list[StoredFile]:
-        store = await self._objects()
-        prefix = owner_tag(owner) + "/"
-        try:
-            infos = await answered(store.list(ignore_deletes=True))
-        except nats.js.errors.NotFoundError:  # an empty store
-            return []
-        found = [_record(info.description) for info in infos if info.name and info.name.startswith(prefix)]
+        _, index = await self._buckets()
+        found = [_record(value) for _, value in await kv_values(index, f"{owner_tag(owner)}.>")]
         return sorted((record for record in found if record is not None), key=lambda r: r.created_at, reverse=True)
 
     async def delete(self, owner: str | None, file_id: str) -> bool:
-        if not FILE_ID.fullmatch(file_id):
+        if await self.info(owner, file_id) is None:
             return False
-        store = await self._objects()
+        objects, index = await self._buckets()
+        await answered(index.purge(_key(owner, file_id)))
         try:
-            await answered(store.delete(_name(owner, file_id)))
+            await answered(objects.delete(_name(owner, file_id)))
         except nats.js.errors.ObjectNotFoundError:
-            return False
+            pass  # already dropped past retention
         return True
 
-    async def _objects(self) -> ObjectStore:
-        if self._store is not None:
-            return self._store
+    async def _buckets(self) -> tuple[ObjectStore, KeyValue]:
+        if self._stores is not None:
+            return self._stores
         js = await self.nats.jetstream()  # outside the lock: callers wait for NATS side by side, not in turn
         async with self._made:
-            if self._store is None:
+            if self._stores is None:
                 wanted = StreamConfig(  # as nats-py's create_object_store makes it, with the graph's limits
                     name=f"OBJ_{self.bucket}",
                     description="dynamo-oss files for the Batch API, by owner and id",
@@ -112,8 +111,16 @@ class NatsFileStore:
                     allow_direct=True,
                 )
                 await answered(ensure_stream(js, wanted))
-                self._store = await answered(js.object_store(self.bucket))
-        return self._store
+                records = f"{self.bucket}-index"
+                description = "dynamo-oss files' records, by owner and id"
+                window = min(120.0, self.retention_s)
+                await answered(
+                    ensure_stream(
+                        js, kv_stream(records, description, max_age=self.retention_s, duplicate_window=window)
+                    )
+                )
+                self._stores = (await answered(js.object_store(self.bucket)), await answered(js.key_value(records)))
+        return self._stores
 
 
 class _Chunks:
@@ -131,15 +138,20 @@ def _name(owner: str | None, file_id: str) -> str:
     return f"{owner_tag(owner)}/{file_id}"
 
 
-def _record(description: str | None) -> StoredFile | None:
+def _key(owner: str | None, file_id: str) -> str:
+    return f"{owner_tag(owner)}.{file_id}"
+
+
+def _record(value: bytes | None) -> StoredFile | None:
     try:
-        return StoredFile.model_validate_json(description or "")
+        return StoredFile.model_validate_json(value or b"")
     except ValidationError as error:
         log.error("a kept file's record is unreadable (%s): answered as not found", error)
         return None
 
 
-async def _transfer(call):  # noqa: ANN001, ANN202 - a whole file's put or get, and its result
+async def _transfer(call: Awaitable[T]) -> T:
+    """A whole file's put or get; StoreUnavailable when NATS does not answer in TRANSFER_TIMEOUT_S."""
     try:
         return await asyncio.wait_for(call, TRANSFER_TIMEOUT_S)
     except nats.js.errors.APIError:  # JetStream's own answer: the caller's to read

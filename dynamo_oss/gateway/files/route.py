@@ -15,7 +15,7 @@ from urllib.parse import parse_qs
 
 from dynamo_oss.gateway.errors import ApiError
 from dynamo_oss.gateway.files.multipart import form_fields, malformed
-from dynamo_oss.gateway.files.store import MAX_FILENAME, FileStore, StoredFile, StoreFull
+from dynamo_oss.gateway.files.store import MAX_FILENAME, OFF_LOOP_BYTES, FileStore, StoredFile, StoreFull
 from dynamo_oss.gateway.pages import page
 from dynamo_oss.gateway.routes import BytesAnswer, Checks, LocalAnswer
 from dynamo_oss.gateway.stores import StoreUnavailable, unavailable
@@ -26,8 +26,14 @@ PATH = b"/v1/files"
 PREFIX = b"/v1/files/"
 METHODS = frozenset({b"GET", b"DELETE"})  # what the paths under PREFIX take
 _PATH = re.compile(r"^/v1/files/([^/]+)(/content)?/?$")
-OFF_LOOP_BYTES = 1024 * 1024  # an upload this large is split and counted in a thread
 MAX_PAGE = 10_000  # OpenAI's largest `limit` for files, and its default
+FILE_OVERHEAD_BYTES = 64 * 1024  # charged a file beside its bytes: at most 32,768 files in the default 2 GiB
+
+
+def kept_bytes(file: StoredFile) -> int:
+    """What a file costs its key's quota: its bytes, and what NATS keeps beside them for any file (many tiny
+    files cost their owner as NATS pays for them, not next to nothing)."""
+    return file.bytes + FILE_OVERHEAD_BYTES
 
 
 def not_found(file_id: str, param: str | None = None) -> ApiError:
@@ -108,21 +114,22 @@ class FilesRoute:
                 param="file",
                 code="file_too_large",
             )
-        made = (owner, "batch", upload.filename, data, self.settings.retention_s)
-        record = await asyncio.to_thread(StoredFile.made, *made) if heavy else StoredFile.made(*made)
-        if record.lines == 0:
-            raise ApiError(400, "The file has no requests: a batch file holds one JSON request per line.", param="file")
-        if record.lines > self.settings.max_lines:
+        lines = data.count(b"\n") + (0 if data.endswith(b"\n") else 1)  # blank ones too: what splitting it costs
+        if lines > self.settings.max_lines:
             raise ApiError(
                 400,
-                f"The file has {record.lines} requests, more than this graph's limit of {self.settings.max_lines} per "
+                f"The file has {lines} lines, more than this graph's limit of {self.settings.max_lines} requests per "
                 "batch (gateway.batches.max_lines); split it into several batches.",
                 param="file",
                 code="too_many_requests_in_file",
             )
-        kept = sum(file.bytes for file in await self.store.owned(owner))
+        made = (owner, "batch", upload.filename, data, self.settings.retention_s)
+        record = await asyncio.to_thread(StoredFile.made, *made) if heavy else StoredFile.made(*made)
+        if record.lines == 0:
+            raise ApiError(400, "The file has no requests: a batch file holds one JSON request per line.", param="file")
+        kept = sum(kept_bytes(file) for file in await self.store.owned(owner))
         quota = self.settings.max_mib_per_key * 2**20
-        if kept + len(data) > quota:
+        if kept + kept_bytes(record) > quota:
             raise ApiError(
                 400,
                 f"This API key keeps {kept} bytes of files; {len(data)} more would pass its {quota // 2**20} MiB "

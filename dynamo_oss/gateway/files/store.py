@@ -15,6 +15,7 @@ FILE_ID_PATTERN = r"^file-[0-9a-f]{32}$"  # what a file id looks like (new_file_
 FILE_ID = re.compile(FILE_ID_PATTERN)
 Purpose = Literal["batch", "batch_output"]
 MAX_FILENAME = 512
+OFF_LOOP_BYTES = 1024 * 1024  # a file this large is split into lines in a thread, off the event loop
 
 
 def new_file_id() -> str:
@@ -36,11 +37,20 @@ class StoredFile(BaseModel):
     expires_at: int = Field(description="Unix time the graph's retention drops it")
 
     @classmethod
-    def made(cls, owner: str | None, purpose: Purpose, filename: str, data: bytes, retention_s: int) -> StoredFile:
+    def made(
+        cls,
+        owner: str | None,
+        purpose: Purpose,
+        filename: str,
+        data: bytes,
+        retention_s: int,
+        file_id: str | None = None,
+    ) -> StoredFile:
+        """The record of `data` kept now, under `file_id` (a new id where none is given)."""
         now = int(time.time())
         lines = sum(1 for line in data.split(b"\n") if line.strip())
         return cls(
-            id=new_file_id(),
+            id=file_id or new_file_id(),
             owner=owner,
             purpose=purpose,
             filename=filename,

@@ -5,7 +5,10 @@ The gateway asks Dynamo's frontend for each chunk's token ids (`nvext.extra_fiel
 ["completion_token_ids"]`, completion.py) and parses those, never the text: a message's bounds,
 channel and recipient come only from harmony's special tokens, so text a model copies from a
 document (`<|call|>` written as ordinary tokens) stays text. The prompt ends `<|start|>assistant`,
-so the ids begin inside the first message's header.
+so the ids begin inside the first message's header. What harmony's parser would read is read
+without it where that is the same and cheaper: a message's text (decoding.py) and the plain headers
+gpt-oss writes (headers.py); harmony's parser reads every other header, from the tokens held since
+the last message's end.
 
 A message to a recipient the request did not declare is not a call (OpenAI's API returns only
 calls to tools the request offered): it is written as what its channel holds, reasoning on
@@ -19,12 +22,13 @@ from dataclasses import dataclass
 
 from openai_harmony import HarmonyError, Role, StreamableParser, StreamState
 
+from dynamo_oss.gateway.harmony.decoding import MessageText
+from dynamo_oss.gateway.harmony.headers import FIRST_SPECIAL, MESSAGE, read_header
 from dynamo_oss.gateway.harmony.rendering import encoding
 
-START, MESSAGE = 200006, 200008
 HARMONY_ENDS = {200007: "<|end|>", 200012: "<|call|>", 200002: "<|return|>"}  # a message's end, in harmony
 ENDS = {**HARMONY_ENDS, 199999: "<|endoftext|>"}  # and gpt-oss's end of text, a stop token too
-FIRST_SPECIAL = 199998  # o200k_harmony's special tokens are the ids from here up
+MAX_HELD = 64  # tokens outside any message's text held for a header before harmony's parser reads them
 ASSISTANT = "assistant"  # the recipient of a tool's answer, never a call
 
 Event = tuple[str, object]  # ("begin", Header), ("text", str) or ("end", ending)
@@ -50,54 +54,69 @@ class AnswerParser:
 
     def __init__(self, declared: Collection[str]) -> None:
         self.declared = declared
-        self.parser = _new_parser()
-        self.open = False  # inside a message's content
+        self.parser: StreamableParser | None = None  # harmony's, while it reads what headers.py leaves to it
+        self.held: list[int] = []  # tokens since the last message's text, not yet read by harmony's parser
+        self.after_end = False  # they follow a message's end, not the prompt's `<|start|>assistant`
+        self.text: MessageText | None = None  # the open message's text; None outside a message's content
         self.channel: str | None = None
         self.reasoning_tokens = 0
 
     def feed(self, token_ids: list[int]) -> list[Event]:
         events: list[Event] = []
         for token in token_ids:
-            if self.open and token < FIRST_SPECIAL:  # the common case: one more token of the open message
-                if not self._process(token):
-                    events += self._lost_message()
-                    continue
-                if self.channel == "analysis":
+            text = self.text
+            if text is not None and token not in ENDS:  # the common case: one more token of the open message
+                if token < FIRST_SPECIAL and self.channel == "analysis":
                     self.reasoning_tokens += 1
-                delta = self.parser.last_content_delta
+                # a special token inside a message's text is that text, as harmony reads it
+                delta = text.push(token)
                 if delta:
                     events.append(("text", delta))
+            elif text is not None:
+                events.append(self._end(token))
+            elif self.parser is None:
+                events += self._hold(token)
             else:
-                events += self._structural(token)
+                events += self._harmony_reads(token)
         return events
 
     def finish(self) -> list[Event]:
         """The completion ended: close the open message, if any."""
-        if not self.open:
+        if self.text is None:
             return []
-        self.open = False
+        self.text = None
         return [("end", "")]
 
-    def _structural(self, token: int) -> list[Event]:
-        if token in ENDS and self.open:
-            self.open, self.channel = False, None
-            if token not in HARMONY_ENDS or not self._process(token):
-                self.parser = _new_parser()  # the end of text: whatever follows is a new header
-            return [("end", ENDS[token])]
-        if not self._process(token):
-            return self._lost_message()
-        if self.open:  # a special token inside a message's text is that text, as harmony reads it
-            delta = self.parser.last_content_delta
-            return [("text", delta)] if delta else []
-        if token != MESSAGE or self.parser.state != StreamState.CONTENT:
+    def _end(self, token: int) -> Event:
+        """The open message ends. A header follows: after `<|start|>`, or, past gpt-oss's end of text, read
+        as after `<|start|>assistant`."""
+        self.text, self.channel, self.parser = None, None, None
+        self.after_end = token in HARMONY_ENDS
+        return ("end", ENDS[token])
+
+    def _hold(self, token: int) -> list[Event]:
+        """A token of the next header. At `<|message|>` the header is read, by headers.py where it can, else by
+        harmony's parser from the first token held, as is every token after it until a message begins."""
+        self.held.append(token)
+        if token == MESSAGE and (header := read_header(self.held, self.after_end)) is not None:
+            self.held = []
+            return self._begin(*header)
+        if token != MESSAGE and len(self.held) <= MAX_HELD:
             return []
-        self.open, self.channel = True, self.parser.current_channel or "final"
-        return [("begin", self._header())]
+        held, self.held = self.held, []
+        self.parser = StreamableParser(encoding(), role=None) if self.after_end else _new_parser()
+        return [event for token in held for event in self._harmony_reads(token)]
+
+    def _harmony_reads(self, token: int) -> list[Event]:
+        if not self._process(token) or token != MESSAGE or self.parser.state != StreamState.CONTENT:
+            return []
+        return self._begin(self.parser.current_channel, self.parser.current_recipient, self.parser.current_content_type)
 
     def _process(self, token: int) -> bool:
-        """One token through harmony's parser. Where harmony cannot read it (a message begun without
-        `<|start|>`, or text between two messages, which a model ignoring its end token writes), a
-        parser at a new header reads it instead; False when that one cannot either (it is dropped)."""
+        """One token through harmony's parser, outside a message's text. Where harmony cannot read it (a
+        message begun without `<|start|>`, or text between two messages, which a model ignoring its end
+        token writes), a parser at a new header reads it instead; False when that one cannot either (it
+        is dropped)."""
         try:
             self.parser.process(token)
             return True
@@ -108,21 +127,15 @@ class AnswerParser:
         except HarmonyError:
             self.parser = _new_parser()
             return False
-        return not self.open
+        return True
 
-    def _lost_message(self) -> list[Event]:
-        """The open message, if any, ends where harmony lost its thread."""
-        if not self.open:
-            return []
-        self.open, self.channel = False, None
-        return [("end", "")]
-
-    def _header(self) -> Header:
-        recipient = self.parser.current_recipient
-        content_type = self.parser.current_content_type
+    def _begin(self, channel: str | None, recipient: str | None, content_type: str | None) -> list[Event]:
+        self.text, self.channel = MessageText(), channel or "final"
         if recipient is None or recipient == ASSISTANT or recipient in self.declared:
-            return Header(channel=self.channel or "final", recipient=recipient, content_type=content_type)
-        return Header(channel=self.channel or "final", recipient=None, content_type=None, undeclared=recipient)
+            header = Header(channel=self.channel, recipient=recipient, content_type=content_type)
+        else:
+            header = Header(channel=self.channel, recipient=None, content_type=None, undeclared=recipient)
+        return [("begin", header)]
 
 
 def _new_parser() -> StreamableParser:

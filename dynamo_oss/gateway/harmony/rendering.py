@@ -17,7 +17,10 @@ Each message is rendered by openai-harmony on its own and remembered, in a cache
 message however short, so a long loop would otherwise pay for its history again and again. A cache
 two tenants shared would render one faster what the other sent before, which tells it what the
 other sent. The pieces are harmony's own; tests check that they join into exactly what harmony
-renders for the whole conversation.
+renders for the whole conversation. A user's plain text, new in almost every request, is put
+together here as harmony renders it, and not cached (its formatting tokens around the text encoded
+as text: about 6 us, where harmony takes 0.1 ms for its formatting tokens and its JSON, the cache's
+key, costs more than the text's encoding); a test compares the two.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from openai_harmony import (
     RenderOptions,
     Role,
     SystemContent,
+    TextContent,
     ToolDescription,
     ToolNamespaceConfig,
     load_harmony_encoding,
@@ -118,13 +122,14 @@ class RenderCache:
 
     def tokens(self, message: Message, has_functions: bool) -> tuple[int, ...]:
         """The message's tokens, rendered as in a conversation with (or without) function tools."""
+        if _plain_user_text(message):  # cheaper to put together than to look up by its JSON
+            return _user_text(message)
         key = (message.to_json(), has_functions)
         with self._lock:
             if key in self._tokens:
                 self._tokens.move_to_end(key)
                 return self._tokens[key]
-        options = RenderOptions(conversation_has_function_tools=has_functions)
-        tokens = tuple(encoding().render(message, options))
+        tokens = tuple(encoding().render(message, RenderOptions(conversation_has_function_tools=has_functions)))
         with self._lock:
             if key not in self._tokens:
                 self._tokens[key] = tokens
@@ -137,6 +142,26 @@ class RenderCache:
 
 def _weight(key: tuple[str, bool], tokens: tuple[int, ...]) -> int:
     return len(key[0]) + 8 * len(tokens)
+
+
+def _user_text(message: Message) -> tuple[int, ...]:
+    """Harmony's rendering of a user's plain text, put together as harmony puts it: its text encoded as text."""
+    before, after = _user_turn()
+    return (*before, *encoding().encode(message.content[0].text, disallowed_special=()), *after)  # type: ignore[union-attr]
+
+
+def _plain_user_text(message: Message) -> bool:
+    """A user's message of one text, without a name, channel, recipient or content type."""
+    author, content = message.author, message.content
+    return (
+        author.role == Role.USER
+        and author.name is None
+        and len(content) == 1
+        and isinstance(content[0], TextContent)
+        and message.channel is None
+        and message.recipient is None
+        and message.content_type is None
+    )
 
 
 def render(conversation: Conversation, cache: RenderCache) -> Prompt:
@@ -231,3 +256,10 @@ def _kept(messages: list[Message]) -> list[Message]:
 @cache
 def _assistant_turn() -> list[int]:
     return encoding().encode("<|start|>assistant", allowed_special="all")
+
+
+@cache
+def _user_turn() -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The tokens harmony renders before and after a user's text."""
+    before = encoding().encode("<|start|>user<|message|>", allowed_special="all")
+    return tuple(before), tuple(encoding().encode("<|end|>", allowed_special="all"))

@@ -36,11 +36,11 @@ from pydantic import ValidationError
 
 from dynamo_oss.gateway.nats_connection import (
     HEADROOM,
-    REQUEST_TIMEOUT_S,
     GraphNats,
     answered,
     ensure_stream,
     kv_stream,
+    kv_values,
 )
 from dynamo_oss.gateway.responses.plane import Batch, Handler, Listing
 from dynamo_oss.gateway.stores import StoreUnavailable
@@ -170,16 +170,8 @@ class NatsRunners:
 
     async def listings(self) -> dict[str, Listing]:
         kv = await self._bucket()
-        watcher = await answered(kv.watchall(ignore_deletes=True))
-        found: dict[str, Listing] = {}
-        try:
-            while (entry := await answered(watcher.updates(REQUEST_TIMEOUT_S))) is not None:
-                listing = _listing(entry.value)
-                if listing is not None:
-                    found[entry.key] = listing
-        finally:
-            await watcher.stop()
-        return found
+        listings = {process: _listing(value) for process, value in await kv_values(kv, ">")}
+        return {process: listing for process, listing in listings.items() if listing is not None}
 
     async def serve(self, process: str, handler: Handler) -> None:
         client = await self.nats.client()
