@@ -27,7 +27,7 @@ import math
 import random
 import statistics
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 HERE = Path(__file__).parent
@@ -52,6 +52,20 @@ class Shape:
     longest_prompt: int = 120_000  # a conversation stops here (or at its own length, below)
     turns: int = 40  # most turns a conversation takes
     seed: int = 42
+
+    def scaled(self, factor: float, conversations: int) -> Shape:
+        """The same conversations in miniature, for a live run on a small machine: every token count and
+        every tool's time `factor` times this one's (the system prompt in whole blocks, so it stays a shared
+        prefix), the turn counts and the spreads kept. Prefill and decode work per turn shrink about as
+        the tokens do, so tok/s/user, tok/s/GPU and the tool's share of a conversation stay about the same."""
+        tokens = ("task_tokens", "answer_tokens", "tool_tokens", "longest_prompt")
+        return replace(
+            self,
+            conversations=conversations,
+            system_tokens=max(1, round(self.system_tokens * factor / BLOCK)) * BLOCK,
+            tool_seconds=self.tool_seconds * factor,
+            **{name: round(getattr(self, name) * factor) for name in tokens},
+        )
 
 
 def _lognormal(rng: random.Random, median: float, spread: float, low: int, high: int) -> int:

@@ -2,16 +2,21 @@
 and its figures read back from its own export.
 
 aiperf measures every figure; this module only asks it for a closed loop of streaming chat
-requests of exact lengths and reads `profile_export_aiperf.json`, whose metrics are
-`{unit, avg, p1..p99, min, max, std}`.
+requests of exact lengths (or for a multi-turn trace's conversations, `trace_command`), runs it
+(`run`) and reads `profile_export_aiperf.json`, whose metrics are `{unit, avg, p1..p99, min, max,
+std}`, or its per-request `profile_export.jsonl` (`request_records`).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
+
+from pydantic import BaseModel, Field
 
 from dynamo_oss.bench.results import SweepParameters
 from dynamo_oss.catalog.errors import UserError
@@ -26,12 +31,48 @@ EXPORT = "profile_export_aiperf.json"
 PHASES = "phase_manifest.json"
 LOG = "aiperf-console.log"
 MMAP_BASE_ENV = "AIPERF_DATASET_MMAP_BASE_PATH"  # where aiperf memory-maps its dataset
+# aiperf then names each conversation's session in X-Dynamo-Session-ID (its stable correlation id), the
+# header Dynamo's frontend keeps a session on one worker by (--router-session-affinity-ttl-secs).
+DYNAMO_SESSIONS_ENV = "AIPERF_HTTP_X_DYNAMO_SESSION_ID_FROM_CORRELATION_ID"
+PER_REQUEST = "profile_export.jsonl"
+STOP_TIMEOUT_S = 15.0
 
 
-def environment(artifacts: Path) -> dict[str, str]:
+def environment(artifacts: Path, dynamo_sessions: bool = False) -> dict[str, str]:
     """The environment of an aiperf run: its dataset's memory-mapped files in the run's own folder,
-    where aiperf's default, the system temp folder, kept one folder per run for good."""
-    return {**os.environ, MMAP_BASE_ENV: str(artifacts)}
+    where aiperf's default, the system temp folder, kept one folder per run for good; with
+    `dynamo_sessions`, every request of a conversation names its session as Dynamo's frontend reads it."""
+    env = {**os.environ, MMAP_BASE_ENV: str(artifacts)}
+    if dynamo_sessions:
+        env[DYNAMO_SESSIONS_ENV] = "true"
+    return env
+
+
+def run(argv: list[str], artifacts: Path, env: dict[str, str]) -> int:
+    """Run aiperf to the end, its output in the run's log; whatever stops the caller (Ctrl-C included)
+    stops aiperf's processes too. Its exit status."""
+    artifacts.mkdir(parents=True, exist_ok=True)
+    with (artifacts / LOG).open("w") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, env=env)
+        try:
+            return process.wait()
+        finally:
+            _stop(process)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """aiperf runs many processes in its session: interrupt them all, then kill whatever is left."""
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGINT)
+        try:
+            process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    process.wait()
 
 
 def command(base_url: str, parameters: SweepParameters, concurrency: int, artifacts: Path) -> list[str]:
@@ -58,6 +99,66 @@ def command(base_url: str, parameters: SweepParameters, concurrency: int, artifa
     if warmup:
         argv += ["--warmup-request-count", str(warmup)]
     return argv
+
+
+def trace_command(
+    base_url: str, *, model: str, tokenizer: str, trace: Path, lanes: int, sessions: int, artifacts: Path
+) -> list[str]:
+    """`aiperf profile` sending a multi-turn trace (aiperf's `mooncake_trace` rows: `session_id`, `text_input`,
+    `output_length`, `delay` in ms) as streaming chat: each conversation's turns in order, each once the
+    one before has finished and its delay has passed, with the conversation so far (its earlier turns and
+    the answers the server gave) sent again in front of it; `lanes` conversations in flight, each holding
+    its place while it waits, `sessions` of them in all (the trace's, in order, each once: the run ends
+    when the last has ended). Output lengths are exact (ignore_eos), token counts the server's."""
+    argv = [
+        sys.executable, "-m", "aiperf", "profile",
+        "--url", base_url, "--endpoint-type", "chat", "--streaming",
+        "--model", model, "--tokenizer", tokenizer,
+        "--input-file", str(trace), "--custom-dataset-type", "mooncake_trace",
+        "--extra-inputs", "ignore_eos:true", "--use-server-token-count",
+        "--concurrency", str(lanes), "--request-rate", f"{PACING_RATE:g}", "--arrival-pattern", "constant",
+        "--num-sessions", str(sessions),
+        "--output-artifact-dir", str(artifacts),
+        "--ui-type", "none", "--no-gpu-telemetry", "--no-server-metrics",
+    ]  # fmt: skip
+    return argv
+
+
+class TracedRequest(BaseModel):
+    """One request of a trace as aiperf timed it (profile_export.jsonl), token counts the server's usage."""
+
+    conversation: str = Field(description="the trace's session_id")
+    turn: int = Field(ge=0)
+    start_ms: float = Field(description="when aiperf sent it, epoch milliseconds")
+    ttft_ms: float | None
+    e2e_ms: float | None
+    input_tokens: int | None
+    cached_tokens: int | None = Field(description="usage.prompt_tokens_details.cached_tokens")
+    output_tokens: int | None
+    error: str | None = None
+
+
+def request_records(artifacts: Path) -> list[TracedRequest]:
+    """Every request of the run, in aiperf's order."""
+    records = []
+    for line in (artifacts / PER_REQUEST).read_text().splitlines():
+        row = json.loads(line)
+        meta, values = row["metadata"], {key: m.get("value") for key, m in (row.get("metrics") or {}).items()}
+        error = row.get("error")
+        records.append(
+            TracedRequest(
+                conversation=meta["conversation_id"],
+                turn=meta["turn_index"],
+                start_ms=meta["request_start_ns"] / 1e6,
+                ttft_ms=values.get("time_to_first_token"),
+                e2e_ms=values.get("request_latency"),
+                input_tokens=values.get("usage_prompt_tokens"),
+                cached_tokens=values.get("usage_prompt_cache_read_tokens"),
+                output_tokens=values.get("output_sequence_length"),
+                error=json.dumps(error)[:500] if error else None,
+            )
+        )
+    return records
 
 
 def profiling_window_s(artifacts: Path) -> tuple[float, float] | None:

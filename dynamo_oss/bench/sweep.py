@@ -2,16 +2,11 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
 from pathlib import Path
 
 from dynamo_oss.bench import aiperf
 from dynamo_oss.bench.host_load import CpuSampler
 from dynamo_oss.bench.results import RunResult, Sweep
-
-STOP_TIMEOUT_S = 15.0
 
 
 def run_sweep(sweep: Sweep, folder: Path) -> Sweep:
@@ -38,13 +33,8 @@ def run_once(sweep: Sweep, concurrency: int, folder: Path) -> RunResult:
     artifacts = folder / "runs" / f"c{concurrency}"
     artifacts.mkdir(parents=True, exist_ok=True)
     argv = aiperf.command(sweep.endpoint, sweep.parameters, concurrency, artifacts)
-    with CpuSampler() as cpu, (artifacts / aiperf.LOG).open("w") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env=aiperf.environment(artifacts))  # fmt: skip
-        try:
-            process.wait()
-        finally:
-            _stop(process)
+    with CpuSampler() as cpu:
+        aiperf.run(argv, artifacts, aiperf.environment(artifacts))
     window = aiperf.profiling_window_s(artifacts)
     point, failed, rate = aiperf.read_export(artifacts, concurrency=concurrency, gpus=sweep.parameters.gpus)
     return RunResult(
@@ -55,21 +45,6 @@ def run_once(sweep: Sweep, concurrency: int, folder: Path) -> RunResult:
         host_cpu_busy=cpu.busy_between(*window) if window else None,
         artifacts=str(artifacts.relative_to(folder)),
     )
-
-
-def _stop(process: subprocess.Popen) -> None:
-    """aiperf runs many processes in its session: interrupt them all, then kill whatever is left."""
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    process.wait()
 
 
 def _say(line: str) -> None:

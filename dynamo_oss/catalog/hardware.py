@@ -5,7 +5,11 @@ NVIDIA's H100 SXM datasheet (80 GB at 3.35 TB/s; 989 BF16 / 1,979 FP8 TFLOP/s; N
 900 GB/s), H200 datasheet (141 GB at 4.8 TB/s; same rates and NVLink), DGX B200 and
 B200 datasheets (180 GB at 8 TB/s; 2,250 / 4,500 / 9,000 BF16 / FP8 / FP4 TFLOP/s;
 NVLink 5 at 1.8 TB/s) and GB200 NVL72 datasheet (about 186 GB at 8 TB/s per GPU;
-2,500 / 5,000 / 10,000 TFLOP/s; 72 GPUs in one NVLink domain). How much
+2,500 / 5,000 / 10,000 TFLOP/s; 72 GPUs in one NVLink domain). The exponential units' rate, which bounds
+attention's softmax, is 16 results per SM and clock on Hopper and Blackwell alike (CUDA C++ Programming
+Guide, arithmetic instruction throughput; FlashAttention-4, Together AI, 2026: "the SFU count ... remains
+unchanged" from H100 to B200), where the dense BF16 tensor cores do 4,096 FLOPs per SM and clock on Hopper
+and 8,192 on Blackwell: so it is the BF16 peak times 16 / 4,096 or 16 / 8,192. How much
 of these peaks an engine reaches is not a hardware fact: it lives in the efficiency
 factors of `costs.Factors` (measured ones for the H200 in hopper_measured.json).
 """
@@ -37,6 +41,9 @@ class Hardware(BaseModel):
     )
     nvlink_domain: int = Field(description="GPUs that reach each other over NVLink")
     nic_bandwidth: float = Field(description="network bandwidth per GPU, bytes/s")
+    exp_rate: float = Field(
+        description="exponentials per second per GPU (the SFUs' exp2), which softmax needs one of per score"
+    )
 
     def flops(self, dtype: ComputeDtype) -> float:
         if dtype not in self.tensor_flops:
@@ -50,6 +57,8 @@ class Hardware(BaseModel):
 
 _TB = 1e12
 _NIC_400G = 400e9 / 8  # one 400 Gb/s ConnectX-7 NIC per GPU, as in DGX H100/H200/B200 systems
+_EXP_PER_SM_CLOCK = 16  # the SFUs' exp2 results per SM and clock (module docstring)
+_HOPPER_BF16_PER_SM_CLOCK, _BLACKWELL_BF16_PER_SM_CLOCK = 4096, 8192  # dense BF16 tensor FLOPs per SM and clock
 
 H100 = Hardware(
     name="h100",
@@ -60,6 +69,7 @@ H100 = Hardware(
     nvlink_bandwidth=450e9,
     nvlink_domain=8,
     nic_bandwidth=_NIC_400G,
+    exp_rate=989e12 * _EXP_PER_SM_CLOCK / _HOPPER_BF16_PER_SM_CLOCK,
 )
 H200 = H100.model_copy(update={"name": "h200", "label": "H200", "hbm_bytes": 141e9, "hbm_bandwidth": 4.8 * _TB})
 B200 = Hardware(
@@ -71,6 +81,7 @@ B200 = Hardware(
     nvlink_bandwidth=900e9,
     nvlink_domain=8,
     nic_bandwidth=_NIC_400G,
+    exp_rate=2250e12 * _EXP_PER_SM_CLOCK / _BLACKWELL_BF16_PER_SM_CLOCK,
 )
 GB200 = B200.model_copy(
     update={
@@ -79,6 +90,7 @@ GB200 = B200.model_copy(
         "hbm_bytes": 186e9,
         "tensor_flops": {"bf16": 2500e12, "fp8": 5000e12, "fp4": 10000e12},
         "nvlink_domain": 72,
+        "exp_rate": 2500e12 * _EXP_PER_SM_CLOCK / _BLACKWELL_BF16_PER_SM_CLOCK,
     }
 )
 

@@ -69,6 +69,12 @@ class EngineShape(BaseModel):
         "max_attention_window); None: every layer keeps the whole sequence in one KV pool",
     )
     speculative: Speculation | None = Field(None, description="speculative decoding; None: one token per step")
+    kv_memory_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="most bytes of KV cache on each GPU (kv_cache_config.max_gpu_total_bytes); None: the "
+        "free_gpu_memory_fraction of what the weights leave",
+    )
 
     @property
     def gpus(self) -> int:

@@ -42,6 +42,7 @@ class _KvCacheKeys(BaseModel):
     dtype: Literal["auto", "fp8", "bf16"] = "auto"
     tokens_per_block: int = Field(DEFAULT_TOKENS_PER_BLOCK, ge=1)
     max_attention_window: list[Annotated[int, Field(ge=1)]] | None = Field(None, min_length=1)
+    max_gpu_total_bytes: int = Field(0, ge=0)  # 0: TensorRT-LLM's default, the memory fraction alone
 
 
 class _SpeculativeKeys(BaseModel):
@@ -89,6 +90,7 @@ def read_llm_args(path: Path) -> EngineShape:
         kv_block_size=keys.kv_cache_config.tokens_per_block,
         max_attention_window=tuple(windows) if (windows := keys.kv_cache_config.max_attention_window) else None,
         speculative=speculative,
+        kv_memory_bytes=keys.kv_cache_config.max_gpu_total_bytes or None,
     )
 
 
@@ -151,6 +153,7 @@ def llm_args_document(shape: EngineShape, role: PoolRole) -> dict[str, Any]:
             "free_gpu_memory_fraction": 0.9,
             "dtype": shape.kv_cache_dtype,
             **({"max_attention_window": list(shape.max_attention_window)} if shape.max_attention_window else {}),
+            **({"max_gpu_total_bytes": shape.kv_memory_bytes} if shape.kv_memory_bytes else {}),
         },
         "guided_decoding_backend": GUIDED_DECODING_BACKEND,
     }

@@ -18,11 +18,17 @@ from importlib.metadata import version
 def estimate(query: dict) -> dict:
     from aiconfigurator.cli.api import cli_estimate
 
+    arguments = {name: value for name, value in query.items() if name != "key" and value is not None}
+    arguments.setdefault("mode", "agg")
     try:
         with contextlib.redirect_stdout(io.StringIO()):  # it prints a summary per estimate
-            result = cli_estimate(mode="agg", **{name: value for name, value in query.items() if name != "key"})
+            result = cli_estimate(**arguments)
     except Exception as error:  # an unsupported shape or missing data: recorded, not fatal
         return {"key": query["key"], "error": f"{type(error).__name__}: {error}"}
+    breakdown = None
+    if arguments["mode"] in ("static_ctx", "static_gen"):
+        phase = "context" if arguments["mode"] == "static_ctx" else "generation"
+        breakdown = dict(getattr(result.summary, f"get_{phase}_latency_dict")())
     return {
         "key": query["key"],
         "backend_version": result.backend_version,
@@ -32,6 +38,7 @@ def estimate(query: dict) -> dict:
         "tok_s_gpu": result.tokens_per_second_per_gpu,
         "concurrency": result.concurrency,
         "kv_cache_warning": result.kv_cache_warning,
+        "breakdown": breakdown,
     }
 
 

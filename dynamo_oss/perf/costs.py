@@ -316,10 +316,6 @@ class CostModel:
             return e.expert_memory_mxfp4
         return e.expert_memory
 
-    @property
-    def _attention_dtype(self) -> ComputeDtype:
-        return "fp8" if self.precision.kv_cache == "fp8" else "bf16"
-
     def weight_bytes_per_gpu(self) -> float:
         """Weights resident on each GPU: experts split over all GPUs, the rest per attention shard."""
         s = self.shape
@@ -328,9 +324,11 @@ class CostModel:
         return dense / self._attention_shards + experts / self.pool.tp
 
     def kv_budget_bytes(self) -> float:
-        """KV cache memory on each GPU: a fraction of what the weights and the runtime leave."""
+        """KV cache memory on each GPU: a fraction of what the weights and the runtime leave, or less
+        where the engine caps it (kv_cache_config.max_gpu_total_bytes: the smaller of the two is used)."""
         free = self.gpu.hbm_bytes - self.weight_bytes_per_gpu() - RUNTIME_RESERVE_BYTES
-        return max(0.0, KV_MEMORY_FRACTION * free)
+        budget = max(0.0, KV_MEMORY_FRACTION * free)
+        return budget if self.pool.kv_memory_bytes is None else min(budget, float(self.pool.kv_memory_bytes))
 
     def kv_capacity_tokens(self) -> int:
         """Context tokens the full-attention KV of one attention rank holds (its blocks times 32)."""
@@ -465,14 +463,24 @@ class CostModel:
         return first + np.where(seqs > 0, later + heads + fixed, 0.0)
 
     def _attention(self, keys: np.ndarray, kv_bytes: np.ndarray) -> np.ndarray:
-        """One attention kernel over `keys` query-key pairs (all layers), reading or writing `kv_bytes` of KV."""
-        heads_dim = self.shape.num_attention_heads * self.shape.head_dim
-        return self._roofline(
-            4 * heads_dim * keys / self._attention_shards,
+        """One attention kernel over `keys` query-key pairs (all layers), reading or writing `kv_bytes` of KV.
+
+        Its two matrix products run in BF16 whatever the KV cache stores: gpt-oss's checkpoint quantizes
+        only its experts, so TensorRT-LLM computes attention in BF16 and an FP8 cache only halves the
+        bytes (AIConfigurator infers its FMHA precision from the checkpoint the same way, and its
+        measured FP8 context FMHA is no faster). And no faster than the exponential units take the
+        softmax between them, one exponential per pair and head: at gpt-oss's 64-dimensional heads a
+        pair is 256 FLOPs of the products, so on Blackwell (8,192 BF16 FLOPs per SM and clock against 16
+        exponentials) the softmax, not the tensor cores, sets a long prompt's attention
+        (FlashAttention-4's finding at 128 dimensions, doubled here)."""
+        heads = self.shape.num_attention_heads / self._attention_shards
+        products = self._roofline(
+            4 * self.shape.head_dim * heads * keys,
             kv_bytes / self._kv_shards,
-            self._attention_dtype,
+            "bf16",
             compute=self.efficiency.attention_compute,
         )
+        return np.maximum(products, heads * keys / self.gpu.exp_rate)
 
     def _collective_seconds(self, tokens: np.ndarray) -> np.ndarray:
         """Two collectives per layer between the worker's GPUs, for the step's activations.

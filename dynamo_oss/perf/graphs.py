@@ -76,6 +76,8 @@ def layout_from_deployment(deployment: Deployment) -> Layout:
             fields["max_batch"] = shape.max_batch_size
         if shape.max_num_tokens is not None:
             fields["max_num_tokens"] = shape.max_num_tokens
+        if shape.kv_memory_bytes is not None:
+            fields["kv_memory_bytes"] = shape.kv_memory_bytes
         try:
             pools[pool.role] = PoolLayout(**fields)
         except ValueError as err:
@@ -136,6 +138,7 @@ def graph_files(layout: Layout, name: str) -> dict[str, str]:
             kv_block_size=DEFAULT_TOKENS_PER_BLOCK,
             max_attention_window=gpt_oss_windows(layout.shape) if pool.windowed_kv else None,
             speculative=_speculation(layout, pool),
+            kv_memory_bytes=pool.kv_memory_bytes,
         )
         files[engine_file] = yaml.safe_dump(llm_args_document(shape, role), sort_keys=False)
         pools[role] = {

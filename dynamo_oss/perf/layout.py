@@ -70,6 +70,13 @@ class PoolLayout(BaseModel):
         "sequence (kv_cache_config.max_attention_window); False: every layer keeps the whole sequence",
     )
 
+    kv_memory_bytes: int | None = Field(
+        None,
+        ge=1,
+        description="most bytes of KV cache on each GPU (kv_cache_config.max_gpu_total_bytes); None: the "
+        "share of free memory TensorRT-LLM takes by default",
+    )
+
     @model_validator(mode="after")
     def _ep_divides_tp(self) -> PoolLayout:
         if self.tp % self.expert_parallel:

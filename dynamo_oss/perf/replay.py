@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-
 from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from dynamo_oss.deployment.model import Deployment
+from dynamo_oss.engines import SimulatedTiming
 from dynamo_oss.engines.mocker import replay_engine_args
 from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
-from dynamo_oss.perf.layout import Layout, Workload
+from dynamo_oss.perf.graphs import layout_from_deployment, simulated_timings
+from dynamo_oss.perf.layout import Layout, Role, Workload
 from dynamo_oss.perf.metrics import RequestRecord, ServingPoint, serving_point
 from dynamo_oss.perf.profiles import BLOCK_SIZE, simulated_timing
 
@@ -53,9 +55,8 @@ def replay_args(
     """Engine arguments and worker counts for Dynamo's replay, profiles written to folder; the
     workload's ISL (its new tokens, after `cached_tokens` found in the KV cache), `decode_batch` and
     acceptance as in `profiles.profile_tables`."""
-    args: dict[str, object] = {}
-    for role, pool in layout.pools.items():
-        timing = simulated_timing(
+    timings = {
+        role: simulated_timing(
             layout,
             role,
             folder / f"{role}.npz",
@@ -65,7 +66,17 @@ def replay_args(
             cached_tokens=cached_tokens,
             factors=factors,
         )
+        for role in layout.pools
+    }
+    return _engine_args(layout, timings)
+
+
+def _engine_args(layout: Layout, timings: Mapping[Role, SimulatedTiming]) -> dict[str, object]:
+    """The replay's engine arguments and worker counts for each pool's timing, its profile written."""
+    args: dict[str, object] = {}
+    for role, timing in timings.items():
         timing.profile.write()
+        pool = layout.pools[role]
         engine = replay_engine_args(timing, role, pool.tp)
         if role == "agg":
             args.update(extra_engine_args=engine, num_workers=pool.workers)
@@ -129,23 +140,42 @@ def replay_trace(
     robin. The profiles charge a prefill pass as `typical` new tokens after `cached_tokens` of
     cached context, and the decode batch as `lanes` spread over the ranks; the prefix caches'
     hits are the replay's own (its routers and mocker caches see each prompt's KV blocks)."""
-    from dynamo.replay import run_trace_replay
-
     factors = factors or fitted_factors()
     decoding = layout.pools["agg" if layout.mode == "agg" else "decode"]
     beside = max(1.0, lanes / (decoding.workers * decoding.ranks) - 1) if layout.mode == "agg" else 1.0
     with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
         args = replay_args(layout, typical, Path(tmp), factors, beside, cached_tokens)
-        report = run_trace_replay(
-            str(trace),
-            **args,
-            trace_format="agentic_mooncake",
-            trace_block_size=BLOCK_SIZE,
-            agentic_lanes=lanes,
-            router_mode="kv_router" if router == "kv" else "round_robin",
-            execution_model=layout.model,
-            capture_per_request=True,
-        )
+        return _trace_point(layout, args, trace, lanes, router)
+
+
+def replay_served_trace(
+    deployment: Deployment, trace: Path, lanes: int, *, router: Literal["kv", "round_robin"] = "kv"
+) -> TracePoint:
+    """Replay an agentic trace (as `replay_trace`) at the speeds `dynamo serve --engine mocker` runs the
+    deployment's workers at (`graphs.simulated_timings`: each prefill chunk charged as a whole prompt beside
+    one decode, chat's acceptance), so that a live run of the trace and its replay time the same steps on
+    the same KV caches, and what differs between them is the serving, not the model."""
+    layout = layout_from_deployment(deployment)
+    with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
+        args = _engine_args(layout, simulated_timings(deployment, Path(tmp)))
+        return _trace_point(layout, args, trace, lanes, router)
+
+
+def _trace_point(
+    layout: Layout, args: dict[str, object], trace: Path, lanes: int, router: Literal["kv", "round_robin"]
+) -> TracePoint:
+    from dynamo.replay import run_trace_replay
+
+    report = run_trace_replay(
+        str(trace),
+        **args,
+        trace_format="agentic_mooncake",
+        trace_block_size=BLOCK_SIZE,
+        agentic_lanes=lanes,
+        router_mode="kv_router" if router == "kv" else "round_robin",
+        execution_model=layout.model,
+        capture_per_request=True,
+    )
     serving = serving_point([request_record(row) for row in report.per_request], concurrency=lanes, gpus=layout.gpus)
     return TracePoint(lanes=lanes, serving=serving, kv_hit_rate=report.summary["prefix_cache_reused_ratio"])
 

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.agentic.conversations import BLOCK, CONTEXT, Shape, conversations, shape, write
+from dynamo_oss.deployment.model import Deployment, build_deployment
+from dynamo_oss.graph.loader import load_graph
+from dynamo_oss.perf.graphs import graph_files
 from dynamo_oss.perf.layout import Layout, PoolLayout, Precision, Workload
-from dynamo_oss.perf.replay import replay_trace
+from dynamo_oss.perf.replay import replay_served_trace, replay_trace
 
 SMALL = Shape(conversations=12, longest_prompt=30_000, tool_tokens=2_000, tool_seconds=0.5, seed=7)
 
@@ -61,3 +64,24 @@ def test_kv_routing_finds_the_conversations_prefixes_round_robin_loses(trace: Pa
     assert kv.serving.requests == spread.serving.requests == sum(len(turns) for turns in conversations(SMALL))
     assert kv.kv_hit_rate > 0.75 and spread.kv_hit_rate < 0.7  # round robin keeps little but the system prompt
     assert kv.serving.ttft_p50_ms < spread.serving.ttft_p50_ms
+
+
+def served(layout: Layout, folder: Path) -> Deployment:
+    """The deployment `dynamo serve --engine mocker` would run for `layout` (its graph and engine files)."""
+    for name, text in graph_files(layout, "served").items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text)
+    return build_deployment(load_graph(folder / "served.yaml"), engine_override="mocker")
+
+
+def test_a_trace_replays_at_the_served_graph_s_speeds_and_caches(trace: Path, tmp_path: Path) -> None:
+    """replay_served_trace runs the profiles and KV caches a served mocker graph runs: the same trace on
+    caches capped to hold a conversation or two (kv_cache_config.max_gpu_total_bytes) finds fewer hits."""
+    layout = Layout(hardware="b200", precision=Precision(kv_cache="fp8"), pools={"agg": PoolLayout(workers=2)})
+    roomy = replay_served_trace(served(layout, tmp_path / "roomy"), trace, 6)
+    small_pool = layout.pools["agg"].model_copy(update={"kv_memory_bytes": 5 * 2**28})  # 36k tokens a worker
+    tight = replay_served_trace(
+        served(layout.model_copy(update={"pools": {"agg": small_pool}}), tmp_path / "tight"), trace, 6
+    )
+    assert roomy.serving.requests == tight.serving.requests == sum(len(turns) for turns in conversations(SMALL))
+    assert roomy.kv_hit_rate > 0.75 and tight.kv_hit_rate < roomy.kv_hit_rate - 0.05

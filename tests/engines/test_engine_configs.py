@@ -106,3 +106,16 @@ def test_the_schema_refuses_a_speculative_config_tensorrt_llm_refuses() -> None:
     spec = engine["speculative_config"]
     for change in ({"draft_len": 3}, {"decoding_type": "eagle3"}, {"max_draft_len": -1}):
         assert errors({**engine, "speculative_config": {**spec, **change}}), change
+
+
+def test_a_kv_memory_cap_dynamo_plan_writes_validates(tmp_path: Path) -> None:
+    layout = layout_from_file(REPO / "graphs" / "disagg.yaml")
+    pools = {role: pool.model_copy(update={"kv_memory_bytes": 12 * 2**30}) for role, pool in layout.pools.items()}
+    files = graph_files(layout.model_copy(update={"pools": pools}), "capped")
+    for name, text in files.items():
+        if name.startswith("engines/"):
+            document = yaml.safe_load(text)
+            assert errors(document) == [], name
+            assert document["kv_cache_config"]["max_gpu_total_bytes"] == 12 * 2**30
+            (tmp_path / "engine.yaml").write_text(text)
+            assert read_llm_args(tmp_path / "engine.yaml").kv_memory_bytes == 12 * 2**30

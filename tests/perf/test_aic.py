@@ -71,3 +71,119 @@ def test_an_environment_without_aiconfigurator_is_refused_by_name() -> None:
     assert query is not None
     with pytest.raises(RuntimeError, match="aic_driver.py failed"):
         run_aic(sys.executable, [query])  # type: ignore[arg-type]
+
+
+def test_a_pool_is_described_by_its_worker_and_blackwell_s_mxfp4_kernel_is_named() -> None:
+    from dynamo_oss.perf.aic import pool_fields
+    from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
+
+    pools = {"prefill": PoolLayout(workers=4), "decode": PoolLayout(tp=4, attention_dp=True)}
+    b200 = Layout(hardware="b200", precision=Precision(kv_cache="fp8"), pools=pools)
+    assert pool_fields(b200, "prefill") == {
+        "system_name": "b200_sxm",
+        "backend_name": "trtllm",
+        "tp_size": 1,
+        "attention_dp_size": 1,
+        "moe_tp_size": 1,
+        "moe_ep_size": 1,
+        "kvcache_quant_mode": "fp8",
+        "moe_quant_mode": "w4a8_mxfp4_mxfp8",  # MXFP8 activations, as TensorRT-LLM runs MXFP4 on Blackwell
+    }
+    decode = pool_fields(b200, "decode")  # attention DP: one batch a GPU, the experts over all four
+    assert (decode["tp_size"], decode["attention_dp_size"], decode["moe_tp_size"], decode["moe_ep_size"]) == (
+        1,
+        4,
+        1,
+        4,
+    )
+    # Hopper has no FP8 path for MXFP4 experts: AIConfigurator's own choice (W4A16) is TensorRT-LLM's there.
+    h200 = Layout(hardware="h200", pools={"agg": PoolLayout(tp=2)})
+    assert pool_fields(h200, "agg")["moe_quant_mode"] is None and pool_fields(h200, "agg")["kvcache_quant_mode"] == (
+        "bfloat16"
+    )
+
+
+def test_the_stored_calibration_queries_are_what_the_rows_ask_now() -> None:
+    """aic_reference.json answers the questions aic_query asks today (the MoE kernel included), or
+    `dynamo calibrate --aic` must be run again."""
+    reference = stored_reference()
+    assert reference is not None
+    asked = {query.key: query for row in PUBLISHED if (query := aic_query(row)) is not None}
+    assert {query.key: query for query in reference.queries} == asked
+
+
+def test_the_studies_ask_static_steps_and_disaggregated_layouts_by_aiconfigurator_s_names() -> None:
+    from benchmarks.aic_studies.run import DECODES, PREFILLS, layout_queries, step_queries
+
+    steps = {query.key: query for query in step_queries()}
+    assert len(steps) == 2 * (len(PREFILLS) + len(DECODES))
+    turn = steps["b200 prefill agentic turn: 5,400 new after 56,000 cached"]
+    assert (turn.mode, turn.isl, turn.prefix, turn.batch_size, turn.moe_quant_mode) == (
+        "static_ctx",
+        61400,
+        56000,
+        1,
+        "w4a8_mxfp4_mxfp8",
+    )
+    decode = steps["h200 decode batch 32 at 32k"]
+    assert (decode.mode, decode.isl, decode.batch_size, decode.moe_quant_mode) == ("static_gen", 32768, 32, None)
+    layouts = {query.key: query for query in layout_queries()}
+    split = layouts["disagg 4P TP1 + 1D TP4/EP4/ADP osl 256 c256"]
+    assert split.mode == "disagg" and (split.prefill_num_workers, split.prefill_tp_size) == (4, 1)
+    # 256 in flight over one decode worker's four attention-DP ranks: 64 a rank.
+    assert (split.decode_num_workers, split.decode_attention_dp_size, split.decode_moe_ep_size) == (1, 4, 4)
+    assert split.decode_batch_size == split.batch_size == 64
+    agg = layouts["agg 8 x TP1 osl 1024 c64"]
+    assert (agg.mode, agg.batch_size, agg.ctx_tokens, agg.prefill_num_workers) == ("agg", 8, 8192, None)
+
+
+def test_the_driver_passes_only_what_a_query_sets_and_keeps_a_static_step_s_breakdown(monkeypatch) -> None:
+    """aic_driver.py runs where AIConfigurator is installed; here a stand-in for its cli_estimate records
+    the keyword arguments it is given."""
+    import types
+
+    from dynamo_oss.perf import aic_driver
+    from dynamo_oss.perf.aic import AicQuery
+
+    seen: list[dict] = []
+
+    class Summary:
+        def get_context_latency_dict(self) -> dict:
+            return {"context_attention": 1.5, "context_moe": 2.5}
+
+    def cli_estimate(**arguments: object) -> types.SimpleNamespace:
+        seen.append(arguments)
+        return types.SimpleNamespace(
+            backend_version="1.3.0rc20",
+            ttft=4.0,
+            tpot=None,
+            tokens_per_second_per_user=None,
+            tokens_per_second_per_gpu=None,
+            concurrency=1,
+            kv_cache_warning=None,
+            summary=Summary(),
+        )
+
+    api = types.ModuleType("aiconfigurator.cli.api")
+    api.cli_estimate = cli_estimate  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "aiconfigurator", types.ModuleType("aiconfigurator"))
+    monkeypatch.setitem(sys.modules, "aiconfigurator.cli", types.ModuleType("aiconfigurator.cli"))
+    monkeypatch.setitem(sys.modules, "aiconfigurator.cli.api", api)
+    query = AicQuery(
+        key="k",
+        mode="static_ctx",
+        system_name="h200_sxm",
+        backend_name="trtllm",
+        isl=8192,
+        osl=2,
+        batch_size=1,
+        tp_size=1,
+        attention_dp_size=1,
+        moe_tp_size=1,
+        moe_ep_size=1,
+        kvcache_quant_mode="fp8",
+    )
+    out = aic_driver.estimate(query.model_dump())
+    assert "key" not in seen[0] and "moe_quant_mode" not in seen[0] and "prefill_num_workers" not in seen[0]
+    assert seen[0]["mode"] == "static_ctx" and seen[0]["prefix"] == 0
+    assert out["breakdown"] == {"context_attention": 1.5, "context_moe": 2.5} and out["ttft_ms"] == 4.0

@@ -93,3 +93,33 @@ def test_kv_handoff_over_nvlink_and_nic_matches_the_facts():
     assert kv_handoff_ms(far, 32768, ideal) == pytest.approx(24, rel=0.1)  # facts: about 24 ms over 400 Gb/s
     wide = Layout(hardware="b200", pools={"prefill": PoolLayout(tp=4), "decode": PoolLayout(tp=4)})
     assert kv_handoff_ms(wide, 32768, ideal) == pytest.approx(kv_handoff_ms(node, 32768, ideal) / 4)
+
+
+def _prefill_attention_ms(hardware: str, kv_cache: str, prompt: int) -> float:
+    cost = CostModel.for_pool(
+        Layout(hardware=hardware, precision=Precision(kv_cache=kv_cache), pools={"agg": PoolLayout()}), "agg"
+    )
+    full, window = attention_spans(0.0, float(prompt), GPT_OSS_120B.sliding_window)
+    terms = cost.step_terms(prefill_tokens=prompt, prefill_full_span=full, prefill_window_span=window)
+    return 1e3 * float(terms["prefill_attention"])
+
+
+def test_an_fp8_kv_cache_stores_attention_s_keys_but_does_not_compute_them():
+    """gpt-oss's attention runs in BF16 (its checkpoint quantizes only the experts): an FP8 cache halves
+    the bytes, not the time of a long prompt's attention."""
+    for hardware in ("b200", "h200"):
+        assert _prefill_attention_ms(hardware, "fp8", 32768) == pytest.approx(
+            _prefill_attention_ms(hardware, "bf16", 32768), rel=0.01
+        )
+
+
+def test_a_long_prompt_s_attention_is_no_faster_than_the_exponential_units_take_its_softmax():
+    """One exponential per query-key pair and head: a 32k prompt's 18 full layers are 32768 x 16384 x 64
+    x 18 of them (plus the window layers' few), at 16 an SM and clock; on a B200 that bound is above the
+    tensor cores' time for the products, so it is what the model charges."""
+    pairs = 32768 * (18 * attention_spans(0.0, 32768.0, 128)[0] + 18 * attention_spans(0.0, 32768.0, 128)[1]) * 64
+    b200 = HARDWARE["b200"]
+    assert b200.exp_rate == pytest.approx(2250e12 * 16 / 8192)
+    assert _prefill_attention_ms("b200", "fp8", 32768) == pytest.approx(1e3 * pairs / b200.exp_rate, rel=1e-6)
+    # On Hopper the tensor cores do half the FLOPs per exponential: their time is the larger there.
+    assert _prefill_attention_ms("h200", "fp8", 32768) > 1e3 * pairs / HARDWARE["h200"].exp_rate

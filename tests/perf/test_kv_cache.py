@@ -127,3 +127,30 @@ def test_an_engine_file_without_the_window_charges_every_layer_at_full_context(t
         GraphError, match=r"pools\.agg\.engine_args: kv_cache_config\.max_attention_window gives layer 1"
     ):
         layout_from_file(tmp_path / "graph.yaml")
+
+
+def test_a_kv_memory_cap_in_the_engine_file_is_the_budget_where_it_is_the_smaller(tmp_path: Path) -> None:
+    """kv_cache_config.max_gpu_total_bytes: TensorRT-LLM allocates the smaller of it and the memory fraction's
+    share (KvCacheConfig), and with the window layers' pools splits that budget as it would the fraction's."""
+    graph = yaml.safe_load((REPO / "graphs" / "agg.yaml").read_text())
+    engine = yaml.safe_load((REPO / "graphs" / graph["pools"]["agg"]["engine_args"]).read_text())
+    graph["pools"]["agg"]["engine_args"] = "engine.yaml"
+    (tmp_path / "graph.yaml").write_text(yaml.safe_dump(graph))
+    uncapped = CostModel.for_pool(layout_from_file(REPO / "graphs" / "agg.yaml"), "agg")
+
+    engine["kv_cache_config"]["max_gpu_total_bytes"] = 10 * GIB
+    (tmp_path / "engine.yaml").write_text(yaml.safe_dump(engine))
+    layout = layout_from_file(tmp_path / "graph.yaml")
+    assert layout.pools["agg"].kv_memory_bytes == 10 * GIB
+    capped = CostModel.for_pool(layout, "agg")
+    assert capped.kv_budget_bytes() == 10 * GIB < uncapped.kv_budget_bytes()
+    assert capped.kv_capacity_tokens() == 32 * (10 * GIB // 2 // BLOCK_18_LAYERS)
+    assert simulated_timing(layout, "agg", tmp_path / "agg.npz").num_gpu_blocks == 10 * GIB // 2 // BLOCK_18_LAYERS
+    planned = yaml.safe_load(graph_files(layout, "planned")["engines/planned-agg.yaml"])
+    assert planned["kv_cache_config"]["max_gpu_total_bytes"] == 10 * GIB  # plan writes the cap back
+
+    engine["kv_cache_config"]["max_gpu_total_bytes"] = 10_000 * GIB  # above what the GPU has: no cap
+    (tmp_path / "engine.yaml").write_text(yaml.safe_dump(engine))
+    assert CostModel.for_pool(layout_from_file(tmp_path / "graph.yaml"), "agg").kv_budget_bytes() == (
+        uncapped.kv_budget_bytes()
+    )
