@@ -223,8 +223,9 @@ def graph_file(layout: Layout, name: str, affinity: bool, folder: Path) -> Path:
 
 def warm_up(state: RunState) -> None:
     """WARM_UP short requests at once before any measured one: every worker's first connection is made."""
-    body = json.dumps({"model": state.served_name, "messages": [{"role": "user", "content": "Say hi."}],
-                       "max_tokens": 4}).encode()  # fmt: skip
+    body = json.dumps(
+        {"model": state.served_name, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
+    ).encode()
     request = urllib.request.Request(f"{state.endpoint}/chat/completions", body, {"Content-Type": "application/json"})
     threads = [
         threading.Thread(target=lambda: urllib.request.urlopen(request, timeout=120).read()) for _ in range(WARM_UP)

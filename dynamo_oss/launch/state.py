@@ -87,9 +87,11 @@ class RunState(BaseModel):
     @classmethod
     def read(cls, run_dir: Path) -> RunState:
         return read_json_file(
-            cls, run_dir / STATE_FILE, missing=f"is {run_dir} a run folder `dynamo serve` printed?",
+            cls,
+            run_dir / STATE_FILE,
+            missing=f"is {run_dir} a run folder `dynamo serve` printed?",
             kind="a dynamo-oss state file",
-        )  # fmt: skip
+        )
 
     @property
     def supervisor_alive(self) -> bool:

@@ -113,8 +113,10 @@ class SlaPropose:
         sizing = self.sizer.size(
             load.model_copy(update={"requests_per_s": load.requests_per_s * self.headroom}), backlog
         )
-        reason = f"{sizing.reason}; seen or forecast: {load.requests_per_s:.2f} req/s, sized with " \
-                 f"{self.headroom - 1:.0%} headroom"  # fmt: skip
+        reason = (
+            f"{sizing.reason}; seen or forecast: {load.requests_per_s:.2f} req/s, sized with "
+            f"{self.headroom - 1:.0%} headroom"
+        )
         wanted = self._stabilised(current, sizing.workers)
         return self._answer(current, wanted, reason, self.sizer.predict(wanted, load, backlog))  # at the load seen
 
@@ -157,11 +159,14 @@ class SlaPropose:
     ) -> ProposeStageResponse:
         metrics.set_look(current, wanted, predicted)
         if wanted != current:
-            changes = ", ".join(f"{role} {current[role]} -> {count}" for role, count in wanted.items()
-                                if count != current[role])  # fmt: skip
+            changes = ", ".join(
+                f"{role} {current[role]} -> {count}" for role, count in wanted.items() if count != current[role]
+            )
             log.info("proposing %s: %s", changes, reason)
         if self.look_file is not None:
             Look(at=datetime.now(timezone.utc), current=current, wanted=wanted, reason=reason).write(self.look_file)
-        targets = [ComponentTarget(sub_component_type=SUB_COMPONENT[role], replicas=count, type=OverrideType.SET)
-                   for role, count in wanted.items()]  # fmt: skip
+        targets = [
+            ComponentTarget(sub_component_type=SUB_COMPONENT[role], replicas=count, type=OverrideType.SET)
+            for role, count in wanted.items()
+        ]
         return ProposeStageResponse(override=OverrideResult(targets=targets, reason="dynamo_oss_sla"))

@@ -41,8 +41,16 @@ def planner_config(deployment: Deployment, mocker_time_scale: float = 1.0) -> Pl
     scaled = [pool for pool in deployment.pools if pool.role in planner.pools]
     engines = {pool.engine for pool in scaled}
     if len(engines) > 1:
-        raise GraphError(str(deployment.source), [Problem(path="planner", message=f"the autoscaled pools run "
-                         f"{' and '.join(sorted(engines))}; the planner sizes pools of one engine")])  # fmt: skip
+        raise GraphError(
+            str(deployment.source),
+            [
+                Problem(
+                    path="planner",
+                    message=f"the autoscaled pools run "
+                    f"{' and '.join(sorted(engines))}; the planner sizes pools of one engine",
+                )
+            ],
+        )
     fixed_gpus = sum(pool.workers * pool.gpus_per_worker for pool in deployment.pools if pool.autoscale is None)
     most_gpus = sum(pool.autoscale.max * pool.gpus_per_worker for pool in scaled if pool.autoscale)
     gpus = {pool.role: pool.gpus_per_worker for pool in deployment.pools}
@@ -79,9 +87,15 @@ def range_plugin(deployment: Deployment) -> dict[str, Any]:
     """The pools' `autoscale` ranges as a constrain stage (`ranges.PoolRanges`), in either mode."""
     assert deployment.planner is not None
     ranges = {role: bounds.model_dump() for role, bounds in pool_ranges(deployment).items()}
-    return {"module": RANGES_MODULE, "class": "PoolRanges", "plugin_id": "dynamo_oss_pool_ranges",
-            "plugin_type": "constrain", "priority": 0, "execution_interval_seconds": deployment.planner.interval_s,
-            "kwargs": {"ranges": ranges}}  # fmt: skip
+    return {
+        "module": RANGES_MODULE,
+        "class": "PoolRanges",
+        "plugin_id": "dynamo_oss_pool_ranges",
+        "plugin_type": "constrain",
+        "priority": 0,
+        "execution_interval_seconds": deployment.planner.interval_s,
+        "kwargs": {"ranges": ranges},
+    }
 
 
 def traffic_window_s(deployment: Deployment) -> int:
@@ -100,22 +114,41 @@ def sla_plugins(deployment: Deployment, window_s: int, time_scale: float) -> lis
     assert deployment.planner is not None
     spec = sizing_spec(deployment, time_scale)
     interval = deployment.planner.interval_s
-    stage = {"module": PLUGIN_MODULE, "priority": 0, "execution_interval_seconds": interval,
-             "observation_window_seconds": window_s}  # fmt: skip
+    stage = {
+        "module": PLUGIN_MODULE,
+        "priority": 0,
+        "execution_interval_seconds": interval,
+        "observation_window_seconds": window_s,
+    }
     return [
-        {**stage, "class": "LoadForecast", "plugin_id": "dynamo_oss_load_forecast", "plugin_type": "predict",
-         "needs": ["observations.traffic"], "kwargs": {"predictor": PREDICTOR, "interval_s": interval}},
-        {**stage, "class": "SlaPropose", "plugin_id": "dynamo_oss_sla", "plugin_type": "propose",
-         "needs": ["observations.traffic", "observations.workers", "observations.fpm", "predictions"],
-         "kwargs": {**spec.model_dump(mode="json"), "headroom_percent": deployment.planner.headroom_percent,
-                    "scale_down_looks": math.ceil(deployment.planner.scale_down_after_s / interval)}},
-    ]  # fmt: skip
+        {
+            **stage,
+            "class": "LoadForecast",
+            "plugin_id": "dynamo_oss_load_forecast",
+            "plugin_type": "predict",
+            "needs": ["observations.traffic"],
+            "kwargs": {"predictor": PREDICTOR, "interval_s": interval},
+        },
+        {
+            **stage,
+            "class": "SlaPropose",
+            "plugin_id": "dynamo_oss_sla",
+            "plugin_type": "propose",
+            "needs": ["observations.traffic", "observations.workers", "observations.fpm", "predictions"],
+            "kwargs": {
+                **spec.model_dump(mode="json"),
+                "headroom_percent": deployment.planner.headroom_percent,
+                "scale_down_looks": math.ceil(deployment.planner.scale_down_after_s / interval),
+            },
+        },
+    ]
 
 
 def pool_ranges(deployment: Deployment) -> dict[Role, Range]:
     """Each autoscaled pool's `autoscale: {min, max}`."""
-    return {pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max) for pool in deployment.pools
-            if pool.autoscale}  # fmt: skip
+    return {
+        pool.role: Range(min=pool.autoscale.min, max=pool.autoscale.max) for pool in deployment.pools if pool.autoscale
+    }
 
 
 def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
@@ -125,13 +158,23 @@ def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
     assert planner is not None
     source = str(deployment.source)
     if deployment.observability is None:
-        raise GraphError(source, [Problem(path="planner.mode", message="sla reads the request rate and lengths from "
-                         "Prometheus: give the graph `observability: {prometheus: embedded}`, or use mode load")])  # fmt: skip
+        raise GraphError(
+            source,
+            [
+                Problem(
+                    path="planner.mode",
+                    message="sla reads the request rate and lengths from "
+                    "Prometheus: give the graph `observability: {prometheus: embedded}`, or use mode load",
+                )
+            ],
+        )
     try:
         layout = layout_from_deployment(deployment)
     except GraphError as error:
-        problems = [p.model_copy(update={"message": f"{p.message} (mode sla sizes pools with it; mode load does not "
-                                         "need it)"}) for p in error.problems]  # fmt: skip
+        problems = [
+            p.model_copy(update={"message": f"{p.message} (mode sla sizes pools with it; mode load does not need it)"})
+            for p in error.problems
+        ]
         raise GraphError(source, problems) from None
     spec = SizingSpec(
         layout=layout,
@@ -143,15 +186,25 @@ def sizing_spec(deployment: Deployment, time_scale: float = 1.0) -> SizingSpec:
     ttft, itl = Sizer(spec).fastest_ms(Load(requests_per_s=0, isl=1, osl=1))
     problems = []
     if itl > planner.itl_ms:
-        problems.append(Problem(path="planner.itl_ms", message=f"{planner.itl_ms:g} ms is below the fastest decode "
-                                f"step the performance model predicts for this layout ({layout.describe()} on "
-                                f"{layout.hardware}): {itl:.2f} ms at batch 1; no number of workers meets it. Raise itl_ms, or give "
-                                "the decode pool a faster layout (`dynamo plan` compares them)"))  # fmt: skip
+        problems.append(
+            Problem(
+                path="planner.itl_ms",
+                message=f"{planner.itl_ms:g} ms is below the fastest decode "
+                f"step the performance model predicts for this layout ({layout.describe()} on "
+                f"{layout.hardware}): {itl:.2f} ms at batch 1; no number of workers meets it. Raise itl_ms, or give "
+                "the decode pool a faster layout (`dynamo plan` compares them)",
+            )
+        )
     if ttft > planner.ttft_ms:
-        problems.append(Problem(path="planner.ttft_ms", message=f"{planner.ttft_ms:g} ms is below the fastest first "
-                                f"token the performance model predicts for this layout ({layout.describe()} on "
-                                f"{layout.hardware}): {ttft:.2f} ms for a one-token prompt alone. Raise ttft_ms, or give the pools "
-                                "a faster layout (`dynamo plan` compares them)"))  # fmt: skip
+        problems.append(
+            Problem(
+                path="planner.ttft_ms",
+                message=f"{planner.ttft_ms:g} ms is below the fastest first "
+                f"token the performance model predicts for this layout ({layout.describe()} on "
+                f"{layout.hardware}): {ttft:.2f} ms for a one-token prompt alone. Raise ttft_ms, or give the pools "
+                "a faster layout (`dynamo plan` compares them)",
+            )
+        )
     if problems:
         raise GraphError(source, problems)
     return spec

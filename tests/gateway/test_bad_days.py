@@ -47,8 +47,14 @@ def graph_with(folder: Path, **changes: dict) -> Path:
 
 
 def chat(tokens: int, stream: bool) -> dict:
-    request = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me about disaggregation."}],
-               "max_tokens": tokens, "stream": stream, "ignore_eos": True, "min_tokens": tokens}  # fmt: skip
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me about disaggregation."}],
+        "max_tokens": tokens,
+        "stream": stream,
+        "ignore_eos": True,
+        "min_tokens": tokens,
+    }
     return request | ({"stream_options": {"include_usage": True}} if stream else {})
 
 

@@ -31,12 +31,23 @@ def test_check_prints_placement_and_command_lines() -> None:
     assert code == 0, out + err
     plan = json.loads(out)
     by_name = {p["name"]: p for p in plan["processes"]}
-    assert set(by_name) == {"etcd", "nats", "prometheus", "frontend", "gateway", "prefill-0", "decode-0", "planner",
-                            "actuator"}  # fmt: skip
+    assert set(by_name) == {
+        "etcd",
+        "nats",
+        "prometheus",
+        "frontend",
+        "gateway",
+        "prefill-0",
+        "decode-0",
+        "planner",
+        "actuator",
+    }
     assert by_name["prefill-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "0"  # each pool starts at its minimum
     assert by_name["decode-0"]["env"]["CUDA_VISIBLE_DEVICES"] == "1"
-    assert [p["name"] for p in plan["spare_workers"]] == [*(f"prefill-{i}" for i in (1, 2, 3)),
-                                                          *(f"decode-{i}" for i in (1, 2, 3, 4, 5))]  # fmt: skip
+    assert [p["name"] for p in plan["spare_workers"]] == [
+        *(f"prefill-{i}" for i in (1, 2, 3)),
+        *(f"decode-{i}" for i in (1, 2, 3, 4, 5)),
+    ]
     prefill_argv = by_name["prefill-0"]["argv"]
     assert prefill_argv[prefill_argv.index("--disaggregation-mode") + 1] == "prefill"
     assert "dynamo.trtllm" in prefill_argv
@@ -299,8 +310,10 @@ def test_engine_args_of_the_wrong_type_name_the_key(broken, tmp_path: Path) -> N
 def test_external_infrastructure_starts_nothing_and_is_passed_on(tmp_path: Path) -> None:
     path = write_graph(tmp_path)
     graph = yaml.safe_load(path.read_text())
-    graph["infrastructure"] = {"etcd": {"mode": "external", "endpoints": ["http://etcd.example:2379"]},
-                               "nats": {"mode": "external", "url": "nats://nats.example:4222"}}  # fmt: skip
+    graph["infrastructure"] = {
+        "etcd": {"mode": "external", "endpoints": ["http://etcd.example:2379"]},
+        "nats": {"mode": "external", "url": "nats://nats.example:4222"},
+    }
     graph["gateway"] = {"enabled": False}
     path.write_text(yaml.safe_dump(graph))
     code, out, err = dynamo("check", str(path), "--json")

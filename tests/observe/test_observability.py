@@ -49,8 +49,11 @@ def test_the_launcher_reports_pool_sizes_and_readiness(disagg: ServedGraph) -> N
         return {r["metric"]["pool"]: float(r["value"][1]) for r in rows} or None
 
     assert wait_for(live_workers, 60, "the launcher's pool sizes in Prometheus") == {"prefill": 1.0, "decode": 1.0}
-    ready = wait_for(lambda: [float(r["value"][1]) for r in query(disagg, "dynamo_oss_graph_ready") if r["value"][1] == "1"],
-                     30, "the launcher's readiness in Prometheus")  # fmt: skip
+    ready = wait_for(
+        lambda: [float(r["value"][1]) for r in query(disagg, "dynamo_oss_graph_ready") if r["value"][1] == "1"],
+        30,
+        "the launcher's readiness in Prometheus",
+    )
     assert ready == [1.0]
 
 
@@ -100,15 +103,21 @@ def test_every_dashboard_query_returns_data_under_load(disagg: ServedGraph) -> N
 
     def request() -> None:
         stream = client.chat.completions.create(
-            model="openai/gpt-oss-120b", messages=[{"role": "user", "content": "Tell me about Paris."}],
-            max_tokens=48, stream=True,  # no include_usage: the gateway counts each stream's tokens all the same
-        )  # fmt: skip
+            model="openai/gpt-oss-120b",
+            messages=[{"role": "user", "content": "Tell me about Paris."}],
+            max_tokens=48,
+            stream=True,  # no include_usage: the gateway counts each stream's tokens all the same
+        )
         assert list(stream)
 
     for _ in range(4):
         request()
-    values = {"$namespace": disagg.state()["graph"], "$model": "openai/gpt-oss-120b",
-              "$__rate_interval": "1m", "$__range": "10m"}  # fmt: skip
+    values = {
+        "$namespace": disagg.state()["graph"],
+        "$model": "openai/gpt-oss-120b",
+        "$__rate_interval": "1m",
+        "$__range": "10m",
+    }
 
     empty: list[tuple[str, str, str]] = []
 
@@ -132,8 +141,18 @@ def test_every_dashboard_query_returns_data_under_load(disagg: ServedGraph) -> N
 def test_a_snapshot_draws_a_dashboard_from_prometheus(disagg: ServedGraph, tmp_path: Path) -> None:
     from tests.support.commands import run_dynamo
 
-    result = run_dynamo("dashboard", "snapshot", str(disagg.run_dir), "--out", str(tmp_path), "--minutes", "2",
-                        "--only", "overview", timeout_s=120)  # fmt: skip
+    result = run_dynamo(
+        "dashboard",
+        "snapshot",
+        str(disagg.run_dir),
+        "--out",
+        str(tmp_path),
+        "--minutes",
+        "2",
+        "--only",
+        "overview",
+        timeout_s=120,
+    )
     assert result.returncode == 0, result.stderr
     png = tmp_path / "overview.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 20_000
