@@ -9,7 +9,7 @@ implements `ModelRunner`. What it must do, from what benchmarks/gpu has measured
 - weights: a checked `checkpoint.Checkpoint` (its arrays mapped from disk, BF16 as uint16) or, without
   one, random weights of the shape (seeded by `seed`); the MXFP4 experts through triton_kernels'
   `matmul_ogs` with float32 biases (../shared/facts/performance.md), the forward pass being
-  benchmarks/gpu/forward_step/model.py's, moved into this package and imported back by the benchmark;
+  forward/model.py's (moved here from benchmarks/gpu/forward_step, which imports it back);
 - `free_kv_bytes()`: device memory left after the weights and one run of the largest step
   (max_num_tokens of prompt, then max_batch_size decodes), which capacity.plan_kv_blocks divides;
 - `allocate_kv(blocks)`: one BF16 tensor a pool, block-major [blocks, layers of the pool, K/V, block
