@@ -4,8 +4,9 @@ Everything else in this package is CPU-side Python with no torch (the project's 
 runner owns the GPU: the weights, the KV pools' memory, one forward step over a batch and its sampling,
 and the KV's moves between workers. It is imported only by `open_runner`, in the worker process.
 
-NOT WRITTEN YET (issue 44): `gpu_runner.py` beside this file, a `GpuModelRunner(RunnerSetup)` that
-implements `ModelRunner`. What it must do, from what benchmarks/gpu has measured on an H200:
+`gpu_runner.py` beside this file is the `GpuModelRunner(RunnerSetup)` that implements `ModelRunner`
+(issue 44); what it does and does not yet do is in its docstring. What it must do, from what
+benchmarks/gpu has measured on an H200:
 - weights: a checked `checkpoint.Checkpoint` (its arrays mapped from disk, BF16 as uint16) or, without
   one, random weights of the shape (seeded by `seed`); the MXFP4 experts through triton_kernels'
   `matmul_ogs` with float32 biases (../shared/facts/performance.md), the forward pass being
@@ -128,12 +129,5 @@ def open_runner(setup: RunnerSetup) -> ModelRunner:
     try:
         module = importlib.import_module(GPU_RUNNER_MODULE)
     except ModuleNotFoundError as missing:
-        raise RunnerUnavailable(
-            f"the gptoss engine cannot start: {missing.name} is missing"
-            + (
-                " (its GPU model runner is not written yet: see model_runner.py)"
-                if missing.name == GPU_RUNNER_MODULE
-                else ""
-            )
-        ) from None
+        raise RunnerUnavailable(f"the gptoss engine cannot start: {missing.name} is missing") from None
     return module.GpuModelRunner(setup)

@@ -27,6 +27,8 @@ from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_bloc
 
 # "flash" (default) or "flex": set by a benchmark when the flash kernel fails its check.
 DECODE_KERNEL = {"name": "flash"}
+# "flash" (default: one varlen call) or "masked" (float32, row by row): set by the runner from its check.
+PAGED_KERNEL = {"name": "flash"}
 
 
 def causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
@@ -105,18 +107,50 @@ def paged_attention(
     values: torch.Tensor,
     cu_q: torch.Tensor,
     cu_k: torch.Tensor,
-    max_q: int,
-    max_k: int,
+    rows: list[tuple[int, int, int, int]],
     window: int | None,
     sinks: torch.Tensor,
 ) -> torch.Tensor:
     """Every row of a step at once. q [tokens, Hq, D]: row r's queries at cu_q[r]..cu_q[r+1]-1, its last
     query at the position of its last key; keys and values [keys, Hkv, D]: row r's at cu_k[r]..cu_k[r+1]-1,
-    consecutive positions (gathered through its block table). A query reads the keys at or before its own
-    position, and within `window` of it if given. Returns [tokens, Hq * D]."""
+    consecutive positions (gathered through its block table); `rows` the same bounds on the host. A query
+    reads the keys at or before its own position, and within `window` of it if given. Returns [tokens, Hq * D]."""
+    if PAGED_KERNEL["name"] == "masked":
+        return masked_paged_attention(q, keys, values, rows, window, sinks)
     left = -1 if window is None else window - 1
+    max_q = max(q_end - q_start for q_start, q_end, _, _ in rows)
+    max_k = max(k_end - k_start for _, _, k_start, k_end in rows)
     out, lse, *_ = torch.ops.aten._flash_attention_forward(
         q, keys, values, cu_q, cu_k, max_q, max_k, 0.0, True, False, window_size_left=left, window_size_right=0
     )
     scale = torch.sigmoid(lse.transpose(0, 1) - sinks[None, :]).unsqueeze(-1).to(out.dtype)  # lse [Hq, tokens]
     return (out * scale).flatten(1)
+
+
+def masked_paged_attention(
+    q: torch.Tensor,
+    keys: torch.Tensor,
+    values: torch.Tensor,
+    rows: list[tuple[int, int, int, int]],
+    window: int | None,
+    sinks: torch.Tensor,
+) -> torch.Tensor:
+    """paged_attention in float32 with the scores materialised, one row at a time: the check of the varlen
+    kernel, and its stand-in where that kernel fails the check."""
+    hq, hkv = q.shape[1], keys.shape[1]
+    out = torch.empty(q.shape[0], hq * q.shape[2], device=q.device, dtype=q.dtype)
+    for q_start, q_end, k_start, k_end in rows:
+        queries, count = q[q_start:q_end].float().transpose(0, 1), k_end - k_start  # [Hq, n, D]
+        k = keys[k_start:k_end].float().repeat_interleave(hq // hkv, dim=1).transpose(0, 1)  # [Hq, count, D]
+        v = values[k_start:k_end].float().repeat_interleave(hq // hkv, dim=1).transpose(0, 1)
+        scores = queries @ k.transpose(-2, -1) * q.shape[2] ** -0.5
+        pos_q = torch.arange(count - (q_end - q_start), count, device=q.device)[:, None]
+        pos_k = torch.arange(count, device=q.device)[None, :]
+        allowed = pos_q >= pos_k
+        if window is not None:
+            allowed &= pos_q - pos_k < window
+        scores = scores.masked_fill(~allowed, float("-inf"))
+        sink = sinks.float()[:, None, None].expand(hq, q_end - q_start, 1)
+        probs = torch.cat([scores, sink], dim=-1).softmax(-1)[..., :count]
+        out[q_start:q_end] = (probs @ v).transpose(0, 1).flatten(1).to(q.dtype)
+    return out

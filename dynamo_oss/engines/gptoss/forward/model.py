@@ -68,11 +68,11 @@ class Model:
         m = checkpoint.shape
 
         def bf16(name: str) -> torch.Tensor:
-            stored = np.ascontiguousarray(checkpoint.array(name))  # one copy from the mapped file, uint16
+            stored = np.array(checkpoint.array(name))  # one copy from the mapped file, uint16, writable
             return torch.from_numpy(stored.view(np.int16)).to(device).view(torch.bfloat16)
 
         def u8(name: str) -> torch.Tensor:
-            return torch.from_numpy(np.ascontiguousarray(checkpoint.array(name))).to(device)
+            return torch.from_numpy(np.array(checkpoint.array(name))).to(device)
 
         layers, experts = [], []
         for index in range(m.num_layers):
