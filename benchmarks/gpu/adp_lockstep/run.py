@@ -3,7 +3,7 @@
     NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 \
     python -m torch.distributed.run --standalone --nproc_per_node 2 -m benchmarks.gpu.adp_lockstep.run --out DIR
 
-One gpt-oss-120b decoder layer (benchmarks/gpu/mixed_step/layer.py: full-attention or 128-window
+One gpt-oss-120b decoder layer (dynamo_oss/engines/gptoss/forward/layer.py: full-attention or 128-window
 layer) per rank, attention data-parallel (each rank its own tokens, its own KV cache, its own copy
 of the attention weights and the router) and the MoE expert-parallel over the ranks (each of W ranks
 holds 128 / W experts): route locally, all-to-all the routed rows to the experts' ranks (dispatch),
@@ -53,8 +53,9 @@ from benchmarks.gpu.kernels import moe  # noqa: E402
 from benchmarks.gpu.common.checks import relative_error  # noqa: E402
 from benchmarks.gpu.common.device import device_header  # noqa: E402
 from benchmarks.gpu.common.results import Results, markdown_table  # noqa: E402
-from benchmarks.gpu.mixed_step import layer  # noqa: E402
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape  # noqa: E402
+from dynamo_oss.engines.gptoss.forward import attention as sink_attention  # noqa: E402
+from dynamo_oss.engines.gptoss.forward import layer  # noqa: E402
 
 CHUNKS = [2048, 8192, 16384]
 BATCHES = [32, 128]
@@ -184,7 +185,7 @@ def main() -> None:
     chunks, batches = ([2048], [32]) if args.quick else (CHUNKS, BATCHES)
 
     torch.manual_seed(0)  # attention weights and router: the same on every rank (replicated)
-    w_full = layer.LayerWeights.random(m, device, experts=moe.Experts(torch.empty(0), torch.empty(0)))
+    w = layer.LayerWeights.random(m, device)
     torch.manual_seed(1000 + rank)  # this rank's experts and inputs
     per_rank = m.num_experts // world
     local = moe.Experts(
@@ -193,7 +194,6 @@ def main() -> None:
         ),
         down=torch.randn(per_rank, m.hidden_size, m.intermediate_size, device=device, dtype=torch.bfloat16).mul_(0.02),
     )
-    w = layer.LayerWeights(w_full.norm1, w_full.qkv, w_full.o, w_full.norm2, w_full.router, w_full.sinks, local)
     ep = EPMoe(m, rank, world, local)
     caches = {
         "full": tuple(
@@ -261,7 +261,7 @@ def main() -> None:
                 k: os.environ.get(k)
                 for k in ("NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS")
             },
-            "decode_kernel": layer.DECODE_KERNEL["name"],
+            "decode_kernel": sink_attention.DECODE_KERNEL["name"],
             "context": CONTEXT,
             "checks": checks,
             "timing": "each rank's step (one layer) captured in a CUDA graph with its NCCL all-to-alls, replayed "

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu.forward_step.run --out DIR [--quick]
 
-(triton_kernels on PYTHONPATH: see benchmarks/gpu/mxfp4_experts/vendor.py). The model is model.py's:
+(triton_kernels on PYTHONPATH: see benchmarks/gpu/mxfp4_experts/vendor.py). The model is the engine's (dynamo_oss/engines/gptoss/forward/model.py) over model.py's contiguous caches:
 random weights at the real shapes, MXFP4 experts. Decode: one token for each of `batch` sequences at
 `context` tokens, logits for all; prefill: one prompt in the chunks the H200 prefill engine config
 takes (graphs/engines/gpt-oss-120b/h200-prefill.yaml: max_num_tokens 20000), logits for its last
@@ -25,12 +25,13 @@ from benchmarks.gpu.common.checks import all_pass, relative_error
 from benchmarks.gpu.common.device import device_header
 from benchmarks.gpu.common.results import Results, markdown_table
 from benchmarks.gpu.common.timing import measure, measure_ceilings
-from benchmarks.gpu.forward_step.model import Caches, Model
+from benchmarks.gpu.forward_step.model import Caches, chunk_steps, decode_steps, forward
 from benchmarks.gpu.mixed_step.run import check_decode_attention, check_prefix_chunk
-from benchmarks.gpu.mxfp4_experts import kernel
-from benchmarks.gpu.mxfp4_experts.checkpoint import CheckpointExperts
 from benchmarks.gpu.mxfp4_experts.run import poison, run_checks
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
+from dynamo_oss.engines.gptoss.forward import experts as kernel
+from dynamo_oss.engines.gptoss.forward.model import Model
+from dynamo_oss.engines.gptoss.forward.mxfp4 import CheckpointExperts
 
 DEVICE = "cuda"
 BATCHES = [1, 8, 32, 128, 256]
@@ -65,9 +66,9 @@ def check_model(m: ModelShape, model: Model, caches: Caches) -> dict[str, float]
     checks |= check_prefix_chunk(m) | check_prefix_chunk(m, m.sliding_window)
     tokens = torch.randint(0, m.vocab_size, (8,), device=DEVICE)
     poison()
-    logits = model.forward(tokens, model.decode_steps(caches, tokens, 1024), slice(None))
+    logits = forward(model, tokens, decode_steps(model, caches, tokens, 1024), slice(None))
     checks["whole decode step: logits not finite (count)"] = float((~logits.isfinite()).sum())
-    again = model.forward(tokens, model.decode_steps(caches, tokens, 1024), slice(None))
+    again = forward(model, tokens, decode_steps(model, caches, tokens, 1024), slice(None))
     checks["whole decode step run twice (KV slot rewritten with the same values)"] = relative_error(again, logits)
     return checks
 
@@ -93,11 +94,11 @@ def decode_case(
                          f"{torch.cuda.get_device_name()} has beside the weights (pool: {KV_CAPACITY} tokens a layer)"})  # fmt: skip
         return
     tokens = torch.randint(0, m.vocab_size, (batch,), device=DEVICE)
-    steps = model.decode_steps(caches, tokens, context)
+    steps = decode_steps(model, caches, tokens, context)
     torch.cuda.reset_peak_memory_stats()
     timing = results.attempt(
         json.dumps(dims),
-        lambda: measure(lambda i: model.forward(tokens, steps, slice(None), with_experts)),
+        lambda: measure(lambda i: forward(model, tokens, steps, slice(None), with_experts)),
         torch.cuda.empty_cache,
     )
     if timing is None:
@@ -124,11 +125,11 @@ def prefill_case(
     torch.cuda.reset_peak_memory_stats()
     for cached, chunk in parts:
         tokens = torch.randint(0, m.vocab_size, (chunk,), device=DEVICE)
-        steps = model.chunk_steps(caches, chunk, cached, DEVICE)
+        steps = chunk_steps(model, caches, chunk, cached, DEVICE)
         label = json.dumps({**dims, "cached": cached, "chunk": chunk})
         timing = results.attempt(
             label,
-            lambda: measure(lambda i: model.forward(tokens, steps, slice(chunk - 1, chunk), with_experts)),
+            lambda: measure(lambda i: forward(model, tokens, steps, slice(chunk - 1, chunk), with_experts)),
             torch.cuda.empty_cache,
         )
         if timing is None:

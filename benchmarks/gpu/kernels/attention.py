@@ -1,55 +1,18 @@
-"""gpt-oss attention: 64 query heads over 8 KV heads of 64 dims, causal, layers alternating full
-attention and a 128-token sliding window, each head with a learned sink logit.
+"""Yardsticks and references for gpt-oss attention (the kernels themselves are the engine's:
+dynamo_oss/engines/gptoss/forward/attention.py, FlexAttention and flash with sinks).
 
-Kernel: FlexAttention, compiled (torch.compile, static shapes), with a block mask for causal or
-sliding-window masking, so window layers skip the blocks they never see; GQA via enable_gqa.
-Sinks: a sink adds exp(s_h) to each query's softmax denominator and contributes no value, so
-with the log-sum-exp L that FlexAttention returns, the exact output is out * sigmoid(L - s_h);
-that rescale is compiled into the same function and timed with it.
+- `sdpa`: PyTorch's fused attention without sinks, the library yardstick the kernels are timed beside;
+- `random_qkv`: inputs at gpt-oss's shapes (64 query heads over 8 KV heads of 64);
+- `reference`: float32 attention with materialised scores, sinks and the window, what every kernel must equal.
 """
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
-from torch.nn.attention.flex_attention import AuxRequest, BlockMask, create_block_mask, flex_attention
 
 from dynamo_oss.catalog.models import ModelShape
-
-
-def causal(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-    return q >= kv
-
-
-@functools.cache
-def sliding_window(window: int) -> Callable:
-    """One mask function per window size, so compiled kernels are not re-traced for a new closure."""
-
-    def sliding(b: torch.Tensor, h: torch.Tensor, q: torch.Tensor, kv: torch.Tensor) -> torch.Tensor:
-        return (q >= kv) & (q - kv < window)
-
-    return sliding
-
-
-def prefill_mask(tokens: int, window: int | None, device: str) -> BlockMask:
-    """Causal (window None) or sliding-window block mask for one prompt of `tokens` tokens."""
-    mask_mod = causal if window is None else sliding_window(window)
-    return create_block_mask(mask_mod, None, None, tokens, tokens, device=device)
-
-
-def sink_attention(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, sinks: torch.Tensor, block_mask: BlockMask | None
-) -> torch.Tensor:
-    """q [B, Hq, S, D], k and v [B, Hkv, T, D], sinks [Hq]; block_mask None attends to every key."""
-    out, aux = flex_attention(q, k, v, block_mask=block_mask, enable_gqa=True, return_aux=AuxRequest(lse=True))
-    return out * torch.sigmoid(aux.lse - sinks[None, :, None]).unsqueeze(-1).to(out.dtype)
-
-
-compiled_sink_attention = torch.compile(sink_attention, dynamic=False)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool) -> torch.Tensor:

@@ -10,8 +10,9 @@ import torch
 
 from benchmarks.gpu.common.checks import relative_error
 from benchmarks.gpu.kernels import attention, moe
-from benchmarks.gpu.kernels.dense import router
 from dynamo_oss.catalog.models import ModelShape
+from dynamo_oss.engines.gptoss.forward import attention as sink_attention
+from dynamo_oss.engines.gptoss.forward.dense import router
 
 
 def check_experts(m: ModelShape, device: str, tokens: int = 64) -> dict[str, float]:
@@ -35,10 +36,12 @@ def check_attention(m: ModelShape, device: str, tokens: int = 640, decode_batch:
     errors = {}
     for window in (None, m.sliding_window):
         q, k, v = attention.random_qkv(m, 1, tokens, tokens, device)
-        out = attention.compiled_sink_attention(q, k, v, sinks, attention.prefill_mask(tokens, window, device))
+        out = sink_attention.compiled_sink_attention(
+            q, k, v, sinks, sink_attention.prefill_mask(tokens, window, device)
+        )
         errors[f"prefill flex+sinks window={window}"] = relative_error(out, attention.reference(q, k, v, sinks, window))
     q, k, v = attention.random_qkv(m, decode_batch, 1, tokens, device)
-    out = attention.compiled_sink_attention(q, k, v, sinks, None)
+    out = sink_attention.compiled_sink_attention(q, k, v, sinks, None)
     errors["decode flex+sinks"] = relative_error(out, attention.reference(q, k, v, sinks, None))
     q, k, v = attention.random_qkv(m, 1, tokens, tokens, device)
     errors["prefill sdpa causal"] = relative_error(

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from dynamo_oss.catalog.models import ModelShape
+from dynamo_oss.engines.gptoss.forward.layer import LayerWeights, MoeFn
 
 SWIGLU_LIMIT = 7.0
 SWIGLU_ALPHA = 1.702
@@ -94,6 +95,15 @@ def moe_block(
     hidden = swiglu(gate_up(experts, rows, routing))
     out = down(experts, hidden, routing) * routing.gate_of_row[:, None]
     return torch.zeros_like(x).index_add_(0, routing.token_of_row, out)
+
+
+def local_moe(experts: Experts) -> MoeFn:
+    """All of a layer's experts on this GPU in bf16, as the layer's MoE: moe_block over every token of the step."""
+
+    def run(x: torch.Tensor, w: LayerWeights, k: int) -> torch.Tensor:
+        return moe_block(x, w.router.weight, w.router.bias, experts, k)
+
+    return run
 
 
 def loop_reference(experts: Experts, rows: torch.Tensor, routing: Routing, which: str) -> torch.Tensor:

@@ -22,9 +22,11 @@ from benchmarks.gpu.common.device import device_header
 from benchmarks.gpu.common.results import Results, markdown_table
 from benchmarks.gpu.common.roofline import Ceilings, Cost
 from benchmarks.gpu.common.timing import measure, measure_ceilings, rotation_sets
-from benchmarks.gpu.kernels import attention, dense, moe, roofline
+from benchmarks.gpu.kernels import attention, moe, roofline
 from benchmarks.gpu.kernels.checks import run_checks
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
+from dynamo_oss.engines.gptoss.forward import dense
+from dynamo_oss.engines.gptoss.forward import attention as sink_attention
 
 TOKENS = [1, 16, 64, 256, 1024, 4096, 16384]
 PREFILL_TOKENS = [1024, 2048, 4096, 8192, 16384, 32768]
@@ -130,8 +132,8 @@ def bench_prefill(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
             cost = roofline.attention_prefill(m, tokens, window)
             sets = rotation_sets(cost.bytes)
             qkvs = [attention.random_qkv(m, 1, tokens, tokens, DEVICE) for _ in range(sets)]
-            mask = attention.prefill_mask(tokens, window, DEVICE)
-            step = lambda i: attention.compiled_sink_attention(*qkvs[i % sets], sinks, mask)  # noqa: E731
+            mask = sink_attention.prefill_mask(tokens, window, DEVICE)
+            step = lambda i: sink_attention.compiled_sink_attention(*qkvs[i % sets], sinks, mask)  # noqa: E731
             dims = {"tokens": tokens, "window": window}
             case(results, "prefill_flex_sinks", dims, cost, ceilings, step, sets)
             if window is None:
@@ -147,7 +149,7 @@ def bench_decode(m: ModelShape, ceilings: Ceilings, results: Results) -> None:
         sets = rotation_sets(cost.bytes)
         qkvs = [attention.random_qkv(m, batch, 1, context, DEVICE) for _ in range(sets)]
         dims = {"batch": batch, "context": context}
-        step = lambda i: attention.compiled_sink_attention(*qkvs[i % sets], sinks, None)  # noqa: E731
+        step = lambda i: sink_attention.compiled_sink_attention(*qkvs[i % sets], sinks, None)  # noqa: E731
         case(results, "decode_flex_sinks", dims, cost, ceilings, step, sets)
         step = lambda i: attention.sdpa(*qkvs[i % sets], causal=False)  # noqa: E731
         case(results, "decode_sdpa_nosinks", dims, cost, ceilings, step, sets)

@@ -2,7 +2,7 @@
 
     python -m benchmarks.gpu.mixed_step.run --out DIR [--quick]
 
-Times one decoder layer (benchmarks/gpu/mixed_step/layer.py) at gpt-oss-120b's shapes, for a
+Times one decoder layer (dynamo_oss/engines/gptoss/forward/layer.py) at gpt-oss-120b's shapes, for a
 full-attention layer and a 128-token window layer, three ways: the decode batch alone, the prefill
 chunk alone, and both in one forward pass over one packed token tensor. Timing is
 benchmarks/gpu/common/timing.measure: CUDA-graph replays timed with CUDA events, median.
@@ -27,8 +27,9 @@ from benchmarks.gpu.common.device import device_header
 from benchmarks.gpu.common.results import Results, markdown_table
 from benchmarks.gpu.common.timing import measure, measure_ceilings
 from benchmarks.gpu.kernels import attention, moe
-from benchmarks.gpu.mixed_step import layer
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
+from dynamo_oss.engines.gptoss.forward import attention as sink_attention
+from dynamo_oss.engines.gptoss.forward import layer
 
 DEVICE = "cuda"
 CHUNKS = [2048, 4096, 8192, 16384]
@@ -45,9 +46,9 @@ def check_decode_attention(m: ModelShape) -> dict[str, float]:
     sinks = torch.randn(m.num_attention_heads, device=DEVICE)
     for keys in (640, m.sliding_window):
         q, k, v = attention.random_qkv(m, 3, 1, keys, DEVICE)
-        out = layer.decode_sink_attention(q[:, :, 0], k, v, sinks)
+        out = sink_attention.decode_sink_attention(q[:, :, 0], k, v, sinks)
         ref = attention.reference(q, k, v, sinks, None)[:, :, 0].reshape(3, -1)
-        errors[f"decode {layer.DECODE_KERNEL['name']}+sinks keys={keys}"] = relative_error(out, ref)
+        errors[f"decode {sink_attention.DECODE_KERNEL['name']}+sinks keys={keys}"] = relative_error(out, ref)
     return errors
 
 
@@ -57,25 +58,29 @@ def check_prefix_chunk(m: ModelShape, window: int | None = None) -> dict[str, fl
     cached, chunk = 384, 256
     q, _, _ = attention.random_qkv(m, 1, chunk, chunk, DEVICE)
     _, k, v = attention.random_qkv(m, 1, 1, cached + chunk, DEVICE)
-    mask = layer.chunk_mask(chunk, cached, window, DEVICE)
-    out = attention.compiled_sink_attention(q, k, v, sinks, mask)
+    mask = sink_attention.chunk_mask(chunk, cached, window, DEVICE)
+    out = sink_attention.compiled_sink_attention(q, k, v, sinks, mask)
     name = "chunk after prefix flex+sinks" + ("" if window is None else f" window={window}")
     return {name: relative_error(out, attention.reference(q, k, v, sinks, window))}
 
 
-def check_mixed_equals_parts(m: ModelShape, w: layer.LayerWeights, caches: dict, cos, sin) -> dict[str, float]:
+def check_mixed_equals_parts(
+    m: ModelShape, w: layer.LayerWeights, local: layer.MoeFn, caches: dict, cos, sin
+) -> dict[str, float]:
     """The packed pass computes what the two separate passes compute, row for row."""
     errors = {}
     chunk, batch, context = 1024, 8, 2048
     x = torch.randn(chunk + batch, m.hidden_size, device=DEVICE, dtype=torch.bfloat16)
     for name, window in (("full", None), ("window", m.sliding_window)):
         kc, vc = caches[name]
-        mixed = layer.layer_forward(m, w, layer.make_step(x, chunk, batch, context, window, kc, vc, DEVICE), cos, sin)
+        mixed = layer.layer_forward(
+            m, w, layer.make_step(x, chunk, batch, context, window, kc, vc, DEVICE), cos, sin, local
+        )
         alone_c = layer.layer_forward(
-            m, w, layer.make_step(x[:chunk], chunk, 0, context, window, kc, vc, DEVICE), cos, sin
+            m, w, layer.make_step(x[:chunk], chunk, 0, context, window, kc, vc, DEVICE), cos, sin, local
         )
         alone_d = layer.layer_forward(
-            m, w, layer.make_step(x[chunk:], 0, batch, context, window, kc, vc, DEVICE), cos, sin
+            m, w, layer.make_step(x[chunk:], 0, batch, context, window, kc, vc, DEVICE), cos, sin, local
         )
         errors[f"mixed vs parts, {name} layer, chunk rows"] = relative_error(
             mixed[:chunk] - x[:chunk], alone_c - x[:chunk]
@@ -117,13 +122,13 @@ def times_of(
     ]
 
 
-def touched_of(m: ModelShape, w: layer.LayerWeights, step: layer.Step, cos, sin) -> float:
+def touched_of(m: ModelShape, w: layer.LayerWeights, local: layer.MoeFn, step: layer.Step, cos, sin) -> float:
     """Experts the step's MoE reads, from one eager pass that records the routing."""
     seen = {}
 
     def probe(h, weights, k):
         seen["routing"] = moe.route(weights.router(h), k)
-        return layer.local_moe(h, weights, k)
+        return local(h, weights, k)
 
     layer.layer_forward(m, w, step, cos, sin, probe)
     return float(moe.experts_touched(seen["routing"]))
@@ -151,10 +156,11 @@ def main() -> None:
             raise RuntimeError(f"flash decode check failed: {checks}")
     except Exception:  # noqa: BLE001 - fall back to FlexAttention's decode kernel
         print("flash decode attention unusable, falling back to flex:", traceback.format_exc(limit=3), flush=True)
-        layer.DECODE_KERNEL["name"] = "flex"
+        sink_attention.DECODE_KERNEL["name"] = "flex"
         checks = check_decode_attention(m)
 
     w = layer.LayerWeights.random(m, DEVICE)
+    local = moe.local_moe(moe.Experts.random(m, DEVICE))  # drawn where LayerWeights.random drew them before
     kv_shape_full = (max(batches), m.num_key_value_heads, max(contexts), m.head_dim)
     kv_shape_win = (max(batches), m.num_key_value_heads, m.sliding_window, m.head_dim)
     caches = {
@@ -163,11 +169,11 @@ def main() -> None:
     }
     cos, sin = layer.rope_table(m, max(max(contexts), max(chunks)) + 1, DEVICE)
     checks.update(check_prefix_chunk(m))
-    checks.update(check_mixed_equals_parts(m, w, caches, cos, sin))
+    checks.update(check_mixed_equals_parts(m, w, local, caches, cos, sin))
     header = {
         "model": m.name,
         **device_header(),
-        "decode_kernel": layer.DECODE_KERNEL["name"],
+        "decode_kernel": sink_attention.DECODE_KERNEL["name"],
         "ceilings": None if ceilings is None else ceilings.header(),
         "checks": checks,
         "checks_pass": all_pass(checks),
@@ -193,9 +199,9 @@ def main() -> None:
         kc, vc = caches[name]
         x = torch.cat([xc_pool[:chunk], xd_pool[:batch]])
         step = layer.make_step(x, chunk, batch, context, window, kc, vc, DEVICE, cached, *chunk_cache)
-        touched = touched_of(m, w, step, cos, sin)
+        touched = touched_of(m, w, local, step, cos, sin)
         dims = {"layer": name, "chunk": chunk, "cached": cached, "batch": batch, "context": context if batch else 0}
-        time_case(rec, kind, dims, lambda: layer.layer_forward(m, w, step, cos, sin), touched, rep)
+        time_case(rec, kind, dims, lambda: layer.layer_forward(m, w, step, cos, sin, local), touched, rep)
 
     for rep in range(args.reps):
         for name, window, ctxs in layers:

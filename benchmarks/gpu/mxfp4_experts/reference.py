@@ -10,8 +10,8 @@ from __future__ import annotations
 import torch
 
 from benchmarks.gpu.kernels.moe import swiglu
-from benchmarks.gpu.mxfp4_experts.checkpoint import CheckpointExperts, Mxfp4Weight
-from benchmarks.gpu.mxfp4_experts.kernel import Route
+from dynamo_oss.engines.gptoss.forward.experts import Route
+from dynamo_oss.engines.gptoss.forward.mxfp4 import CheckpointExperts, Mxfp4Weight
 
 
 def grouped(rows: torch.Tensor, expert_of_row: torch.Tensor, weight: Mxfp4Weight, bias: torch.Tensor) -> torch.Tensor:

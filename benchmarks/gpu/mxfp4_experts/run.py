@@ -3,7 +3,7 @@
     python -m benchmarks.gpu.mxfp4_experts.run --out DIR
 
 (with triton_kernels on PYTHONPATH: see vendor.py and RESULTS.md). One layer's 128 experts, random
-in checkpoint storage (checkpoint.py), swizzled for Hopper (kernel.py), are checked against the
+in checkpoint storage (dynamo_oss/engines/gptoss/forward/mxfp4.py), swizzled for Hopper (forward/experts.py), are checked against the
 float32 dequantised reference (reference.py), then timed at 1 to 16,384 tokens under uniform and
 skewed routing: gate-up alone, down with the weighted combine, and the whole MoE block as the
 engine runs it. Each row is a share of the MXFP4 weight-read floor (4.25 bits a weight of the
@@ -27,12 +27,14 @@ from benchmarks.gpu.common.device import device_header
 from benchmarks.gpu.common.results import Results, markdown_table
 from benchmarks.gpu.common.roofline import Ceilings, Cost
 from benchmarks.gpu.common.timing import measure, measure_ceilings, rotation_sets
-from benchmarks.gpu.kernels import dense, roofline
-from benchmarks.gpu.mixed_step.layer import BIAS_STD
-from benchmarks.gpu.mxfp4_experts import kernel, reference
+from benchmarks.gpu.kernels import roofline
+from benchmarks.gpu.mxfp4_experts import reference
 from benchmarks.gpu.mxfp4_experts.factor import shares
-from benchmarks.gpu.mxfp4_experts.checkpoint import BYTES_PER_WEIGHT, CheckpointExperts
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
+from dynamo_oss.engines.gptoss.forward import dense
+from dynamo_oss.engines.gptoss.forward import experts as kernel
+from dynamo_oss.engines.gptoss.forward.layer import BIAS_STD
+from dynamo_oss.engines.gptoss.forward.mxfp4 import BYTES_PER_WEIGHT, CheckpointExperts
 
 DEVICE = "cuda"
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]

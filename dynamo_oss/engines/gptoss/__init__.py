@@ -16,8 +16,11 @@ One concept per module, in nano-vllm's shape:
   the descriptor Dynamo's frontend carries between them, and how long the prefill worker keeps them;
 - `metrics`: forward-pass metrics, KV events and the KV snapshot, in Dynamo's formats;
 - `capacity`: the KV pools' blocks from the memory the GPU has left, refused with the numbers when too few;
-- `model_runner`: the seat of the GPU model runner (the forward pass, sampling on the device, the KV's
-  transfers), and the one place that opens it: it is NOT WRITTEN YET, so no host can serve this engine;
+- `model_runner`: what the engine asks of the GPU model runner (the forward pass, sampling on the device,
+  the KV's transfers), and the one place that opens it;
+- `kv_index`: where a step's tokens write their K/V and which keys each row reads, from the block tables;
+- `forward` (torch): the forward pass, shared with benchmarks/gpu; `gpu_runner` (torch): the runner on
+  it (aggregated role only: its NIXL handoff is not written yet);
 - `engine_core`: the step loop on a thread of its own;
 - `worker`: `python -m dynamo_oss.engines.gptoss.worker`, the engine behind Dynamo's worker interface
   (dynamo.common.backend), in the aggregated, prefill and decode roles.

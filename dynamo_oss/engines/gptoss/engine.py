@@ -15,6 +15,8 @@ from dynamo_oss.engines.host_gpus import gpu_shortfall
 READY_TIMEOUT_S = 1200.0  # reading 61 GB of checkpoint, then capturing the decode CUDA graphs
 WORKER_MODULE = "dynamo_oss.engines.gptoss.worker"
 GPU_RUNNER_MODULE = "dynamo_oss.engines.gptoss.gpu_runner"
+EXPERT_KERNELS = "triton_kernels"  # matmul_ogs, the MXFP4 experts' kernels
+ROLES_RUNNING = ("agg",)  # the NIXL handoff of the prefill and decode roles is not written yet
 
 
 class GptOssEngine:
@@ -36,9 +38,10 @@ class GptOssEngine:
         reasons = [shortfall] if (shortfall := gpu_shortfall(gpus_needed)) else []
         if importlib.util.find_spec("torch") is None:
             reasons.append("PyTorch is not installed (import torch fails), and the engine's forward pass is torch's")
-        if importlib.util.find_spec(GPU_RUNNER_MODULE) is None:
+        if importlib.util.find_spec(EXPERT_KERNELS) is None:
             reasons.append(
-                f"its GPU model runner ({GPU_RUNNER_MODULE}, the seat model_runner.py describes) is not written yet"
+                f"{EXPERT_KERNELS} is not importable, and the MXFP4 experts run through it "
+                "(benchmarks/gpu/mxfp4_experts/vendor.py takes it out of vLLM's wheel)"
             )
         return "; ".join(reasons) or None
 

@@ -4,12 +4,13 @@ Everything else in this package is CPU-side Python with no torch (the project's 
 runner owns the GPU: the weights, the KV pools' memory, one forward step over a batch and its sampling,
 and the KV's moves between workers. It is imported only by `open_runner`, in the worker process.
 
-NOT WRITTEN YET (issue 44): `gpu_runner.py` beside this file, a `GpuModelRunner(RunnerSetup)` that
-implements `ModelRunner`. What it must do, from what benchmarks/gpu has measured on an H200:
+`gpu_runner.py` beside this file is the `GpuModelRunner(RunnerSetup)` that implements `ModelRunner`
+(issue 44); what it does and does not yet do is in its docstring. What it must do, from what
+benchmarks/gpu has measured on an H200:
 - weights: a checked `checkpoint.Checkpoint` (its arrays mapped from disk, BF16 as uint16) or, without
   one, random weights of the shape (seeded by `seed`); the MXFP4 experts through triton_kernels'
   `matmul_ogs` with float32 biases (../shared/facts/performance.md), the forward pass being
-  benchmarks/gpu/forward_step/model.py's, moved into this package and imported back by the benchmark;
+  forward/model.py's (moved here from benchmarks/gpu/forward_step, which imports it back);
 - `free_kv_bytes()`: device memory left after the weights and one run of the largest step
   (max_num_tokens of prompt, then max_batch_size decodes), which capacity.plan_kv_blocks divides;
 - `allocate_kv(blocks)`: one BF16 tensor a pool, block-major [blocks, layers of the pool, K/V, block
@@ -128,12 +129,5 @@ def open_runner(setup: RunnerSetup) -> ModelRunner:
     try:
         module = importlib.import_module(GPU_RUNNER_MODULE)
     except ModuleNotFoundError as missing:
-        raise RunnerUnavailable(
-            f"the gptoss engine cannot start: {missing.name} is missing"
-            + (
-                " (its GPU model runner is not written yet: see model_runner.py)"
-                if missing.name == GPU_RUNNER_MODULE
-                else ""
-            )
-        ) from None
+        raise RunnerUnavailable(f"the gptoss engine cannot start: {missing.name} is missing") from None
     return module.GpuModelRunner(setup)

@@ -12,8 +12,9 @@ each role:
 - decode: check the descriptor against the request (handoff.read_handoff), take blocks for it, pull the
   KV, then stream from the prefill's first token on, reporting the prefill's cache hits as the usage's.
 
-The forward pass is the GPU model runner's (model_runner.py). It is not written yet, so on every host
-this worker refuses to start, saying why, before it creates a runtime or registers anything.
+The forward pass is the GPU model runner's (gpu_runner.py). On a host that cannot run it (no GPU, no
+torch, no triton_kernels) this worker refuses to start, saying why, before it creates a runtime or
+registers anything; so does a prefill or decode role, whose NIXL handoff the runner does not have yet.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from dynamo_oss.engines.gptoss.block_manager import KvCacheManager
 from dynamo_oss.engines.gptoss.capacity import KvCapacityError, plan_kv_blocks
 from dynamo_oss.engines.gptoss.checkpoint import CheckpointError, open_checkpoint, read_config, shape_from_config
 from dynamo_oss.engines.gptoss.config import GptOssArgs, read_engine_args
-from dynamo_oss.engines.gptoss.engine import ENGINE
+from dynamo_oss.engines.gptoss.engine import ENGINE, ROLES_RUNNING
 from dynamo_oss.engines.gptoss.engine_core import Emitted, EngineCore
 from dynamo_oss.engines.gptoss.handoff import HandoffError, HandoffLedger, read_handoff
 from dynamo_oss.engines.gptoss.kv_layout import kv_pools
@@ -112,6 +113,11 @@ class GptOssLlmEngine(LLMEngine):
             shape = model_shape(Path(args.model_folder))
         except (EngineArgsError, CheckpointError) as err:
             raise SystemExit(f"gptoss worker: {err}") from None
+        if args.disaggregation_mode.value not in ROLES_RUNNING:  # before a runtime exists, as the host's reasons
+            raise SystemExit(
+                f"gptoss worker: --disaggregation-mode {args.disaggregation_mode.value} cannot run yet: the GPU "
+                "model runner's NIXL handoff is not written (model_runner.py), so only the aggregated role serves"
+            )
         reason = ENGINE.unavailable_reason(1)
         if reason:  # before a runtime exists: nothing registers, nothing half-starts
             raise SystemExit(f"gptoss worker: cannot run on this host: {reason}")

@@ -1,8 +1,8 @@
 """The gptoss worker process: it parses the command lines the plan renders (Dynamo's runtime options and
 its own), and on a host that cannot run it, it refuses at once, saying why, before it creates a runtime.
 
-What is not tested here, because it needs the GPU model runner (not written yet) and the project's rule
-allows no stand-in model runner: serving a request end to end (see the report of issue 44)."""
+What is not tested here, because it needs the GPU model runner, which needs a GPU, and the project's rule
+allows no stand-in model runner: serving a request end to end (benchmarks/gpu/serving runs it on an H200)."""
 
 from __future__ import annotations
 
@@ -38,17 +38,28 @@ def test_the_worker_parses_the_command_lines_the_plan_renders(graph: str, tmp_pa
         assert args.checkpoint is None
 
 
-def test_the_worker_refuses_at_once_on_a_host_without_gpus_and_says_why(tmp_path: Path) -> None:
-    _, plan = plan_graph(STUDY / "disagg-h200x2.yaml", tmp_path)
+def run_worker(graph: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    _, plan = plan_graph(STUDY / graph, tmp_path)
     worker = plan.workers()[0]
     env = {**os.environ, **worker.env}
-    result = subprocess.run([sys.executable, *worker.argv[1:]], capture_output=True, text=True, timeout=60, env=env)
+    return subprocess.run([sys.executable, *worker.argv[1:]], capture_output=True, text=True, timeout=60, env=env)
+
+
+def test_the_worker_refuses_at_once_on_a_host_without_gpus_and_says_why(tmp_path: Path) -> None:
+    result = run_worker("agg-h200x2.yaml", tmp_path)
     assert result.returncode == 1
     assert result.stderr.startswith("gptoss worker: cannot run on this host: ")
-    assert "its GPU model runner (dynamo_oss.engines.gptoss.gpu_runner" in result.stderr
+    assert "PyTorch is not installed (import torch fails)" in result.stderr
     if visible_gpu_count() == 0:
         assert "the graph needs 1 NVIDIA GPUs and this host has 0" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_prefill_worker_is_refused_until_the_runner_has_its_handoff(tmp_path: Path) -> None:
+    result = run_worker("disagg-h200x2.yaml", tmp_path)  # its first worker: the prefill one
+    assert result.returncode == 1
+    assert result.stderr.startswith("gptoss worker: --disaggregation-mode prefill cannot run yet: ")
+    assert "NIXL handoff is not written" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_bad_engine_file_stops_the_worker_naming_the_key(tmp_path: Path) -> None:

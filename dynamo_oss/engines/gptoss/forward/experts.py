@@ -27,7 +27,7 @@ from triton_kernels.routing import GatherIndx, RoutingData, ScatterIndx, routing
 from triton_kernels.tensor import FP4, Tensor, convert_layout, wrap_torch_tensor
 from triton_kernels.tensor_details import layout
 
-from benchmarks.gpu.mxfp4_experts.checkpoint import CheckpointExperts, Mxfp4Weight
+from dynamo_oss.engines.gptoss.forward.mxfp4 import CheckpointExperts, Mxfp4Weight
 
 SWIGLU_ALPHA = 1.702
 SWIGLU_LIMIT = 7.0

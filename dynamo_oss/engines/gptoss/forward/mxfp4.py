@@ -15,12 +15,13 @@ from dataclasses import dataclass
 import torch
 
 from dynamo_oss.catalog.models import ModelShape
+from dynamo_oss.engines.gptoss.checkpoint import FP4_E2M1, MXFP4_GROUP
 
-GROUP = 32  # weights per E8M0 scale
+GROUP = MXFP4_GROUP  # weights per E8M0 scale
 BITS_PER_WEIGHT = 4 + 8 / GROUP  # 4.25
 BYTES_PER_WEIGHT = BITS_PER_WEIGHT / 8
 SCALE_EXPONENTS = (118, 123)  # 2^-9 .. 2^-5 (E8M0 bias 127): the range a trained layer's scales sit in
-FP4_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
+FP4_VALUES = tuple(FP4_E2M1.tolist())
 
 
 @dataclass(frozen=True)
