@@ -252,7 +252,7 @@ def describe(deployment: Deployment, plan: HostPlan) -> str:
                 )
             )
     for engine_name in sorted(deployment.engines):
-        reason = engine_for(engine_name).unavailable_reason(plan.gpus_needed(engine_name))
+        reason = engine_for(engine_name).unavailable_reason(plan.gpus_needed(engine_name), plan.roles_of(engine_name))
         if reason:
             lines.append(f"  note: engine {engine_name} cannot run on this host: {reason}")
     return "\n".join(lines)

@@ -89,7 +89,7 @@ def _serve(args: argparse.Namespace, run_dir: Path) -> int:
 
 def _refuse_unavailable_engines(deployment: Deployment, plan: HostPlan, graph: Path) -> None:
     for name in sorted(deployment.engines):
-        reason = engine_for(name).unavailable_reason(plan.gpus_needed(name))
+        reason = engine_for(name).unavailable_reason(plan.gpus_needed(name), plan.roles_of(name))
         if reason:
             raise UserError(
                 f"{graph}: cannot serve with engine {name} on this host: {reason}.\n"

@@ -117,6 +117,9 @@ class HostPlan(BaseModel):
     def gpus_needed(self, engine: EngineName) -> int:
         return sum(len(p.gpus) for p in self.workers() if p.engine == engine)
 
+    def roles_of(self, engine: EngineName) -> frozenset[PoolRole]:
+        return frozenset(p.role for p in self.workers() if p.engine == engine and p.role is not None)
+
 
 def plan_host(
     deployment: Deployment,

@@ -169,8 +169,9 @@ class Engine(Protocol):
     def read_shape(self, engine_args: Path | None, gpus_per_worker: int) -> EngineShape:
         """Parse the pool's engine configuration once; raise EngineArgsError when it is unusable."""
 
-    def unavailable_reason(self, gpus_needed: int) -> str | None:
-        """Why this host cannot run the engine, or None when it can."""
+    def unavailable_reason(self, gpus_needed: int, roles: frozenset[PoolRole]) -> str | None:
+        """Why this host cannot run the engine's workers of `roles`, `gpus_needed` GPUs in all, or None when
+        it can."""
 
     def worker_argv(self, ctx: WorkerContext) -> list[str]:
         """The worker's command line (after the Python interpreter)."""

@@ -33,7 +33,7 @@ class MockerEngine:
             return EngineShape(tensor_parallel=gpus_per_worker, kv_block_size=DEFAULT_TOKENS_PER_BLOCK)
         return read_llm_args(engine_args)
 
-    def unavailable_reason(self, gpus_needed: int) -> str | None:
+    def unavailable_reason(self, gpus_needed: int, roles: frozenset[PoolRole]) -> str | None:
         return None  # it runs anywhere Dynamo imports
 
     def planner_namespace(self, namespace: str) -> str:

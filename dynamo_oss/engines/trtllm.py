@@ -183,7 +183,7 @@ class TrtllmEngine:
     def planner_namespace(self, namespace: str) -> str:
         return namespace  # its workers publish forward-pass metrics where they serve
 
-    def unavailable_reason(self, gpus_needed: int) -> str | None:
+    def unavailable_reason(self, gpus_needed: int, roles: frozenset[PoolRole]) -> str | None:
         reasons = [shortfall] if (shortfall := gpu_shortfall(gpus_needed)) else []
         if importlib.util.find_spec("tensorrt_llm") is None:
             reasons.append("TensorRT-LLM is not installed (import tensorrt_llm fails)")

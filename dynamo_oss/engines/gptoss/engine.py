@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Literal
 
 from dynamo_oss.catalog.models import REASONING_PARSER, TOOL_CALL_PARSER
+from dynamo_oss.catalog.names import PoolRole
 from dynamo_oss.engines import EngineArgsError, EngineShape, PlannedFile, WorkerContext
 from dynamo_oss.engines.gptoss.config import read_engine_args
 from dynamo_oss.engines.host_gpus import gpu_shortfall
@@ -16,7 +17,7 @@ READY_TIMEOUT_S = 1200.0  # reading 61 GB of checkpoint, then capturing the deco
 WORKER_MODULE = "dynamo_oss.engines.gptoss.worker"
 GPU_RUNNER_MODULE = "dynamo_oss.engines.gptoss.gpu_runner"
 EXPERT_KERNELS = "triton_kernels"  # matmul_ogs, the MXFP4 experts' kernels
-ROLES_RUNNING = ("agg",)  # the NIXL handoff of the prefill and decode roles is not written yet
+ROLES_RUNNING: tuple[PoolRole, ...] = ("agg",)  # the NIXL handoff of the prefill and decode roles is not written yet
 
 
 class GptOssEngine:
@@ -34,8 +35,13 @@ class GptOssEngine:
     def planner_namespace(self, namespace: str) -> str:
         return namespace  # its workers publish forward-pass metrics where they serve
 
-    def unavailable_reason(self, gpus_needed: int) -> str | None:
+    def unavailable_reason(self, gpus_needed: int, roles: frozenset[PoolRole]) -> str | None:
         reasons = [shortfall] if (shortfall := gpu_shortfall(gpus_needed)) else []
+        if waiting := sorted(roles - set(ROLES_RUNNING)):
+            reasons.append(
+                f"its {' and '.join(waiting)} workers cannot run yet: the GPU model runner's NIXL handoff is not "
+                "written (model_runner.py), so only aggregated pools serve"
+            )
         if importlib.util.find_spec("torch") is None:
             reasons.append("PyTorch is not installed (import torch fails), and the engine's forward pass is torch's")
         if importlib.util.find_spec(EXPERT_KERNELS) is None:

@@ -44,7 +44,7 @@ from dynamo_oss.engines.gptoss.block_manager import KvCacheManager
 from dynamo_oss.engines.gptoss.capacity import KvCapacityError, plan_kv_blocks
 from dynamo_oss.engines.gptoss.checkpoint import CheckpointError, open_checkpoint, read_config, shape_from_config
 from dynamo_oss.engines.gptoss.config import GptOssArgs, read_engine_args
-from dynamo_oss.engines.gptoss.engine import ENGINE, ROLES_RUNNING
+from dynamo_oss.engines.gptoss.engine import ENGINE
 from dynamo_oss.engines.gptoss.engine_core import Emitted, EngineCore
 from dynamo_oss.engines.gptoss.handoff import HandoffError, HandoffLedger, read_handoff
 from dynamo_oss.engines.gptoss.kv_layout import kv_pools
@@ -113,12 +113,7 @@ class GptOssLlmEngine(LLMEngine):
             shape = model_shape(Path(args.model_folder))
         except (EngineArgsError, CheckpointError) as err:
             raise SystemExit(f"gptoss worker: {err}") from None
-        if args.disaggregation_mode.value not in ROLES_RUNNING:  # before a runtime exists, as the host's reasons
-            raise SystemExit(
-                f"gptoss worker: --disaggregation-mode {args.disaggregation_mode.value} cannot run yet: the GPU "
-                "model runner's NIXL handoff is not written (model_runner.py), so only the aggregated role serves"
-            )
-        reason = ENGINE.unavailable_reason(1)
+        reason = ENGINE.unavailable_reason(1, frozenset([args.disaggregation_mode.value]))
         if reason:  # before a runtime exists: nothing registers, nothing half-starts
             raise SystemExit(f"gptoss worker: cannot run on this host: {reason}")
         worker_config = WorkerConfig.from_runtime_config(

@@ -58,8 +58,9 @@ def test_the_worker_refuses_at_once_on_a_host_without_gpus_and_says_why(tmp_path
 def test_a_prefill_worker_is_refused_until_the_runner_has_its_handoff(tmp_path: Path) -> None:
     result = run_worker("disagg-h200x2.yaml", tmp_path)  # its first worker: the prefill one
     assert result.returncode == 1
-    assert result.stderr.startswith("gptoss worker: --disaggregation-mode prefill cannot run yet: ")
-    assert "NIXL handoff is not written" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr.startswith("gptoss worker: cannot run on this host: ")
+    assert "its prefill workers cannot run yet: the GPU model runner's NIXL handoff is not written" in result.stderr
+    assert "Traceback" not in result.stderr
 
 
 def test_a_bad_engine_file_stops_the_worker_naming_the_key(tmp_path: Path) -> None:
