@@ -42,7 +42,6 @@ log = logging.getLogger("dynamo_oss.gateway.store")
 CHUNK_BYTES = 256 * 1024  # well below NATS's largest message (1 MiB by default)
 CHUNKS_AHEAD = 4  # chunks a download is sent ahead of what its client has taken
 T = TypeVar("T")
-TRANSFER_TIMEOUT_S = 120.0  # a whole file's put (its chunks are acknowledged one by one)
 
 
 class NatsFileStore:
@@ -164,9 +163,11 @@ def _record(value: bytes | None) -> StoredFile | None:
 
 
 async def _transfer(call: Awaitable[T]) -> T:
-    """A whole file's put or get; StoreUnavailable when NATS does not answer in TRANSFER_TIMEOUT_S."""
+    """A whole file's put; StoreUnavailable when NATS stops answering. Not cut short by a timeout of its own:
+    each chunk's publish has JetStream's (REQUEST_TIMEOUT_S), and nats-py purges the chunks already sent
+    when one fails, where a cancellation from outside would leave them in the store until its retention."""
     try:
-        return await asyncio.wait_for(call, TRANSFER_TIMEOUT_S)
+        return await call
     except nats.js.errors.APIError:  # JetStream's own answer: the caller's to read
         raise
     except (nats.errors.Error, OSError, TimeoutError) as error:
