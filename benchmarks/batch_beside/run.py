@@ -25,6 +25,7 @@ import importlib.util
 import json
 import os
 import random
+import subprocess
 import tempfile
 import threading
 import time
@@ -184,12 +185,18 @@ def ended_after_cancel(client: openai.OpenAI, batch_id: str, timeout_s: float = 
     raise TimeoutError(f"batch {batch_id} did not end within {timeout_s} s of its cancel")
 
 
-def write_results(results: list[dict], command: str, out: Path, lines: int, phases: list) -> None:
+def provenance(started: float) -> str:
+    """When and on which code the run was made."""
+    code = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE).stdout
+    return f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))} at code {code.strip() or 'unknown'}."
+
+
+def write_results(results: list[dict], command: str, ran: str, out: Path, lines: int, phases: list) -> None:
     ttft, itl = autoscale.targets()
     alone, beside = results
     batch = beside["batch"]
     kept = [{key: value for key, value in r.items() if key != "records"} for r in results]
-    summary = {"command": command, "phases": phases, "results": kept}
+    summary = {"command": command, "ran": ran, "phases": phases, "results": kept}
     (out / "results.json").write_text(json.dumps(summary, indent=1))
     rows = [
         "| setup | interactive within both targets | TTFT p50 / p99 | ITL p50 / p99 | worker-GPU-hours | mean GPUs "
@@ -217,7 +224,7 @@ def write_results(results: list[dict], command: str, out: Path, lines: int, phas
         "through the Batch API as the trace starts. Targets: TTFT <= "
         f"{ttft:g} ms and ITL <= {itl:g} ms for each interactive request (aiperf's per-request TTFT, and ITL = "
         "(latency - TTFT) / (output tokens - 1)); the planner's targets are what the gateway paces batch requests "
-        "by.",
+        f"by. {ran}",
         "",
         *rows,
         "",
@@ -264,6 +271,7 @@ def main() -> None:
     parser.add_argument("--lines", type=int, default=BATCH_LINES, help="requests in the batch")
     parser.add_argument("--out", type=Path, default=HERE, help="where results.md, results.json and the plot go")
     args = parser.parse_args()
+    started = time.time()
     work = Path(tempfile.mkdtemp(prefix="batch-beside-"))
     print(f"logs and aiperf exports in {work}", flush=True)
     phases = autoscale.phases_for(args.minutes)
@@ -272,7 +280,8 @@ def main() -> None:
     given = [("--minutes", args.minutes), ("--lines", args.lines if args.lines != BATCH_LINES else None)]
     flags = "".join(f" {flag} {value:g}" for flag, value in given if value is not None)
     args.out.mkdir(parents=True, exist_ok=True)
-    write_results(results, f"uv run python benchmarks/batch_beside/run.py{flags}", args.out, args.lines, phases)
+    command = f"uv run python benchmarks/batch_beside/run.py{flags}"
+    write_results(results, command, provenance(started), args.out, args.lines, phases)
     print(f"wrote {args.out / 'results.md'}", flush=True)
 
 
