@@ -152,36 +152,38 @@ class CompletionAnswer:
         return len(self.builder.prompt.token_ids) + self.generated
 
     def feed(self, body: bytes) -> bytes:
+        """One read's events: their token ids go to the builder in one call (the events it writes are the
+        same, a chunk a token; the calls a read, not a token, are what a read of many events saves)."""
         if self.builder.done or self.failed:
             return b""
         out = b"" if self.started else self._start()
-        data = self.buffer + body if self.buffer else body
-        if data.endswith(b"\n\n") and data.count(b"\n\n") == 1:  # one whole chunk a read: most reads
-            self.buffer = b""
-            return out + self._chunk(data[:-2])
-        events = data.split(b"\n\n")
+        events = (self.buffer + body if self.buffer else body).split(b"\n\n")
         self.buffer = events.pop()
-        return out + b"".join([self._chunk(event) for event in events])
+        token_ids: list[int] = []
+        for event in events:
+            if not event.startswith(b"data: {"):
+                continue  # [DONE], comments
+            chunk = orjson.loads(memoryview(event)[6:])
+            if isinstance(chunk.get("error"), dict):  # a worker failed mid-stream: Dynamo's retryable error
+                return out + self._tokens(token_ids) + self._fail(chunk["error"])
+            if chunk.get("usage"):
+                self.usage = chunk["usage"]
+            choices = chunk.get("choices")
+            if not choices:
+                continue
+            choice = choices[0]
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+            ids = (chunk.get("nvext") or {}).get("completion_token_ids")
+            if ids is None and choice.get("text"):
+                raise MissingTokenIds("Dynamo's frontend returned no completion_token_ids for a completion's text")
+            if ids:
+                token_ids += ids
+        return out + self._tokens(token_ids)
 
-    def _chunk(self, event: bytes) -> bytes:
-        if not event.startswith(b"data: {") or self.builder.done:
-            return b""  # [DONE], comments, and whatever follows an answer that ended early
-        chunk = orjson.loads(event[6:])
-        if isinstance(chunk.get("error"), dict):  # a worker failed mid-stream: Dynamo's retryable error
-            return self._fail(chunk["error"])
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        choices = chunk.get("choices")
-        if not choices:
-            return b""
-        choice = choices[0]
-        if choice.get("finish_reason"):
-            self.finish_reason = choice["finish_reason"]
-        token_ids = (chunk.get("nvext") or {}).get("completion_token_ids")
-        if token_ids is None and choice.get("text"):
-            raise MissingTokenIds("Dynamo's frontend returned no completion_token_ids for a completion's text")
-        if not token_ids:
-            return b""
+    def _tokens(self, token_ids: list[int]) -> bytes:
+        if not token_ids or self.builder.done:
+            return b""  # and whatever follows an answer that ended early
         if not self.generated:
             self.timing.first()
         self.generated += len(token_ids)
