@@ -16,6 +16,7 @@ from dynamo_oss.catalog.models import ModelShape
 ROPE_THETA = 150_000
 YARN_FACTOR = 32.0
 YARN_ORIGINAL_CONTEXT = 4096
+YARN_BETA_FAST, YARN_BETA_SLOW = 32.0, 1.0
 SWIGLU_LIMIT = 7.0
 RMS_NORM_EPS = 1e-5
 
@@ -48,8 +49,8 @@ def model_config(shape: ModelShape) -> dict[str, Any]:
             "rope_type": "yarn",
             "factor": YARN_FACTOR,
             "original_max_position_embeddings": YARN_ORIGINAL_CONTEXT,
-            "beta_fast": 32.0,
-            "beta_slow": 1.0,
+            "beta_fast": YARN_BETA_FAST,
+            "beta_slow": YARN_BETA_SLOW,
             "truncate": False,
         },
         "vocab_size": shape.vocab_size,

@@ -20,8 +20,8 @@ import torch.nn.functional as F
 
 from dynamo_oss.catalog.models import ModelShape
 from dynamo_oss.engines.gptoss.forward import attention, dense
+from dynamo_oss.engines.gptoss.rope import yarn_frequencies
 
-ROPE_THETA = 150_000.0  # gpt-oss's rope_theta (YaRN scaling changes the table, not the cost)
 NORM_EPS = 1e-5
 
 
@@ -78,11 +78,11 @@ class Step:
 
 
 def rope_table(m: ModelShape, positions: int, device: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos and sin [positions, head_dim / 2] in bf16 (plain RoPE; YaRN only rescales the table)."""
-    half = m.head_dim // 2
-    inv = ROPE_THETA ** (-torch.arange(half, device=device, dtype=torch.float32) / half)
+    """cos and sin [positions, head_dim / 2] in bf16: RoPE with YaRN's frequencies and concentration (rope.py)."""
+    concentration, inverse = yarn_frequencies(m.head_dim)
+    inv = torch.from_numpy(inverse).to(device=device, dtype=torch.float32)
     angles = torch.arange(positions, device=device, dtype=torch.float32)[:, None] * inv[None, :]
-    return angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+    return (angles.cos() * concentration).to(torch.bfloat16), (angles.sin() * concentration).to(torch.bfloat16)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
