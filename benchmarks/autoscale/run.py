@@ -35,8 +35,6 @@ import os
 import random
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -49,7 +47,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import yaml  # noqa: E402
 
-from dynamo_oss.bench.aiperf import environment as aiperf_environment  # noqa: E402
+from dynamo_oss.bench import aiperf  # noqa: E402
 from dynamo_oss.bench.host_load import CpuSampler  # noqa: E402
 from dynamo_oss.bench.served import SERVE_LOG, served_graph, sweep_fields  # noqa: E402
 from dynamo_oss.deployment.model import Deployment, build_deployment  # noqa: E402
@@ -243,20 +241,9 @@ def settle(state: RunState, deployment: Deployment, run_dir: Path, timeout_s: fl
 
 def replay(state: RunState, deployment: Deployment, trace: Path, artifacts: Path, seed: int) -> list[dict]:
     """aiperf sends `trace` open-loop and times every request; its per-request records."""
+    tokenizer = str(sweep_fields(deployment)["tokenizer"])
     argv = [
-        sys.executable,
-        "-m",
-        "aiperf",
-        "profile",
-        "--url",
-        state.endpoint.removesuffix("/v1"),
-        "--endpoint-type",
-        "chat",
-        "--streaming",
-        "--model",
-        state.served_name,
-        "--tokenizer",
-        str(sweep_fields(deployment)["tokenizer"]),
+        *aiperf.streaming_chat(state.endpoint.removesuffix("/v1"), state.served_name, tokenizer),
         "--input-file",
         str(trace),
         "--custom-dataset-type",
@@ -269,15 +256,10 @@ def replay(state: RunState, deployment: Deployment, trace: Path, artifacts: Path
         "--use-server-token-count",
         "--random-seed",
         str(seed),  # the seed makes the prompts: none repeats
-        "--output-artifact-dir",
-        str(artifacts),
-        "--ui-type",
-        "none",
-        "--no-gpu-telemetry",
-        "--no-server-metrics",
+        *aiperf.exported_to(artifacts),
     ]
-    with artifacts.with_suffix(".log").open("w") as log:
-        subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, check=True, env=aiperf_environment(artifacts))
+    if aiperf.run(argv, artifacts, aiperf.environment(artifacts)):
+        raise RuntimeError(f"aiperf failed on the trace; see {artifacts / aiperf.LOG}")
     return read_records(artifacts / "profile_export.jsonl")
 
 

@@ -75,6 +75,17 @@ def _stop(process: subprocess.Popen) -> None:
     process.wait()
 
 
+def streaming_chat(base_url: str, model: str, tokenizer: str) -> list[str]:
+    """What every aiperf run here begins with: `aiperf profile` of streaming chat with `model` at `base_url`."""
+    argv = [sys.executable, "-m", "aiperf", "profile", "--url", base_url, "--endpoint-type", "chat", "--streaming"]
+    return argv + ["--model", model, "--tokenizer", tokenizer]
+
+
+def exported_to(artifacts: Path) -> list[str]:
+    """What every aiperf run here ends with: its exports in `artifacts`, no console UI and no telemetry."""
+    return ["--output-artifact-dir", str(artifacts), "--ui-type", "none", "--no-gpu-telemetry", "--no-server-metrics"]
+
+
 def command(base_url: str, parameters: SweepParameters, concurrency: int, artifacts: Path) -> list[str]:
     """`aiperf profile` for one run. Lengths are exact: aiperf sends max_completion_tokens = OSL, and
     ignore_eos with min_tokens = OSL keeps a model from stopping early; token counts come from the
@@ -82,19 +93,7 @@ def command(base_url: str, parameters: SweepParameters, concurrency: int, artifa
     requests, warmup = parameters.requests_at(concurrency), parameters.warmup_at(concurrency)
     p = parameters
     argv = [
-        sys.executable,
-        "-m",
-        "aiperf",
-        "profile",
-        "--url",
-        base_url,
-        "--endpoint-type",
-        "chat",
-        "--streaming",
-        "--model",
-        p.model,
-        "--tokenizer",
-        p.tokenizer,
+        *streaming_chat(base_url, p.model, p.tokenizer),
         "--synthetic-input-tokens-mean",
         str(p.isl),
         "--synthetic-input-tokens-stddev",
@@ -120,12 +119,7 @@ def command(base_url: str, parameters: SweepParameters, concurrency: int, artifa
         str(requests + warmup),  # no prompt sent twice
         "--random-seed",
         str(p.seed_at(concurrency)),
-        "--output-artifact-dir",
-        str(artifacts),
-        "--ui-type",
-        "none",
-        "--no-gpu-telemetry",
-        "--no-server-metrics",
+        *exported_to(artifacts),
     ]
     if warmup:
         argv += ["--warmup-request-count", str(warmup)]
@@ -142,19 +136,7 @@ def trace_command(
     its place while it waits, `sessions` of them in all (the trace's, in order, each once: the run ends
     when the last has ended). Output lengths are exact (ignore_eos), token counts the server's."""
     argv = [
-        sys.executable,
-        "-m",
-        "aiperf",
-        "profile",
-        "--url",
-        base_url,
-        "--endpoint-type",
-        "chat",
-        "--streaming",
-        "--model",
-        model,
-        "--tokenizer",
-        tokenizer,
+        *streaming_chat(base_url, model, tokenizer),
         "--input-file",
         str(trace),
         "--custom-dataset-type",
@@ -170,12 +152,7 @@ def trace_command(
         "constant",
         "--num-sessions",
         str(sessions),
-        "--output-artifact-dir",
-        str(artifacts),
-        "--ui-type",
-        "none",
-        "--no-gpu-telemetry",
-        "--no-server-metrics",
+        *exported_to(artifacts),
     ]
     return argv
 
