@@ -1,10 +1,12 @@
-"""The KV handoff benchmark's block arithmetic: block sizes from the model, runs, allocation plans."""
+"""The KV handoff benchmark's block arithmetic: block sizes from the model and allocation plans (runs are
+the engine's, kv_transfer.py, tested beside it)."""
 
 from __future__ import annotations
 
-from benchmarks.gpu.kv_handoff.layout import FP8, BlockLayout, Run, runs
+from benchmarks.gpu.kv_handoff.layout import FP8, BlockLayout
 from benchmarks.gpu.kv_handoff.plan import make_plan
 from dynamo_oss.catalog.models import GPT_OSS_120B
+from dynamo_oss.engines.gptoss.kv_transfer import Run, runs
 
 MIB = 2**20
 
@@ -15,12 +17,6 @@ def test_a_block_holds_32_tokens_of_every_full_attention_layer() -> None:
     assert BlockLayout.for_model(GPT_OSS_120B, element_bytes=FP8).block_bytes == layout.block_bytes // 2
     assert layout.blocks_for(32 * 1024) == 1024
     assert layout.blocks_for(33) == 2
-
-
-def test_runs_merge_only_blocks_consecutive_on_both_sides() -> None:
-    sources, targets = [4, 5, 6, 9, 10], [0, 1, 7, 8, 9]
-    assert runs(sources, targets, coalesce=True) == [Run(4, 0, 2), Run(6, 7, 1), Run(9, 8, 2)]
-    assert runs(sources, targets, coalesce=False) == [Run(s, t, 1) for s, t in zip(sources, targets)]
 
 
 def test_scattered_plans_give_each_request_its_own_blocks() -> None:

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 from nixl_cu13 import nixl_agent, nixl_agent_config
 
-from benchmarks.gpu.kv_handoff.layout import Run, runs
 from benchmarks.gpu.kv_handoff.pool import BlockPool
+from dynamo_oss.engines.gptoss.kv_transfer import Run, runs
 
 BACKEND = "UCX"
 DONE = b"done"

@@ -11,7 +11,6 @@ with the prompt.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dynamo_oss.catalog.models import ModelShape
@@ -33,30 +32,3 @@ class BlockLayout:
 
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_tokens)
-
-
-@dataclass(frozen=True)
-class Run:
-    """`count` consecutive blocks starting at `source` on the prefill side and `target` on the decode side."""
-
-    source: int
-    target: int
-    count: int
-
-
-def runs(sources: Sequence[int], targets: Sequence[int], coalesce: bool) -> list[Run]:
-    """One run per block, or (coalesce) maximal runs of blocks consecutive on both sides.
-
-    Why both: one descriptor per block is what a block table gives for free; merging neighbours
-    cuts per-descriptor overhead when both allocators handed out consecutive blocks.
-    """
-    if len(sources) != len(targets):
-        raise ValueError(f"{len(sources)} source blocks for {len(targets)} target blocks")
-    merged: list[Run] = []
-    for source, target in zip(sources, targets):
-        last = merged[-1] if merged else None
-        if coalesce and last and source == last.source + last.count and target == last.target + last.count:
-            merged[-1] = Run(last.source, last.target, last.count + 1)
-        else:
-            merged.append(Run(source, target, 1))
-    return merged

@@ -74,6 +74,13 @@ class HandoffConfig(_Strict):
         description="a prefill worker keeps a handed-over request's blocks this long for its decode worker to "
         "read, then frees them (a decode worker that never came)",
     )
+    transfer_timeout_s: float = Field(
+        10.0,
+        gt=0,
+        le=600,
+        description="a decode worker's read of a request's KV from its prefill worker fails past this (a peer "
+        "gone); the request then ends with an error Dynamo's frontend may migrate",
+    )
 
 
 class GptOssArgs(_Strict):

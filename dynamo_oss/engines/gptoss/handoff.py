@@ -47,6 +47,29 @@ class PoolBlocks(BaseModel):
     blocks: list[int] = Field(min_length=1)
 
 
+class RemotePool(BaseModel):
+    """Where one of the prefill worker's pools lives, as its NIXL agent registered it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    address: int = Field(ge=0)
+    blocks: int = Field(ge=1)
+    block_bytes: int = Field(ge=1)
+    device_id: int = Field(ge=0)
+    kind: Literal["VRAM", "DRAM"]
+
+
+class TransferSource(BaseModel):
+    """Where a decode worker reads a handoff's blocks from: the prefill worker's NIXL agent (its name and
+    metadata, loaded once per peer) and its pools (kv_transfer.py)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    agent: str = Field(pattern=r"^[A-Za-z0-9_.-]{1,64}$")
+    metadata: str = Field(max_length=1 << 20, description="the agent's NIXL metadata, base64")
+    pools: dict[PoolName, RemotePool]
+
+
 class KvHandoff(BaseModel):
     """What a prefill worker's answer tells the decode worker about a request's KV."""
 
@@ -62,9 +85,7 @@ class KvHandoff(BaseModel):
     first_token: int = Field(ge=0)
     cached_tokens: int = Field(ge=0, description="the prompt's tokens the prefill worker found in its cache")
     pools: dict[PoolName, PoolBlocks]
-    source: dict[str, str] = Field(
-        default_factory=dict, description="where the decode worker reads the blocks from: the runner's transport"
-    )
+    source: TransferSource
     worker_id: dict[str, int | None] | None = Field(
         None, description="the prefill worker's id and rank, which Dynamo's runtime may add on the way (unused)"
     )
@@ -85,7 +106,7 @@ def describe(
     pools: Mapping[PoolName, KvPool],
     model: ModelShape,
     handoff_id: str,
-    source: dict[str, str],
+    source: TransferSource,
 ) -> KvHandoff:
     """The prefill side: the descriptor of finished prefill `seq`, whose blocks `hold` keeps."""
     prompt = seq.token_ids[: seq.prompt_len]
@@ -137,7 +158,28 @@ def read_handoff(
                 f"prefill_result.disaggregated_params.pools.{name}: blocks {span.start}..{span.stop - 1} expected "
                 f"for a {seq.prompt_len}-token prompt"
             )
+    check_source(handoff, pools, model)
     return handoff, spans
+
+
+def check_source(handoff: KvHandoff, pools: Mapping[PoolName, KvPool], model: ModelShape) -> None:
+    """The prefill worker's pools are laid out as this worker's, and hold every block the handoff names."""
+    where = "prefill_result.disaggregated_params"
+    offered = handoff.source.pools
+    if sorted(offered) != sorted(pools):
+        raise HandoffError(
+            f"{where}.source.pools: the prefill worker offers pools {sorted(offered)}, this worker needs {sorted(pools)}"
+        )
+    for name, pool in pools.items():
+        remote, ours = offered[name], pool.block_bytes(model)
+        if remote.block_bytes != ours:
+            raise HandoffError(
+                f"{where}.source.pools.{name}.block_bytes: {remote.block_bytes}, but this worker's blocks are {ours} bytes"
+            )
+        if (past := max(handoff.pools[name].blocks)) >= remote.blocks:
+            raise HandoffError(
+                f"{where}.pools.{name}.blocks: block {past} is past the prefill worker's {remote.blocks}"
+            )
 
 
 def transfer_pairs(handoff: KvHandoff, seq: Sequence) -> dict[PoolName, list[tuple[int, int]]]:

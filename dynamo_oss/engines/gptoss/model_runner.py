@@ -21,10 +21,11 @@ benchmarks/gpu has measured on an H200:
   and draw with `sampling.sample(torch, ...)` on the device, each request's noise from its own generator
   (its seed, else the engine's); a decode-only step replays the CUDA graph of the next size in
   cuda_graph_config.batch_sizes;
-- the handoff over NIXL: `transfer_source()` (the agent's name and metadata a decode worker reads from),
-  `receive(handoff, pairs)` (start a READ of those block pairs, pool by pool, notifying the prefill
-  worker when done), `poll_transfers()` (handoffs received and failed, on the decode side; handoffs read,
-  on the prefill side), with a deadline, so a handoff whose peer is gone fails and never hangs.
+- the handoff over NIXL (kv_transfer.py, for a setup that `hands_over`): `transfer_source()` (the agent's
+  name, metadata and pools a decode worker reads from), `receive(handoff, pairs)` (start a READ of those
+  block pairs, pool by pool, notifying the prefill worker when done), `poll_transfers()` (handoffs
+  received and failed, on the decode side; handoffs read, on the prefill side), with a deadline, so a
+  handoff whose peer is gone fails and never hangs.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from dynamo_oss.catalog.models import ModelShape
 from dynamo_oss.engines.gptoss.checkpoint import Checkpoint
 from dynamo_oss.engines.gptoss.config import GptOssArgs
 from dynamo_oss.engines.gptoss.engine import GPU_RUNNER_MODULE
-from dynamo_oss.engines.gptoss.handoff import KvHandoff
+from dynamo_oss.engines.gptoss.handoff import KvHandoff, TransferSource
 from dynamo_oss.engines.gptoss.kv_layout import KvPool, PoolName
 from dynamo_oss.engines.gptoss.sampling import SamplingParams
 from dynamo_oss.engines.gptoss.scheduler import Step
@@ -54,6 +55,7 @@ class RunnerSetup:
     args: GptOssArgs
     pools: Mapping[PoolName, KvPool]
     checkpoint: Checkpoint | None  # None: random weights of the shape
+    hands_over: bool = False  # a prefill or decode worker's: its pools are offered to, or read from, a peer
 
 
 @dataclass(frozen=True)
@@ -111,7 +113,7 @@ class ModelRunner(Protocol):
     def execute(self, batch: StepBatch) -> list[int]:
         """One forward step; the token sampled for each row that samples, in row order."""
 
-    def transfer_source(self) -> dict[str, str]:
+    def transfer_source(self) -> TransferSource:
         """Where a decode worker reads this worker's blocks from (a handoff's `source`)."""
 
     def receive(self, request_id: str, handoff: KvHandoff, pairs: Mapping[PoolName, list[tuple[int, int]]]) -> None:

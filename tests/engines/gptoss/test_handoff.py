@@ -13,6 +13,8 @@ from dynamo_oss.catalog.models import GPT_OSS_120B
 from dynamo_oss.engines.gptoss.handoff import (
     HandoffError,
     HandoffLedger,
+    RemotePool,
+    TransferSource,
     describe,
     handoff_spans,
     read_handoff,
@@ -23,6 +25,14 @@ from dynamo_oss.engines.gptoss.scheduler import Limits, Scheduler
 from tests.support.gptoss import SMALL, kv_cache, sequence
 
 PROMPT = list(range(1, 23))  # 22 tokens: six 4-token blocks, the last one partial
+SOURCE = TransferSource(
+    agent="prefill-0",
+    metadata="bWV0YWRhdGE=",
+    pools={
+        name: RemotePool(address=4096, blocks=32, block_bytes=pool.block_bytes(SMALL), device_id=0, kind="DRAM")
+        for name, pool in kv_pools(SMALL, 4).items()
+    },
+)
 
 
 @pytest.mark.parametrize(
@@ -63,12 +73,12 @@ def prefill() -> tuple[Scheduler, object, object]:
 def test_the_decode_worker_takes_blocks_for_the_spans_the_prefill_worker_describes() -> None:
     sched, seq, output = prefill()
     pools = sched.kv.pools
-    handoff = describe(seq, output.hold, pools, SMALL, uuid.uuid4().hex, {"agent": "prefill-0"})
+    handoff = describe(seq, output.hold, pools, SMALL, uuid.uuid4().hex, SOURCE)
     travelled = json.loads(handoff.model_dump_json())  # as disaggregated_params cross the request plane
     decode = Scheduler(Limits(max_batch_size=4, max_num_tokens=64), kv_cache(32, 32))
     received = sequence("d", list(PROMPT))
     read, spans = read_handoff(travelled, received, pools, SMALL)
-    assert read == handoff and read.first_token == 99 and read.source == {"agent": "prefill-0"}
+    assert read == handoff and read.first_token == 99 and read.source == SOURCE
     assert spans == {"full": range(0, 6), "window": range(3, 6)}  # the first token (position 22) reads keys 15..22
     received.append(read.first_token)
     decode.add_received(received, spans)
@@ -95,6 +105,29 @@ def test_the_decode_worker_takes_blocks_for_the_spans_the_prefill_worker_describ
             "pools.full: blocks 0..5 expected for a 22-token prompt",
         ),
         ({"handoff_id": "../x"}, "handoff_id: String should match pattern"),
+        (
+            {"source": {**SOURCE.model_dump(), "pools": {"full": SOURCE.pools["full"].model_dump()}}},
+            "source.pools: the prefill worker offers pools ['full'], this worker needs ['full', 'window']",
+        ),
+        (
+            {
+                "source": {
+                    **SOURCE.model_dump(),
+                    "pools": {n: {**p.model_dump(), "block_bytes": 32} for n, p in SOURCE.pools.items()},
+                }
+            },
+            "source.pools.full.block_bytes: 32, but this worker's blocks are 98304 bytes",
+        ),
+        (
+            {
+                "source": {
+                    **SOURCE.model_dump(),
+                    "pools": {n: {**p.model_dump(), "blocks": 4} for n, p in SOURCE.pools.items()},
+                }
+            },
+            "pools.full.blocks: block 5 is past the prefill worker's 4",
+        ),
+        ({"source": {**SOURCE.model_dump(), "agent": "a b"}}, "source.agent: String should match pattern"),
         ({"extra": 1}, "extra: Extra inputs are not permitted"),
     ],
 )
@@ -102,7 +135,7 @@ def test_a_descriptor_that_does_not_fit_the_request_or_the_worker_is_refused_nam
     change: dict, refused: str
 ) -> None:
     sched, seq, output = prefill()
-    handoff = describe(seq, output.hold, sched.kv.pools, SMALL, uuid.uuid4().hex, {})
+    handoff = describe(seq, output.hold, sched.kv.pools, SMALL, uuid.uuid4().hex, SOURCE)
     forged = {**json.loads(handoff.model_dump_json()), **change}
     with pytest.raises(HandoffError) as error:
         read_handoff(forged, sequence("d", list(PROMPT)), sched.kv.pools, SMALL)
