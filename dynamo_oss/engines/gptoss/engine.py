@@ -16,8 +16,9 @@ from dynamo_oss.engines.host_gpus import gpu_shortfall
 READY_TIMEOUT_S = 1200.0  # reading 61 GB of checkpoint, then capturing the decode CUDA graphs
 WORKER_MODULE = "dynamo_oss.engines.gptoss.worker"
 GPU_RUNNER_MODULE = "dynamo_oss.engines.gptoss.gpu_runner"
+NIXL_MODULES = ("nixl_cu13._api", "nixl_cu12._api", "nixl._api")  # NIXL wheels' modules, newest CUDA first
 EXPERT_KERNELS = "triton_kernels"  # matmul_ogs, the MXFP4 experts' kernels
-ROLES_RUNNING: tuple[PoolRole, ...] = ("agg",)  # the NIXL handoff of the prefill and decode roles is not written yet
+HANDOFF_ROLES: frozenset[PoolRole] = frozenset({"prefill", "decode"})  # their KV moves through NIXL
 
 
 class GptOssEngine:
@@ -37,17 +38,17 @@ class GptOssEngine:
 
     def unavailable_reason(self, gpus_needed: int, roles: frozenset[PoolRole]) -> str | None:
         reasons = [shortfall] if (shortfall := gpu_shortfall(gpus_needed)) else []
-        if waiting := sorted(roles - set(ROLES_RUNNING)):
-            reasons.append(
-                f"its {' and '.join(waiting)} workers cannot run yet: the GPU model runner's NIXL handoff is not "
-                "written (model_runner.py), so only aggregated pools serve"
-            )
         if importlib.util.find_spec("torch") is None:
             reasons.append("PyTorch is not installed (import torch fails), and the engine's forward pass is torch's")
         if importlib.util.find_spec(EXPERT_KERNELS) is None:
             reasons.append(
                 f"{EXPERT_KERNELS} is not importable, and the MXFP4 experts run through it "
                 "(benchmarks/gpu/mxfp4_experts/vendor.py takes it out of vLLM's wheel)"
+            )
+        if roles & HANDOFF_ROLES and not any(_importable(module) for module in NIXL_MODULES):
+            waiting = " and ".join(sorted(roles & HANDOFF_ROLES))
+            reasons.append(
+                f"NIXL is not importable ({', '.join(NIXL_MODULES)}), and its {waiting} workers hand KV over through it"
             )
         return "; ".join(reasons) or None
 
@@ -76,6 +77,13 @@ class GptOssEngine:
 
     def across_nodes(self, command: list[str], hosts: list[tuple[str, int]], env: list[str]) -> list[str] | None:
         return None  # one GPU per worker
+
+
+def _importable(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its package is missing
+        return False
 
 
 ENGINE = GptOssEngine()

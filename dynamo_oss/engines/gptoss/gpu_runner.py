@@ -13,8 +13,11 @@ scheduled batch through the block tables, and sampling on the device.
   context once a layer: correct first, and what a paged kernel would save. Logits for the sampling rows
   only; `sampling.sample` draws on the device, a seeded request's noise from its seed and the token's
   position (the same draws however it is batched), the others' from the engine's generator.
-- Not here yet: decode under CUDA graphs (cuda_graph_config is read but every step runs eagerly), and
-  the NIXL handoff (`transfer_source`, `receive`: a prefill or decode role cannot run on this runner).
+- The handoff (a prefill or decode worker's runner): kv_transfer.KvTransfer's NIXL agent over the
+  pools' device memory, registered once they are allocated; a decode worker READs a request's blocks
+  from its prefill worker's pools, GPU to GPU. The prefill's KV is written before its first token is
+  read back to the host, so the blocks it offers are whole.
+- Not here yet: decode under CUDA graphs (cuda_graph_config is read but every step runs eagerly).
 """
 
 from __future__ import annotations
@@ -28,18 +31,15 @@ from dynamo_oss.engines.gptoss import sampling
 from dynamo_oss.engines.gptoss.forward import attention, layer
 from dynamo_oss.engines.gptoss.forward import experts as mxfp4_experts
 from dynamo_oss.engines.gptoss.forward.model import Model
-from dynamo_oss.engines.gptoss.handoff import KvHandoff
+from dynamo_oss.engines.gptoss.handoff import KvHandoff, TransferSource
 from dynamo_oss.engines.gptoss.kv_index import StepIndex, step_index
 from dynamo_oss.engines.gptoss.kv_layout import PoolName
+from dynamo_oss.engines.gptoss.kv_transfer import KvTransfer, PoolMemory
 from dynamo_oss.engines.gptoss.model_runner import BatchRow, RunnerSetup, StepBatch, TransferProgress
 
 DEVICE = "cuda"
 ACTIVATION_HEADROOM_BYTES = 2 * 2**30  # beyond the measured peak: cuBLAS and triton workspaces, fragmentation
 SEED_MIX = 0x9E3779B97F4A7C15  # spreads (seed, position) over the generator's 64-bit seeds
-
-
-class HandoffNotBuilt(NotImplementedError):
-    """The NIXL handoff of the prefill and decode roles is not written yet."""
 
 
 class GpuModelRunner:
@@ -58,6 +58,7 @@ class GpuModelRunner:
             index: (name, pool.layers.index(index)) for name, pool in setup.pools.items() for index in pool.layers
         }
         self.kv: dict[PoolName, torch.Tensor] = {}
+        self.transfer: KvTransfer | None = None
         self.attention_check = check_paged_kernel(self.shape)
         self._free_kv_bytes = self._measure_free_bytes()
 
@@ -102,6 +103,12 @@ class GpuModelRunner:
 
     def allocate_kv(self, blocks: Mapping[PoolName, int]) -> None:
         self.kv = {name: self._pool_tensor(name, count) for name, count in blocks.items()}
+        if self.setup.hands_over:
+            memory = {
+                name: PoolMemory(pool.data_ptr(), pool.shape[0], pool[0].nbytes, pool.device.index or 0, "VRAM")
+                for name, pool in self.kv.items()
+            }
+            self.transfer = KvTransfer(memory, self.setup.args.handoff_config.transfer_timeout_s)
 
     # One step.
 
@@ -180,18 +187,22 @@ class GpuModelRunner:
         temperature = torch.tensor(temperatures, device=DEVICE, dtype=torch.float32)
         return sampling.sample(torch, logits, temperature, uniforms)
 
-    # The NIXL handoff: not written yet.
+    # The handoff, through the pools' NIXL agent.
 
-    def transfer_source(self) -> dict[str, str]:
-        raise HandoffNotBuilt("the gptoss runner's NIXL handoff is not written yet: only the aggregated role runs")
+    def transfer_source(self) -> TransferSource:
+        assert self.transfer is not None, "a prefill worker's runner hands over"
+        return self.transfer.source()
 
     def receive(self, request_id: str, handoff: KvHandoff, pairs: Mapping[PoolName, list[tuple[int, int]]]) -> None:
-        raise HandoffNotBuilt("the gptoss runner's NIXL handoff is not written yet: only the aggregated role runs")
+        assert self.transfer is not None, "a decode worker's runner receives"
+        self.transfer.receive(request_id, handoff.handoff_id, handoff.source, pairs)
 
     def poll_transfers(self) -> TransferProgress:
-        return TransferProgress()  # none started: the aggregated role receives nothing
+        return self.transfer.poll() if self.transfer is not None else TransferProgress()
 
     def close(self) -> None:
+        if self.transfer is not None:
+            self.transfer.close()
         self.kv = {}
         del self.model
         torch.cuda.empty_cache()

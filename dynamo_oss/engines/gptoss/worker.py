@@ -12,9 +12,10 @@ each role:
 - decode: check the descriptor against the request (handoff.read_handoff), take blocks for it, pull the
   KV, then stream from the prefill's first token on, reporting the prefill's cache hits as the usage's.
 
-The forward pass is the GPU model runner's (gpu_runner.py). On a host that cannot run it (no GPU, no
-torch, no triton_kernels) this worker refuses to start, saying why, before it creates a runtime or
-registers anything; so does a prefill or decode role, whose NIXL handoff the runner does not have yet.
+The forward pass is the GPU model runner's (gpu_runner.py), and the KV's move from prefill to decode
+its NIXL agent's (kv_transfer.py). On a host that cannot run them (no GPU, no torch, no triton_kernels,
+and for a prefill or decode role no NIXL) this worker refuses to start, saying why, before it creates a
+runtime or registers anything.
 """
 
 from __future__ import annotations
@@ -129,7 +130,8 @@ class GptOssLlmEngine(LLMEngine):
         self.worker_id = worker_id
         try:
             checkpoint = open_checkpoint(Path(self.args.checkpoint), self.shape) if self.args.checkpoint else None
-            self.runner = open_runner(RunnerSetup(self.shape, self.engine_args, self.pools, checkpoint))
+            hands_over = self.mode != DisaggregationMode.AGGREGATED
+            self.runner = open_runner(RunnerSetup(self.shape, self.engine_args, self.pools, checkpoint, hands_over))
             blocks = plan_kv_blocks(
                 self.shape, self.pools, self.engine_args, self.runner.free_kv_bytes(), self.max_seq_len
             )

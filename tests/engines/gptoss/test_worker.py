@@ -16,6 +16,8 @@ import pytest
 
 from dynamo.common.constants import DisaggregationMode
 from dynamo_oss.cli.check import plan_graph
+from dynamo_oss.engines.gptoss import engine
+from dynamo_oss.engines.gptoss.engine import ENGINE
 from dynamo_oss.engines.gptoss.worker import GptOssLlmEngine, parse_worker_args
 from dynamo_oss.engines.host_gpus import visible_gpu_count
 from tests.support.commands import REPO
@@ -55,12 +57,20 @@ def test_the_worker_refuses_at_once_on_a_host_without_gpus_and_says_why(tmp_path
     assert "Traceback" not in result.stderr
 
 
-def test_a_prefill_worker_is_refused_until_the_runner_has_its_handoff(tmp_path: Path) -> None:
+def test_a_prefill_worker_refuses_for_the_gpu_it_lacks_not_for_nixl_which_is_here(tmp_path: Path) -> None:
     result = run_worker("disagg-h200x2.yaml", tmp_path)  # its first worker: the prefill one
     assert result.returncode == 1
     assert result.stderr.startswith("gptoss worker: cannot run on this host: ")
-    assert "its prefill workers cannot run yet: the GPU model runner's NIXL handoff is not written" in result.stderr
+    assert "PyTorch is not installed" in result.stderr and "NIXL" not in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_prefill_and_decode_workers_need_nixl_and_aggregated_ones_do_not(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(engine, "NIXL_MODULES", ("no_such_nixl._api",))
+    both = ENGINE.unavailable_reason(0, frozenset({"prefill", "decode"}))
+    assert both is not None
+    assert "NIXL is not importable (no_such_nixl._api), and its decode and prefill workers hand KV over" in both
+    assert "NIXL" not in (ENGINE.unavailable_reason(0, frozenset({"agg"})) or "")
 
 
 def test_a_bad_engine_file_stops_the_worker_naming_the_key(tmp_path: Path) -> None:
