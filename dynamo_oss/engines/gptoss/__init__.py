@@ -14,13 +14,14 @@ One concept per module, in nano-vllm's shape:
   claims and read without a copy;
 - `handoff`: the disaggregated handoff's bookkeeping: which blocks of which pool go to the decode worker,
   the descriptor Dynamo's frontend carries between them, and how long the prefill worker keeps them;
+- `kv_transfer`: the handoff's bytes: a NIXL agent over the worker's pools, a READ a request, deadlines;
 - `metrics`: forward-pass metrics, KV events and the KV snapshot, in Dynamo's formats;
 - `capacity`: the KV pools' blocks from the memory the GPU has left, refused with the numbers when too few;
 - `model_runner`: what the engine asks of the GPU model runner (the forward pass, sampling on the device,
   the KV's transfers), and the one place that opens it;
 - `kv_index`: where a step's tokens write their K/V and which keys each row reads, from the block tables;
 - `forward` (torch): the forward pass, shared with benchmarks/gpu; `gpu_runner` (torch): the runner on
-  it (aggregated role only: its NIXL handoff is not written yet);
+  it, its pools offered and read through `kv_transfer` in the prefill and decode roles;
 - `engine_core`: the step loop on a thread of its own;
 - `worker`: `python -m dynamo_oss.engines.gptoss.worker`, the engine behind Dynamo's worker interface
   (dynamo.common.backend), in the aggregated, prefill and decode roles.
