@@ -13,8 +13,12 @@ scheduled batch through the block tables, and sampling on the device.
   context once a layer: correct first, and what a paged kernel would save. Logits for the sampling rows
   only; `sampling.sample` draws on the device, a seeded request's noise from its seed and the token's
   position (the same draws however it is batched), the others' from the engine's generator.
-- Not here yet: decode under CUDA graphs (cuda_graph_config is read but every step runs eagerly), and
-  the NIXL handoff (`transfer_source`, `receive`: a prefill or decode role cannot run on this runner).
+- Decode under CUDA graphs (decode_graphs.py): once the pools are allocated, one graph a size of
+  cuda_graph_config.batch_sizes of the decode step over the pools (forward/paged_decode.py's kernel, no
+  gather); a decode-only step pads to the next size and replays it, every other step runs eagerly as above.
+  Each pool tensor holds one block more than the block manager's, where padding rows write; what the
+  graphs keep is measured before the pools are sized. Not here yet: the NIXL handoff (`transfer_source`,
+  `receive`: a prefill or decode role cannot run on this runner).
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from dynamo_oss.engines.gptoss import sampling
+from dynamo_oss.engines.gptoss import decode_graphs, sampling
 from dynamo_oss.engines.gptoss.forward import attention, layer
 from dynamo_oss.engines.gptoss.forward import experts as mxfp4_experts
 from dynamo_oss.engines.gptoss.forward.model import Model
+from dynamo_oss.engines.gptoss.graph_inputs import pool_blocks
 from dynamo_oss.engines.gptoss.handoff import KvHandoff
 from dynamo_oss.engines.gptoss.kv_index import StepIndex, step_index
 from dynamo_oss.engines.gptoss.kv_layout import PoolName
@@ -58,8 +63,15 @@ class GpuModelRunner:
             index: (name, pool.layers.index(index)) for name, pool in setup.pools.items() for index in pool.layers
         }
         self.kv: dict[PoolName, torch.Tensor] = {}
+        self.graphs: decode_graphs.DecodeGraphs | None = None  # captured by allocate_kv
         self.attention_check = check_paged_kernel(self.shape)
+        block_tokens = args.kv_cache_config.tokens_per_block
+        self.decode_check = decode_graphs.check_kernel(self.shape, block_tokens)
         self._free_kv_bytes = self._measure_free_bytes()
+        if decode_graphs.kernel_passes(self.decode_check):
+            layout = decode_graphs.layout(setup, dict.fromkeys(setup.pools, 0), self.max_seq_len)
+            held = decode_graphs.held_bytes(self.model, self._pool_tensor, layout)
+            self._free_kv_bytes = max(0, self._free_kv_bytes - held)
 
     # Memory.
 
@@ -101,13 +113,21 @@ class GpuModelRunner:
         return self._free_kv_bytes
 
     def allocate_kv(self, blocks: Mapping[PoolName, int]) -> None:
-        self.kv = {name: self._pool_tensor(name, count) for name, count in blocks.items()}
+        self.graphs = None
+        self.kv = {name: self._pool_tensor(name, count) for name, count in pool_blocks(blocks).items()}
+        if decode_graphs.kernel_passes(self.decode_check):
+            layout = decode_graphs.layout(self.setup, blocks, self.max_seq_len)
+            self.graphs = decode_graphs.DecodeGraphs(self.model, self.kv, layout)
 
     # One step.
 
     def execute(self, batch: StepBatch) -> list[int]:
         sampling_rows = [i for i, row in enumerate(batch.rows) if row.sampling is not None]
-        logits = self.logits(batch, sampling_rows)
+        logits = None
+        if self.graphs is not None and batch.decode_only:
+            logits = self.graphs.logits(batch.rows, sampling_rows)  # None: too many rows, or a table too wide
+        if logits is None:
+            logits = self.logits(batch, sampling_rows)
         return self.sample(logits, [batch.rows[i] for i in sampling_rows]).tolist() if sampling_rows else []
 
     def logits(self, batch: StepBatch, rows: list[int]) -> torch.Tensor:
@@ -192,6 +212,7 @@ class GpuModelRunner:
         return TransferProgress()  # none started: the aggregated role receives nothing
 
     def close(self) -> None:
+        self.graphs = None
         self.kv = {}
         del self.model
         torch.cuda.empty_cache()

@@ -8,7 +8,9 @@ those with pos_q - pos_k < 128. Flash-decoding: the grid is (rows, KV heads, spl
 s-th stretch of the row's keys (each loop bound read from the row's context length inside the kernel),
 then a second kernel combines the splits' partial outputs by their log-sum-exps, the sink's exp(s_h) in
 the denominator. The number of splits is fixed when the graph is captured (graph_inputs.GraphLayout.splits)
-so that one long row is not one program per KV head; a short row leaves its last splits empty.
+so that one long row is not one program per KV head; a short row leaves its last splits empty. It is an
+argument, not a compile-time constant, so the graphs of every batch size share two compiled split kernels
+(with and without the window).
 
 A row reads only keys first_block * block_tokens .. context_len - 1 (within the window, if any): the
 pool's unwritten slots hold NaN and masked loads never touch them. A padding row (context_len 0) reads
@@ -48,12 +50,12 @@ def _split_kernel(
     stride_kv_head,
     stride_table,
     scale_log2,
+    splits,
     GROUP: tl.constexpr,
     HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_TOKENS: tl.constexpr,
     WINDOW: tl.constexpr,
-    SPLITS: tl.constexpr,
     TILE_N: tl.constexpr,
     TILE_H: tl.constexpr,
 ):
@@ -66,7 +68,7 @@ def _split_kernel(
     if WINDOW > 0:
         start = tl.maximum(start, length - WINDOW)
     count = tl.maximum(length - start, 0)
-    chunk = tl.cdiv(tl.cdiv(count, SPLITS), TILE_N) * TILE_N
+    chunk = tl.cdiv(tl.cdiv(count, splits), TILE_N) * TILE_N
     lo = start + split * chunk
     hi = tl.minimum(lo + chunk, length)
 
@@ -98,7 +100,7 @@ def _split_kernel(
     seen = total > 0
     out = acc / tl.where(seen, total, 1.0)[:, None]
     lse = tl.where(seen, (m + tl.log2(tl.where(seen, total, 1.0))) * 0.6931471805599453, float("-inf"))  # natural
-    part = (row * HEADS + heads) * SPLITS + split
+    part = (row * HEADS + heads) * splits + split
     tl.store(part_out_ptr + part[:, None] * HEAD_DIM + d[None, :], out, mask=live_head[:, None])
     tl.store(part_lse_ptr + part, lse, mask=live_head)
 
@@ -110,17 +112,17 @@ def _combine_kernel(
     sinks_ptr,
     out_ptr,
     stride_out_row,
+    splits,
     HEADS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
-    SPLITS: tl.constexpr,
     TILE_S: tl.constexpr,
 ):
     row = tl.program_id(0)
     head = tl.program_id(1)
     s = tl.arange(0, TILE_S)
     d = tl.arange(0, HEAD_DIM)
-    used = s < SPLITS
-    part = (row * HEADS + head) * SPLITS + s
+    used = s < splits
+    part = (row * HEADS + head) * splits + s
     lse = tl.load(part_lse_ptr + part, mask=used, other=float("-inf"))
     sink = tl.load(sinks_ptr + head)
     top = tl.maximum(tl.max(lse, 0), sink)  # the sink in the max: finite even for a row with no keys
@@ -168,12 +170,12 @@ def paged_decode(
         keys.stride(2),
         block_tables.stride(0),
         dim**-0.5 * LOG2E,
+        splits,
         GROUP=group,
         HEADS=heads,
         HEAD_DIM=dim,
         BLOCK_TOKENS=keys.shape[1],
         WINDOW=window or 0,
-        SPLITS=splits,
         TILE_N=KEY_TILE,
         TILE_H=max(HEAD_TILE, triton.next_power_of_2(group)),
     )
@@ -183,9 +185,9 @@ def paged_decode(
         sinks,
         out,
         out.stride(0),
+        splits,
         HEADS=heads,
         HEAD_DIM=dim,
-        SPLITS=splits,
         TILE_S=triton.next_power_of_2(splits),
     )
     return out
