@@ -9,8 +9,8 @@ s-th stretch of the row's keys (each loop bound read from the row's context leng
 then a second kernel combines the splits' partial outputs by their log-sum-exps, the sink's exp(s_h) in
 the denominator. The number of splits is fixed when the graph is captured (graph_inputs.GraphLayout.splits)
 so that one long row is not one program per KV head; a short row leaves its last splits empty. It is an
-argument, not a compile-time constant, so the graphs of every batch size share two compiled split kernels
-(with and without the window).
+argument, not a compile-time constant (nor specialised on), so the graphs of every batch size share two
+compiled split kernels (with and without the window).
 
 A row reads only keys first_block * block_tokens .. context_len - 1 (within the window, if any): the
 pool's unwritten slots hold NaN and masked loads never touch them. A padding row (context_len 0) reads
@@ -33,7 +33,7 @@ HEAD_TILE = 16  # tl.dot's smallest M: the 8 query heads of a KV head, padded
 LOG2E = 1.4426950408889634
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits"])
 def _split_kernel(
     q_ptr,
     k_ptr,
@@ -105,7 +105,7 @@ def _split_kernel(
     tl.store(part_lse_ptr + part, lse, mask=live_head)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["splits"])
 def _combine_kernel(
     part_out_ptr,
     part_lse_ptr,
@@ -220,8 +220,9 @@ def check_against_reference(
     counts = [math.ceil(context / block_tokens) - first for context, (_, first) in zip(contexts, spans)]
     order = torch.randperm(sum(counts) + 1, generator=generator, device=device).to(torch.int32)
     never_written = order[-1]  # where padding rows' and short rows' table columns point
-    pool = torch.full((len(order), 3, 2, block_tokens, kv_heads, dim), float("nan"), device=device)
-    pool = pool.to(torch.bfloat16)
+    pool = torch.full(
+        (len(order), 3, 2, block_tokens, kv_heads, dim), float("nan"), device=device, dtype=torch.bfloat16
+    )
     keys, values = pool[:, 1, 0], pool[:, 1, 1]
     rows = len(contexts) + 2
     tables = never_written.repeat(rows, max(counts)).contiguous()
