@@ -239,10 +239,12 @@ def run_model(m: ModelShape, timing: bool) -> dict:
         "timing": [],
     }
     print(json.dumps({k: v for k, v in report.items() if k != "decode_kernel_check"}), flush=True)
+    if runner.graphs is None:
+        print("no graphs captured: the decode kernel failed its check", runner.decode_check, flush=True)
     rng = np.random.default_rng(m.num_layers)
     cases = [[context] * batch for batch, context in TIMED]
     cases += [rng.choice(MIXED_CONTEXTS, size=n).tolist() for n in PADDED]
-    for contexts in cases:
+    for contexts in cases if runner.graphs is not None else []:
         rows = decode_rows(contexts, pools, blocks, rng)
         case = check_case(runner, rows)
         report["cases"].append(case)
@@ -273,20 +275,25 @@ def passes(report: dict, judge_rows: bool) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--layers", default="4,36", help="which models: 4 layers (judged row by row), 36 (timed)")
     args = parser.parse_args()
+    layer_counts = [int(n) for n in args.layers.split(",")]
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     mxfp4_experts.pin_hopper_options()
     report: dict = {**device_header(), "engine_args": ARGS.model_dump()}
-    for layers, timing in ((4, False), (36, True)):
+    verdicts = []
+    for layers in layer_counts:
         m = GPT_OSS_120B.model_copy(update={"num_layers": layers})
-        report[f"{layers}_layers"] = run_model(m, timing)
+        report[f"{layers}_layers"] = run_model(m, timing=layers == GPT_OSS_120B.num_layers)
+        verdicts.append(passes(report[f"{layers}_layers"], judge_rows=layers < GPT_OSS_120B.num_layers))
         (args.out / "graph_check.json").write_text(json.dumps(report, indent=1, default=str))
-    report["pass"] = passes(report["4_layers"], judge_rows=True) and passes(report["36_layers"], judge_rows=False)
+    report["pass"] = all(verdicts)
     report["total_s"] = time.perf_counter() - started
     (args.out / "graph_check.json").write_text(json.dumps(report, indent=1, default=str))
-    for row in report["36_layers"]["timing"]:
-        print(row)
+    for layers in layer_counts:
+        for row in report[f"{layers}_layers"]["timing"]:
+            print(row)
     print({"pass": report["pass"], "total_s": round(report["total_s"])})
 
 
