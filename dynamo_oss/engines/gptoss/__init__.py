@@ -20,8 +20,10 @@ One concept per module, in nano-vllm's shape:
 - `model_runner`: what the engine asks of the GPU model runner (the forward pass, sampling on the device,
   the KV's transfers), and the one place that opens it;
 - `kv_index`: where a step's tokens write their K/V and which keys each row reads, from the block tables;
+- `graph_inputs`: a decode step's inputs padded to the CUDA graph it replays (sizes, scratch block, tables);
 - `forward` (torch): the forward pass, shared with benchmarks/gpu; `gpu_runner` (torch): the runner on
-  it, its pools offered and read through `kv_transfer` in the prefill and decode roles;
+  it, its pools offered and read through `kv_transfer` in the prefill and decode roles, its decode steps
+  replayed from CUDA graphs by `decode_graphs` (torch);
 - `engine_core`: the step loop on a thread of its own;
 - `worker`: `python -m dynamo_oss.engines.gptoss.worker`, the engine behind Dynamo's worker interface
   (dynamo.common.backend), in the aggregated, prefill and decode roles.

@@ -13,11 +13,15 @@ scheduled batch through the block tables, and sampling on the device.
   context once a layer: correct first, and what a paged kernel would save. Logits for the sampling rows
   only; `sampling.sample` draws on the device, a seeded request's noise from its seed and the token's
   position (the same draws however it is batched), the others' from the engine's generator.
+- Decode under CUDA graphs (decode_graphs.py): once the pools are allocated, one graph a size of
+  cuda_graph_config.batch_sizes of the decode step over the pools (forward/paged_decode.py's kernel, no
+  gather); a decode-only step pads to the next size and replays it, every other step runs eagerly as above.
+  Each pool tensor holds one block more than the block manager's, where padding rows write; what the
+  graphs keep is measured before the pools are sized.
 - The handoff (a prefill or decode worker's runner): kv_transfer.KvTransfer's NIXL agent over the
   pools' device memory, registered once they are allocated; a decode worker READs a request's blocks
   from its prefill worker's pools, GPU to GPU. The prefill's KV is written before its first token is
   read back to the host, so the blocks it offers are whole.
-- Not here yet: decode under CUDA graphs (cuda_graph_config is read but every step runs eagerly).
 """
 
 from __future__ import annotations
@@ -27,10 +31,11 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from dynamo_oss.engines.gptoss import sampling
+from dynamo_oss.engines.gptoss import decode_graphs, sampling
 from dynamo_oss.engines.gptoss.forward import attention, layer
 from dynamo_oss.engines.gptoss.forward import experts as mxfp4_experts
 from dynamo_oss.engines.gptoss.forward.model import Model
+from dynamo_oss.engines.gptoss.graph_inputs import pool_blocks
 from dynamo_oss.engines.gptoss.handoff import KvHandoff, TransferSource
 from dynamo_oss.engines.gptoss.kv_index import StepIndex, step_index
 from dynamo_oss.engines.gptoss.kv_layout import PoolName
@@ -59,8 +64,15 @@ class GpuModelRunner:
         }
         self.kv: dict[PoolName, torch.Tensor] = {}
         self.transfer: KvTransfer | None = None
+        self.graphs: decode_graphs.DecodeGraphs | None = None  # captured by allocate_kv
         self.attention_check = check_paged_kernel(self.shape)
+        block_tokens = args.kv_cache_config.tokens_per_block
+        self.decode_check = decode_graphs.check_kernel(self.shape, block_tokens)
         self._free_kv_bytes = self._measure_free_bytes()
+        if decode_graphs.kernel_passes(self.decode_check):
+            layout = decode_graphs.layout(setup, dict.fromkeys(setup.pools, 0), self.max_seq_len)
+            held = decode_graphs.held_bytes(self.model, self._pool_tensor, layout)
+            self._free_kv_bytes = max(0, self._free_kv_bytes - held)
 
     # Memory.
 
@@ -102,7 +114,11 @@ class GpuModelRunner:
         return self._free_kv_bytes
 
     def allocate_kv(self, blocks: Mapping[PoolName, int]) -> None:
-        self.kv = {name: self._pool_tensor(name, count) for name, count in blocks.items()}
+        self.graphs = None
+        self.kv = {name: self._pool_tensor(name, count) for name, count in pool_blocks(blocks).items()}
+        if decode_graphs.kernel_passes(self.decode_check):
+            layout = decode_graphs.layout(self.setup, blocks, self.max_seq_len)
+            self.graphs = decode_graphs.DecodeGraphs(self.model, self.kv, layout)
         if self.setup.hands_over:
             memory = {
                 name: PoolMemory(pool.data_ptr(), pool.shape[0], pool[0].nbytes, pool.device.index or 0, "VRAM")
@@ -114,7 +130,11 @@ class GpuModelRunner:
 
     def execute(self, batch: StepBatch) -> list[int]:
         sampling_rows = [i for i, row in enumerate(batch.rows) if row.sampling is not None]
-        logits = self.logits(batch, sampling_rows)
+        logits = None
+        if self.graphs is not None and batch.decode_only:
+            logits = self.graphs.logits(batch.rows, sampling_rows)  # None: too many rows, or a table too wide
+        if logits is None:
+            logits = self.logits(batch, sampling_rows)
         return self.sample(logits, [batch.rows[i] for i in sampling_rows]).tolist() if sampling_rows else []
 
     def logits(self, batch: StepBatch, rows: list[int]) -> torch.Tensor:
@@ -203,6 +223,7 @@ class GpuModelRunner:
     def close(self) -> None:
         if self.transfer is not None:
             self.transfer.close()
+        self.graphs = None
         self.kv = {}
         del self.model
         torch.cuda.empty_cache()

@@ -69,17 +69,9 @@ def _pool_index(rows: Sequence[BatchRow], pool: KvPool) -> PoolIndex:
     size = pool.block_tokens
     write_blocks, write_offsets, read_blocks, read_offsets, key_counts = [], [], [], [], []
     for row in rows:
-        if pool.name not in row.tables:
-            raise TableError(f"request {row.request_id}: no block table for the {pool.name} pool")
-        first, blocks = row.tables[pool.name]
+        first, blocks = row_table(row, pool)
         table = np.asarray(blocks, dtype=np.int64)
         end = row.start + len(row.token_ids)
-        if first * size > row.start or (first + len(table)) * size < end:
-            held = f"positions {first * size}..{(first + len(table)) * size - 1}"
-            raise TableError(
-                f"request {row.request_id}: its {pool.name} table holds {held}, but the step computes "
-                f"positions {row.start}..{end - 1}"
-            )
         written = np.arange(row.start, end, dtype=np.int64)
         write_blocks.append(table[written // size - first])
         write_offsets.append(written % size)
@@ -95,6 +87,22 @@ def _pool_index(rows: Sequence[BatchRow], pool: KvPool) -> PoolIndex:
         cu_keys=_cumulative(key_counts),
         max_keys=max(key_counts),
     )
+
+
+def row_table(row: BatchRow, pool: KvPool) -> tuple[int, list[int]]:
+    """The row's first logical block and its blocks in `pool`; TableError when they do not cover the
+    positions the row computes."""
+    if pool.name not in row.tables:
+        raise TableError(f"request {row.request_id}: no block table for the {pool.name} pool")
+    first, blocks = row.tables[pool.name]
+    size, end = pool.block_tokens, row.start + len(row.token_ids)
+    if first * size > row.start or (first + len(blocks)) * size < end:
+        held = f"positions {first * size}..{(first + len(blocks)) * size - 1}"
+        raise TableError(
+            f"request {row.request_id}: its {pool.name} table holds {held}, but the step computes "
+            f"positions {row.start}..{end - 1}"
+        )
+    return first, blocks
 
 
 def _cumulative(counts: Sequence[int]) -> np.ndarray:

@@ -11,10 +11,11 @@ benchmarks/gpu has measured on an H200:
   one, random weights of the shape (seeded by `seed`); the MXFP4 experts through triton_kernels'
   `matmul_ogs` with float32 biases (../shared/facts/performance.md), the forward pass being
   forward/model.py's (moved here from benchmarks/gpu/forward_step, which imports it back);
-- `free_kv_bytes()`: device memory left after the weights and one run of the largest step
-  (max_num_tokens of prompt, then max_batch_size decodes), which capacity.plan_kv_blocks divides;
+- `free_kv_bytes()`: device memory left after the weights, one run of the largest step (max_num_tokens
+  of prompt, then max_batch_size decodes) and the decode CUDA graphs, which capacity.plan_kv_blocks divides;
 - `allocate_kv(blocks)`: one BF16 tensor a pool, block-major [blocks, layers of the pool, K/V, block
-  tokens, KV heads, head dim] as TensorRT-LLM's pools (benchmarks/gpu/kv_handoff/layout.py);
+  tokens, KV heads, head dim] as TensorRT-LLM's pools (benchmarks/gpu/kv_handoff/layout.py), then one
+  scratch block, where a graph's padding rows write (graph_inputs.py);
 - `execute(batch)`: write each computed token's K and V into its block (block `position // block_tokens`
   at index `position // block_tokens - table.first` of the pool's table), attend with the sinks over the
   whole context or the 128-token window through the tables, compute logits for the sampling rows only,

@@ -3,7 +3,8 @@ benchmarks under benchmarks/gpu (forward_step, mixed_step, mxfp4_experts, kernel
 
 - `attention`: attention with sinks: FlexAttention for prompt chunks over contiguous K/V, PyTorch's flash
   kernel for decode, and the paged form the runner uses (K/V gathered from the pools through the block
-  tables, one varlen flash call for every row of a step);
+  tables, one varlen flash call for every row of a step); `paged_decode`: the Triton kernel a CUDA graph
+  of the decode step captures, reading the pool through the tables with static shapes;
 - `dense`: the bf16 projections with bias (QKV, output, router);
 - `mxfp4`, `experts`: the checkpoint's MXFP4 expert storage and its run through triton_kernels' `matmul_ogs`;
 - `layer`: one decoder layer over a step's packed tokens, its attention and MoE passed in;
