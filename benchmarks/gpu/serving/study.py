@@ -1,0 +1,239 @@
+"""The study of issue 44, item 4: Dynamo's frontend over gptoss workers in one layout, a closed-loop
+concurrency sweep at one input and output length, each point's figures as aiperf defines them, and the
+performance model's prediction for the same layout beside each point.
+
+    python -m benchmarks.gpu.serving.study measure --layout agg-1 --isl 32768 --osl 256 1024 \\
+        --concurrency 1 2 4 8 --assets DIR --out DIR          # on the GPU machine: DIR/study-*.json
+    python -m benchmarks.gpu.serving.study report DIR/study-*.json   # here: the prediction, study-*.md
+
+Layouts (served.py starts them, each worker on its GPU, the KV router in front as graphs/gptoss has it):
+- agg-1: one aggregated worker on GPU 0, what one lent GPU allows (round robin: one worker, nothing to route);
+- agg-2: two aggregated workers, GPUs 0 and 1 (the issue's layout a);
+- disagg-1p1d: a prefill worker on GPU 0 and a decode worker on GPU 1, the KV handed over by NIXL (b).
+
+The client: C users, each sending its next streaming /v1/completions as its last one ends, `requests`
+in all after one warm-up request; every prompt begins with its own number, so no two share a cached
+prefix, and is `--isl` tokens long near enough (the usage's prompt_tokens, recorded, are exact); output
+exactly `--osl` tokens (`ignore_eos`, `min_tokens`). It records each request's start, its first chunk
+carrying a token (TTFT) and its last (end to end), and dynamo_oss.perf.metrics computes the figures from
+those records as aiperf does (tok/s/user = mean of 1000 / ITL, ITL = (e2e - TTFT) / (OSL - 1); tok/s/GPU =
+output tokens / duration / GPUs). aiperf itself is not carried: this client computes the same and says so.
+
+The prediction is Dynamo's replay of the project's performance model for TensorRT-LLM on the same GPU,
+layout and engine files (one H200 a worker, TP1, MXFP4 experts, BF16 KV): not yet fitted to this engine,
+whose steps step_times.py measures against it (RESULTS.md), and every table says so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+
+from benchmarks.gpu.serving.served import MODELS, PORT, Layout, Worker, served
+from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
+from dynamo_oss.perf.layout import Layout as PerfLayout
+from dynamo_oss.perf.layout import PoolLayout, Precision, Workload
+from dynamo_oss.perf.metrics import DEFINITIONS, RequestRecord, serving_point
+from dynamo_oss.perf.replay import simulate
+
+LAYOUTS = {
+    "agg-1": Layout("agg-1", (Worker("agg-0", "agg", 0),), router="round-robin"),  # one worker: nothing to route
+    "agg-2": Layout("agg-2", (Worker("agg-0", "agg", 0), Worker("agg-1", "agg", 1))),
+    "disagg-1p1d": Layout("disagg-1p1d", (Worker("prefill", "prefill", 0), Worker("decode", "decode", 1))),
+}
+REQUEST_TIMEOUT_S = 600.0
+POINT_TIMEOUT_S = 240.0  # a point stops sending after this; what finished is what it reports
+PREDICTION = (
+    "Dynamo's replay of the project's TensorRT-LLM model for the same H200s, layout and engine files "
+    "(not fitted to the gptoss engine)"
+)
+
+
+def prompt(index: int, isl: int) -> str:
+    """About `isl` tokens, led by the request's own number so no two requests share a cached prefix."""
+    return f"{index}:" + " hello" * max(1, isl - 3)
+
+
+async def sse_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    """An event stream's lines, split at newlines only: httpx's aiter_lines also splits at U+2028 and the
+    like, which random-weight text carries inside JSON strings unescaped."""
+    held = b""
+    async for piece in pieces:
+        *lines, held = (held + piece).split(b"\n")
+        for line in lines:
+            yield line.rstrip(b"\r")
+    if held:
+        yield held
+
+
+async def one_request(client: httpx.AsyncClient, model: ModelShape, text: str, osl: int, epoch: float) -> RequestRecord:
+    body = {
+        "model": model.served_name,
+        "prompt": text,
+        "max_tokens": osl,
+        "min_tokens": osl,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    sent = time.perf_counter()
+    first, usage = None, None
+    async with client.stream("POST", f"http://127.0.0.1:{PORT}/v1/completions", json=body) as answer:
+        if answer.status_code != 200:
+            raise RuntimeError(f"HTTP {answer.status_code}: {(await answer.aread())[:200]!r}")
+        async for line in sse_lines(answer.aiter_bytes()):
+            if not line.startswith(b"data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("choices") and first is None:
+                first = time.perf_counter()
+            usage = chunk.get("usage") or usage
+    ended = time.perf_counter()
+    if first is None or usage is None:
+        raise RuntimeError("the stream ended without a token or usage")
+    return RequestRecord(
+        input_tokens=usage["prompt_tokens"],
+        output_tokens=usage["completion_tokens"],
+        start_ms=(sent - epoch) * 1e3,
+        ttft_ms=(first - sent) * 1e3,
+        e2e_ms=(ended - sent) * 1e3,
+    )
+
+
+async def sweep_point(
+    model: ModelShape, isl: int, osl: int, concurrency: int, requests: int, first: int, gpus: int
+) -> dict:
+    """One concurrency: `requests` requests through `concurrency` closed-loop users; tok/s/GPU over `gpus`."""
+    records: list[RequestRecord] = []
+    errors: list[str] = []
+    numbers = iter(range(first, first + requests))
+    epoch = time.perf_counter()
+    deadline = epoch + POINT_TIMEOUT_S
+
+    async def user(client: httpx.AsyncClient) -> None:
+        for index in numbers:
+            if time.perf_counter() > deadline:
+                return
+            try:
+                records.append(await one_request(client, model, prompt(index, isl), osl, epoch))
+            except (httpx.HTTPError, RuntimeError) as error:
+                errors.append(f"{type(error).__name__}: {error}")
+
+    limits = httpx.Limits(max_connections=concurrency + 1)
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=limits) as client:
+        await asyncio.gather(*(user(client) for _ in range(concurrency)))
+    point: dict = {"concurrency": concurrency, "sent": requests, "errors": errors}
+    if records:
+        point["figures"] = serving_point(records, concurrency=concurrency, gpus=gpus).model_dump()
+    point["records"] = [record.model_dump() for record in records]
+    return point
+
+
+def measure(args: argparse.Namespace) -> None:
+    """Serve the layout once and sweep it at each output length in turn, one JSON file each."""
+    layout, model = LAYOUTS[args.layout], MODELS[args.model]
+    args.out.mkdir(parents=True, exist_ok=True)
+    with served(layout, model, args.assets, args.out) as started:
+        print(f"{layout.name}: served after {started['ready_s']:.0f} s", flush=True)
+        asyncio.run(sweep_point(model, args.isl, args.osl[0], 1, 1, 0, layout.gpus))  # warm-up, not reported
+        first = 1
+        for osl in args.osl:
+            report: dict = {
+                "layout": layout.name,
+                "gpus": layout.gpus,
+                "model": model.name,
+                "isl": args.isl,
+                "osl": osl,
+                "client": "this script's closed-loop client, figures by dynamo_oss.perf.metrics (aiperf's definitions)",
+                "definitions": DEFINITIONS,
+                **started,
+                "points": [],
+            }
+            for concurrency in args.concurrency:
+                requests = args.requests or max(4, 3 * concurrency)
+                point = asyncio.run(sweep_point(model, args.isl, osl, concurrency, requests, first, layout.gpus))
+                first += requests
+                report["points"].append(point)
+                got = point.get("figures") or {}
+                print(
+                    f"OSL {osl} C={concurrency}: {len(point['records'])}/{requests} done, {len(point['errors'])} "
+                    f"failed, tok/s/user {got.get('tok_s_user', 0):.1f}, tok/s/GPU {got.get('tok_s_gpu', 0):.1f}, "
+                    f"TTFT mean {got.get('ttft_mean_ms', 0):.0f} ms, ITL p50 {got.get('itl_p50_ms', 0):.1f} ms",
+                    flush=True,
+                )
+                path = args.out / f"study-{layout.name}-{args.isl}-{osl}.json"
+                path.write_text(json.dumps(report, indent=1))  # after every point: a run cut short keeps its points
+
+
+def predicted_layout(name: str) -> PerfLayout:
+    """The study's layout as the performance model describes it."""
+    precision = Precision(experts="mxfp4", kv_cache="bf16")
+    if name.startswith("agg"):
+        pools = {"agg": PoolLayout(workers=LAYOUTS[name].gpus, tp=1, max_batch=256, max_num_tokens=8192)}
+    else:
+        pools = {
+            "prefill": PoolLayout(workers=1, tp=1, max_batch=32, max_num_tokens=20000),
+            "decode": PoolLayout(workers=1, tp=1, max_batch=256, max_num_tokens=8192),
+        }
+    return PerfLayout(model=GPT_OSS_120B.name, hardware="h200", engine="trtllm", precision=precision, pools=pools)
+
+
+def report(paths: list[Path]) -> None:
+    for path in paths:
+        study = json.loads(path.read_text())
+        done = [point for point in study["points"] if point.get("figures")]
+        concurrencies = [point["concurrency"] for point in done]
+        predicted = simulate(
+            predicted_layout(study["layout"]), Workload(isl=study["isl"], osl=study["osl"]), concurrencies
+        )
+        study["prediction"] = {"what": PREDICTION, "points": [point.model_dump() for point in predicted]}
+        path.write_text(json.dumps(study, indent=1))
+        lines = [
+            f"{study['layout']}, {study['model']} (random weights), {study['gpus']} GPU(s), ISL {study['isl']} / OSL "
+            f"{study['osl']}; measured: {study['client']}; model: {PREDICTION}.",
+            "",
+            "| C | done | tok/s/user measured | model | tok/s/GPU measured | model | TTFT mean ms measured | model "
+            "| ITL p50 ms measured | model |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for point, model in zip(done, predicted, strict=True):
+            got = point["figures"]
+            lines.append(
+                f"| {point['concurrency']} | {len(point['records'])}/{point['sent']} | {got['tok_s_user']:.1f} | "
+                f"{model.tok_s_user:.1f} | {got['tok_s_gpu']:.1f} | {model.tok_s_gpu:.1f} | {got['ttft_mean_ms']:.0f} | "
+                f"{model.ttft_mean_ms:.0f} | {got['itl_p50_ms']:.1f} | {model.itl_p50_ms:.1f} |"
+            )
+        lines += ["", f"tok/s/user: {DEFINITIONS['tok_s_user']}. tok/s/GPU: {DEFINITIONS['tok_s_gpu']}."]
+        path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    verbs = parser.add_subparsers(dest="verb", required=True)
+    run = verbs.add_parser("measure", help="serve a layout on this machine's GPUs and sweep it")
+    run.add_argument("--layout", choices=sorted(LAYOUTS), required=True)
+    run.add_argument("--model", choices=sorted(MODELS), default=GPT_OSS_120B.name)
+    run.add_argument("--isl", type=int, default=32768, help="input tokens a request (default 32768)")
+    run.add_argument("--osl", type=int, nargs="+", default=[256], help="output tokens a request, swept in turn")
+    run.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    run.add_argument("--requests", type=int, help="requests a point (default: 3 per user, at least 4)")
+    run.add_argument("--assets", type=Path, required=True)
+    run.add_argument("--out", type=Path, required=True)
+    done = verbs.add_parser("report", help="add the model's prediction to measured study JSON files")
+    done.add_argument("paths", type=Path, nargs="+")
+    args = parser.parse_args()
+    if args.verb == "measure":
+        measure(args)
+    else:
+        report(args.paths)
+
+
+if __name__ == "__main__":
+    main()
