@@ -13,16 +13,15 @@ from collections.abc import Mapping
 import numpy as np
 
 from dynamo_oss.catalog.models import ModelShape
-from dynamo_oss.engines.gptoss.handoff import KvHandoff, TransferSource
 from dynamo_oss.engines.gptoss.kv_index import step_index
 from dynamo_oss.engines.gptoss.kv_layout import KvPool, PoolName
-from dynamo_oss.engines.gptoss.kv_transfer import KvTransfer, PoolMemory
-from dynamo_oss.engines.gptoss.model_runner import StepBatch, TransferProgress
+from dynamo_oss.engines.gptoss.kv_transfer import HandsOver, KvTransfer, PoolMemory
+from dynamo_oss.engines.gptoss.model_runner import StepBatch
 
 POISON = -1  # every slot before a step or a handoff writes it
 
 
-class HostRunner:
+class HostRunner(HandsOver):
     def __init__(self, shape: ModelShape, pools: Mapping[PoolName, KvPool], hands_over: bool, timeout_s: float = 10.0):
         self.shape, self.pools, self.hands_over, self.timeout_s = shape, dict(pools), hands_over, timeout_s
         self.kv: dict[PoolName, np.ndarray] = {}
@@ -60,17 +59,6 @@ class HostRunner:
                 mix = (mix * 31 + int((seen * np.arange(1, len(seen) + 1)).sum())) % self.shape.vocab_size
             sampled.append(int(mix))
         return sampled
-
-    def transfer_source(self) -> TransferSource:
-        assert self.transfer is not None, "a prefill runner hands over"
-        return self.transfer.source()
-
-    def receive(self, request_id: str, handoff: KvHandoff, pairs: Mapping[PoolName, list[tuple[int, int]]]) -> None:
-        assert self.transfer is not None, "a decode runner receives"
-        self.transfer.receive(request_id, handoff.handoff_id, handoff.source, pairs)
-
-    def poll_transfers(self) -> TransferProgress:
-        return self.transfer.poll() if self.transfer is not None else TransferProgress()
 
     def close(self) -> None:
         if self.transfer is not None:

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from benchmarks.gpu.common.device import device_header
+from benchmarks.gpu.serving.routing_gaps import with_routing_gaps
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
 from dynamo_oss.engines.gptoss.capacity import plan_kv_blocks
 from dynamo_oss.engines.gptoss.config import GptOssArgs
@@ -106,23 +106,6 @@ def written_slots(runner: GpuModelRunner, rows: list[BatchRow]) -> dict[str, tup
     }
 
 
-def with_routing_gaps(run):  # noqa: ANN001, ANN201 - a callable and its result with the gaps
-    """Run `run()` recording each token's smallest gap between its 4th and 5th router logit over the layers."""
-    gaps, moe_block = [], mxfp4_experts.moe_block
-
-    def recording(x, weight, bias, experts, k):  # noqa: ANN001, ANN202 - moe_block's signature
-        top = torch.topk(F.linear(x, weight, bias).float(), k + 1, dim=-1).values
-        gaps.append(top[:, k - 1] - top[:, k])
-        return moe_block(x, weight, bias, experts, k)
-
-    mxfp4_experts.moe_block = recording
-    try:
-        result = run()
-    finally:
-        mxfp4_experts.moe_block = moe_block
-    return result, torch.stack(gaps).min(dim=0).values
-
-
 def check_case(runner: GpuModelRunner, rows: list[BatchRow]) -> dict:
     """One decode step eagerly and replayed: logits row by row, and where each wrote."""
     assert runner.graphs is not None, "the runner captured no graphs (its decode kernel check failed?)"
@@ -133,6 +116,7 @@ def check_case(runner: GpuModelRunner, rows: list[BatchRow]) -> dict:
     before = {name: block_checksums(t) for name, t in runner.kv.items()}
     with torch.no_grad():
         eager, gaps = with_routing_gaps(lambda: runner.logits(batch, sampling))
+        gaps = gaps.min(dim=0).values  # each token's closest tie over the layers
     eager_kv = {name: runner.kv[name][b, :, :, o].clone() for name, (b, o) in slots.items()}
     after_eager = {name: block_checksums(t) for name, t in runner.kv.items()}
     for name, (b, o) in slots.items():

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from benchmarks.gpu.common.checks import relative_error
 from benchmarks.gpu.common.device import device_header
+from benchmarks.gpu.serving.routing_gaps import with_routing_gaps
 from benchmarks.gpu.forward_step.model import chunk_steps, forward
 from benchmarks.gpu.serving import runner_check
 from dynamo_oss.catalog.models import GPT_OSS_120B
@@ -35,7 +35,6 @@ from dynamo_oss.engines.gptoss.sampling import SamplingParams
 from dynamo_oss.engines.gptoss.scheduler import Limits, Scheduler
 from dynamo_oss.engines.gptoss.sequence import Sequence, StopRule
 from dynamo_oss.engines.gptoss.forward import attention, layer
-from dynamo_oss.engines.gptoss.forward import experts as mxfp4_experts
 from dynamo_oss.engines.gptoss.forward.model import Model
 
 LAYERS = [1, 2, 4, 8, 36]
@@ -180,26 +179,13 @@ def localized(layers: int) -> dict:
     def routing_gaps(request: str) -> torch.Tensor:
         """[layers, positions]: each token's gap between its 4th and 5th router logit, in the reference pass
         (a near-tie is where rounding elsewhere can flip one of its experts)."""
-        gaps, moe_block = [], mxfp4_experts.moe_block
-
-        def recording(x, weight, bias, experts, k):  # noqa: ANN001, ANN202 - moe_block's signature
-            top = torch.topk(F.linear(x, weight, bias).float(), k + 1, dim=-1).values
-            gaps.append(top[:, k - 1] - top[:, k])
-            return moe_block(x, weight, bias, experts, k)
-
-        mxfp4_experts.moe_block = recording
-        try:
-            ids = torch.tensor(full[request], device="cuda")
-            with torch.no_grad():
-                runner.model.forward(
-                    ids,
-                    torch.arange(len(ids), device="cuda"),
-                    one_row("varlen", runner.model, len(ids)),
-                    slice(-1, None),
-                )
-        finally:
-            mxfp4_experts.moe_block = moe_block
-        return torch.stack(gaps)
+        ids = torch.tensor(full[request], device="cuda")
+        positions = torch.arange(len(ids), device="cuda")
+        with torch.no_grad():
+            _, gaps = with_routing_gaps(
+                lambda: runner.model.forward(ids, positions, one_row("varlen", runner.model, len(ids)), slice(-1, None))
+            )
+        return gaps
 
     batched = judged(run(list(runner_check.PROMPTS), True, name))
     alone = {request: max(r["error"] for r in judged(run([request], False, None))) for request in full}

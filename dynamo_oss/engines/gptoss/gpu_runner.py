@@ -36,18 +36,17 @@ from dynamo_oss.engines.gptoss.forward import attention, layer
 from dynamo_oss.engines.gptoss.forward import experts as mxfp4_experts
 from dynamo_oss.engines.gptoss.forward.model import Model
 from dynamo_oss.engines.gptoss.graph_inputs import pool_blocks
-from dynamo_oss.engines.gptoss.handoff import KvHandoff, TransferSource
 from dynamo_oss.engines.gptoss.kv_index import StepIndex, step_index
 from dynamo_oss.engines.gptoss.kv_layout import PoolName
-from dynamo_oss.engines.gptoss.kv_transfer import KvTransfer, PoolMemory
-from dynamo_oss.engines.gptoss.model_runner import BatchRow, RunnerSetup, StepBatch, TransferProgress
+from dynamo_oss.engines.gptoss.kv_transfer import HandsOver, KvTransfer, PoolMemory
+from dynamo_oss.engines.gptoss.model_runner import BatchRow, RunnerSetup, StepBatch
 
 DEVICE = "cuda"
 ACTIVATION_HEADROOM_BYTES = 2 * 2**30  # beyond the measured peak: cuBLAS and triton workspaces, fragmentation
 SEED_MIX = 0x9E3779B97F4A7C15  # spreads (seed, position) over the generator's 64-bit seeds
 
 
-class GpuModelRunner:
+class GpuModelRunner(HandsOver):
     def __init__(self, setup: RunnerSetup) -> None:
         self.setup = setup
         self.shape, args = setup.shape, setup.args
@@ -206,19 +205,6 @@ class GpuModelRunner:
             uniforms[i].uniform_(generator=generator)
         temperature = torch.tensor(temperatures, device=DEVICE, dtype=torch.float32)
         return sampling.sample(torch, logits, temperature, uniforms)
-
-    # The handoff, through the pools' NIXL agent.
-
-    def transfer_source(self) -> TransferSource:
-        assert self.transfer is not None, "a prefill worker's runner hands over"
-        return self.transfer.source()
-
-    def receive(self, request_id: str, handoff: KvHandoff, pairs: Mapping[PoolName, list[tuple[int, int]]]) -> None:
-        assert self.transfer is not None, "a decode worker's runner receives"
-        self.transfer.receive(request_id, handoff.handoff_id, handoff.source, pairs)
-
-    def poll_transfers(self) -> TransferProgress:
-        return self.transfer.poll() if self.transfer is not None else TransferProgress()
 
     def close(self) -> None:
         if self.transfer is not None:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from dynamo_oss.engines.gptoss.engine import NIXL_MODULES
-from dynamo_oss.engines.gptoss.handoff import RemotePool, TransferSource
+from dynamo_oss.engines.gptoss.handoff import KvHandoff, RemotePool, TransferSource
 from dynamo_oss.engines.gptoss.kv_layout import PoolName
 from dynamo_oss.engines.gptoss.model_runner import TransferProgress
 
@@ -216,3 +216,21 @@ class KvTransfer:
         for registered in self._registered:
             self.agent.deregister_memory(registered)
         self.agent = None
+
+
+class HandsOver:
+    """The model runner's handoff methods (model_runner.ModelRunner's) over its `transfer`: the pools' agent
+    for a prefill or decode worker, None for an aggregated one, which moves no KV."""
+
+    transfer: KvTransfer | None = None
+
+    def transfer_source(self) -> TransferSource:
+        assert self.transfer is not None, "a prefill worker's runner hands over"
+        return self.transfer.source()
+
+    def receive(self, request_id: str, handoff: KvHandoff, pairs: Mapping[PoolName, list[tuple[int, int]]]) -> None:
+        assert self.transfer is not None, "a decode worker's runner receives"
+        self.transfer.receive(request_id, handoff.handoff_id, handoff.source, pairs)
+
+    def poll_transfers(self) -> TransferProgress:
+        return self.transfer.poll() if self.transfer is not None else TransferProgress()
