@@ -43,6 +43,7 @@ from dynamo_oss.perf.costs import (
     kv_handoff_bandwidth,
 )
 from dynamo_oss.perf.layout import Layout, Role
+from dynamo_oss.perf.measured_steps import MeasuredSteps
 from dynamo_oss.perf.speculation import CHAT, AcceptanceProfile
 
 BLOCK_SIZE = DEFAULT_TOKENS_PER_BLOCK  # the mocker stands in for TensorRT-LLM, so it keeps its KV block
@@ -85,16 +86,22 @@ def prefill_curve_ms(
 
 
 def profile_tables(
-    cost: CostModel, role: Role, prompt_tokens: int | None = None, decode_batch: float = 1.0, cached_tokens: int = 0
+    cost: CostModel,
+    role: Role,
+    prompt_tokens: int | None = None,
+    decode_batch: float = 1.0,
+    cached_tokens: int = 0,
+    steps: MeasuredSteps | None = None,
 ) -> dict[str, np.ndarray]:
     """The five arrays of a dynamo_profile for one pool role; prompt_tokens, decode_batch and
-    cached_tokens as in `prefill_curve_ms`."""
+    cached_tokens as in `prefill_curve_ms`; from an engine's measured `steps` where given, else the cost's."""
     shape = cost.shape
     new = _grid(4 * max(cost.pool.max_num_tokens, prompt_tokens or 0), 64)
-    prefill = prefill_curve_ms(cost, role, new, prompt_tokens, decode_batch, cached_tokens)
-
     context = _grid(shape.max_context, 40)
     active = _grid(1.05 * max(cost.kv_capacity_tokens(), shape.max_context), 72)
+    if steps is not None:
+        return steps.profile_tables(role, (new, context, active), prompt_tokens, decode_batch, cached_tokens)
+    prefill = prefill_curve_ms(cost, role, new, prompt_tokens, decode_batch, cached_tokens)
     kv, ctx = np.meshgrid(active, context, indexing="ij")
     decode = cost.decode_ms(kv / ctx, ctx)
     return {
@@ -116,6 +123,7 @@ def simulated_timing(
     acceptance: AcceptanceProfile = CHAT,
     cached_tokens: int = 0,
     factors: Factors | None = None,
+    steps: MeasuredSteps | None = None,
 ) -> SimulatedTiming:
     """The speed and capacity of one worker of `layout`'s `role` pool, its profile to be written
     at `profile` (the mocker's --planner-profile-data, or its dynamo_profile timing model).
@@ -123,11 +131,12 @@ def simulated_timing(
     prompt_tokens, decode_batch and cached_tokens describe the workload (`profile_tables`); a served graph,
     which knows neither, charges a chunk as one whole prompt beside one decode. A speculative pool's
     decode steps are its drafting and verifying steps, and the mocker draws the drafts each step keeps
-    from `acceptance` (chat traffic's unless the workload says)."""
+    from `acceptance` (chat traffic's unless the workload says). `steps`: an engine's measured steps in place
+    of the cost model's (measured_steps.py); the capacities stay the cost model's."""
     factors = factors or fitted_factors()
     pool = layout.pools[role]
     cost = CostModel.for_pool(layout, role, factors)
-    tables = profile_tables(cost, role, prompt_tokens, decode_batch, cached_tokens)
+    tables = profile_tables(cost, role, prompt_tokens, decode_batch, cached_tokens, steps)
     about = {
         "layout": layout.model_dump(),
         "role": role,

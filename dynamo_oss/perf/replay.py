@@ -21,6 +21,7 @@ from dynamo_oss.engines.mocker import replay_engine_args
 from dynamo_oss.perf.costs import CostModel, Factors, fitted_factors, kv_handoff_ms
 from dynamo_oss.perf.graphs import layout_from_deployment, simulated_timings
 from dynamo_oss.perf.layout import Layout, Role, Workload
+from dynamo_oss.perf.measured_steps import MeasuredSteps
 from dynamo_oss.perf.metrics import RequestRecord, ServingPoint, serving_point
 from dynamo_oss.perf.profiles import BLOCK_SIZE, simulated_timing
 
@@ -51,10 +52,11 @@ def replay_args(
     factors: Factors,
     decode_batch: float = 1.0,
     cached_tokens: int = 0,
+    steps: MeasuredSteps | None = None,
 ) -> dict[str, object]:
     """Engine arguments and worker counts for Dynamo's replay, profiles written to folder; the
-    workload's ISL (its new tokens, after `cached_tokens` found in the KV cache), `decode_batch` and
-    acceptance as in `profiles.profile_tables`."""
+    workload's ISL (its new tokens, after `cached_tokens` found in the KV cache), `decode_batch`,
+    acceptance and an engine's measured `steps` as in `profiles.profile_tables`."""
     timings = {
         role: simulated_timing(
             layout,
@@ -65,6 +67,7 @@ def replay_args(
             acceptance=workload.profile,
             cached_tokens=cached_tokens,
             factors=factors,
+            steps=steps,
         )
         for role in layout.pools
     }
@@ -92,16 +95,19 @@ def simulate(
     *,
     requests: int | None = None,
     factors: Factors | None = None,
+    steps: MeasuredSteps | None = None,
 ) -> list[ServingPoint]:
     """Replay `workload` on `layout` at each concurrency; an aggregated pool's chunks are charged
-    beside the decode batch of that concurrency (`batch_beside_chunk`)."""
+    beside the decode batch of that concurrency (`batch_beside_chunk`); the steps an engine's measured
+    ones where `steps` is given (measured_steps.py), else the cost model's."""
     from dynamo.replay import run_synthetic_trace_replay
 
     factors = factors or fitted_factors()
     points = []
     with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
         for concurrency in concurrencies:
-            args = replay_args(layout, workload, Path(tmp), factors, batch_beside_chunk(layout, workload, concurrency))
+            beside = batch_beside_chunk(layout, workload, concurrency)
+            args = replay_args(layout, workload, Path(tmp), factors, beside, steps=steps)
             count = requests or default_requests(concurrency)
             report = run_synthetic_trace_replay(
                 workload.isl, workload.osl, count, replay_concurrency=concurrency, capture_per_request=True, **args

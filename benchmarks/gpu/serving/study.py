@@ -39,6 +39,7 @@ from benchmarks.gpu.serving.served import MODELS, PORT, Layout, Worker, served
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
 from dynamo_oss.perf.layout import Layout as PerfLayout
 from dynamo_oss.perf.layout import PoolLayout, Precision, Workload
+from dynamo_oss.perf.measured_steps import MeasuredSteps
 from dynamo_oss.perf.metrics import DEFINITIONS, RequestRecord, serving_point
 from dynamo_oss.perf.replay import simulate
 
@@ -53,6 +54,8 @@ PREDICTION = (
     "Dynamo's replay of the project's TensorRT-LLM model for the same H200s, layout and engine files "
     "(not fitted to the gptoss engine)"
 )
+PREDICTION_STEPS = "Dynamo's replay of the gptoss engine's own measured steps (dynamo_oss/perf/measured_steps.py)"
+STEPS = Path(__file__).parent / "results" / "run13_decode_graphs" / "step_times.json"  # the engine's steps, H200
 
 
 def prompt(index: int, isl: int) -> str:
@@ -184,33 +187,83 @@ def predicted_layout(name: str) -> PerfLayout:
     return PerfLayout(model=GPT_OSS_120B.name, hardware="h200", engine="trtllm", precision=precision, pools=pools)
 
 
-def report(paths: list[Path]) -> None:
+def predictions(layout: str, isl: int, osl: int, concurrencies: list[int], steps: MeasuredSteps) -> dict:
+    """The two predictions of one layout and workload: from the engine's measured steps, and from the
+    TensorRT-LLM model."""
+    perf, workload = predicted_layout(layout), Workload(isl=isl, osl=osl)
+    return {
+        "engine_steps": {
+            "what": f"{PREDICTION_STEPS} ({steps.device}, {steps.engine_file})",
+            "points": [point.model_dump() for point in simulate(perf, workload, concurrencies, steps=steps)],
+        },
+        "trtllm": {
+            "what": PREDICTION,
+            "points": [point.model_dump() for point in simulate(perf, workload, concurrencies)],
+        },
+    }
+
+
+FIGURES = {"tok_s_user": ("tok/s/user", 1), "tok_s_gpu": ("tok/s/GPU", 1), "ttft_mean_ms": ("TTFT mean ms", 0)}
+
+
+def table(title: str, rows: list[dict], columns: list[str]) -> list[str]:
+    """Each figure under each column (measured, then the predictions), a row a concurrency."""
+    head = ["C", *(f"{label} {column}" for label, _ in FIGURES.values() for column in columns)]
+    lines = [title, "", "| " + " | ".join(head) + " |", "|" + "---:|" * len(head)]
+    for row in rows:
+        cells = [str(row["concurrency"])]
+        for figure, (_, digits) in FIGURES.items():
+            cells += [f"{row[column][figure]:.{digits}f}" if row.get(column) else "-" for column in columns]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines + ["", f"tok/s/user: {DEFINITIONS['tok_s_user']}. tok/s/GPU: {DEFINITIONS['tok_s_gpu']}."]
+
+
+def report(paths: list[Path], steps_path: Path) -> None:
+    """Each measured study file with both predictions beside its points: JSON updated, a .md beside it."""
+    steps = MeasuredSteps.read(steps_path)
     for path in paths:
         study = json.loads(path.read_text())
         done = [point for point in study["points"] if point.get("figures")]
-        concurrencies = [point["concurrency"] for point in done]
-        predicted = simulate(
-            predicted_layout(study["layout"]), Workload(isl=study["isl"], osl=study["osl"]), concurrencies
+        study["prediction"] = predictions(
+            study["layout"], study["isl"], study["osl"], [point["concurrency"] for point in done], steps
         )
-        study["prediction"] = {"what": PREDICTION, "points": [point.model_dump() for point in predicted]}
         path.write_text(json.dumps(study, indent=1))
-        lines = [
-            f"{study['layout']}, {study['model']} (random weights), {study['gpus']} GPU(s), ISL {study['isl']} / OSL "
-            f"{study['osl']}; measured: {study['client']}; model: {PREDICTION}.",
-            "",
-            "| C | done | tok/s/user measured | model | tok/s/GPU measured | model | TTFT mean ms measured | model "
-            "| ITL p50 ms measured | model |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        rows = [
+            {
+                "concurrency": point["concurrency"],
+                "measured": point["figures"],
+                **{name: made["points"][i] for name, made in study["prediction"].items()},
+            }
+            for i, point in enumerate(done)
         ]
-        for point, model in zip(done, predicted, strict=True):
-            got = point["figures"]
-            lines.append(
-                f"| {point['concurrency']} | {len(point['records'])}/{point['sent']} | {got['tok_s_user']:.1f} | "
-                f"{model.tok_s_user:.1f} | {got['tok_s_gpu']:.1f} | {model.tok_s_gpu:.1f} | {got['ttft_mean_ms']:.0f} | "
-                f"{model.ttft_mean_ms:.0f} | {got['itl_p50_ms']:.1f} | {model.itl_p50_ms:.1f} |"
-            )
-        lines += ["", f"tok/s/user: {DEFINITIONS['tok_s_user']}. tok/s/GPU: {DEFINITIONS['tok_s_gpu']}."]
+        title = (
+            f"{study['layout']}, {study['model']} (random weights), {study['gpus']} GPU(s), ISL {study['isl']} / OSL "
+            f"{study['osl']}; measured: {study['client']}; engine_steps: {study['prediction']['engine_steps']['what']}; "
+            f"trtllm: {PREDICTION}."
+        )
+        lines = table(title, rows, ["measured", "engine_steps", "trtllm"])
         path.with_suffix(".md").write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+
+
+def predict(args: argparse.Namespace) -> None:
+    """The layouts' predictions alone, from the engine's steps, for runs not yet made: one .json and .md."""
+    steps = MeasuredSteps.read(args.steps)
+    args.out.mkdir(parents=True, exist_ok=True)
+    for osl in args.osl:
+        made = {
+            layout: predictions(layout, args.isl, osl, args.concurrency, steps)["engine_steps"]
+            for layout in args.layout
+        }
+        rows = [
+            {"concurrency": c, **{layout: made[layout]["points"][i] for layout in args.layout}}
+            for i, c in enumerate(args.concurrency)
+        ]
+        title = f"Predicted, not measured: ISL {args.isl} / OSL {osl}, {made[args.layout[0]]['what']}."
+        lines = table(title, rows, list(args.layout))
+        stem = args.out / f"predicted-{'-vs-'.join(args.layout)}-{args.isl}-{osl}"
+        stem.with_suffix(".json").write_text(json.dumps(made, indent=1))
+        stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
 
 
@@ -226,13 +279,23 @@ def main() -> None:
     run.add_argument("--requests", type=int, help="requests a point (default: 3 per user, at least 4)")
     run.add_argument("--assets", type=Path, required=True)
     run.add_argument("--out", type=Path, required=True)
-    done = verbs.add_parser("report", help="add the model's prediction to measured study JSON files")
+    done = verbs.add_parser("report", help="set the predictions beside measured study JSON files")
     done.add_argument("paths", type=Path, nargs="+")
+    done.add_argument("--steps", type=Path, default=STEPS, help=f"the engine's measured steps (default {STEPS})")
+    ahead = verbs.add_parser("predict", help="the predictions alone, from the engine's steps, for layouts not run")
+    ahead.add_argument("--layout", choices=sorted(LAYOUTS), nargs="+", required=True)
+    ahead.add_argument("--isl", type=int, default=32768)
+    ahead.add_argument("--osl", type=int, nargs="+", default=[256])
+    ahead.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    ahead.add_argument("--steps", type=Path, default=STEPS, help=f"the engine's measured steps (default {STEPS})")
+    ahead.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
     if args.verb == "measure":
         measure(args)
+    elif args.verb == "report":
+        report(args.paths, args.steps)
     else:
-        report(args.paths)
+        predict(args)
 
 
 if __name__ == "__main__":
