@@ -42,6 +42,7 @@ class Worker:
     role: str  # agg, prefill or decode: its engine file is the shipped gpt-oss-120b-h200-ROLE.yaml
     gpu: int
     kv_tokens: int | None = None  # caps its KV (kv_cache_config.max_tokens), to share a GPU with another
+    logs_handoffs: bool = False  # a decode worker's handoff_config.timing_log, in the run folder
 
 
 @dataclass(frozen=True)
@@ -71,13 +72,22 @@ def environment(assets: Path, run: Path) -> dict[str, str]:
     }
 
 
+def handoff_log(worker: Worker, run: Path) -> Path:
+    return run / f"{worker.name}-handoffs.jsonl"
+
+
 def engine_file(worker: Worker, run: Path) -> Path:
-    """The shipped engine file of the worker's role, with its KV capped if it shares its GPU."""
+    """The shipped engine file of the worker's role, with its KV capped if it shares its GPU and its
+    handoffs logged if asked."""
     shipped = ENGINES / f"gpt-oss-120b-h200-{worker.role}.yaml"
-    if worker.kv_tokens is None:
+    if worker.kv_tokens is None and not worker.logs_handoffs:
         return shipped
     args = yaml.safe_load(shipped.read_text())
-    args["kv_cache_config"]["max_tokens"] = worker.kv_tokens
+    if worker.kv_tokens is not None:
+        args["kv_cache_config"]["max_tokens"] = worker.kv_tokens
+    if worker.logs_handoffs:
+        handoff_log(worker, run).unlink(missing_ok=True)
+        args.setdefault("handoff_config", {})["timing_log"] = str(handoff_log(worker, run))
     path = run / f"{worker.name}.yaml"
     path.write_text(yaml.safe_dump(args))
     return path
@@ -139,7 +149,12 @@ def served(layout: Layout, model: ModelShape, assets: Path, logs: Path) -> Itera
                     command, env={**env, **own}, stdout=log, stderr=subprocess.STDOUT, cwd=REPO
                 )
         ready_s = wait_served(processes, model, time.monotonic() + READY_TIMEOUT_S)
-        yield {"commands": {name: command[1:] for name, command in argv.items()}, "ready_s": ready_s}
+        logs = {worker.name: str(handoff_log(worker, run)) for worker in layout.workers if worker.logs_handoffs}
+        yield {
+            "commands": {name: command[1:] for name, command in argv.items()},
+            "ready_s": ready_s,
+            "handoff_logs": logs,
+        }
     finally:
         for process in processes.values():
             process.terminate()

@@ -4,7 +4,7 @@ performance model's prediction for the same layout beside each point.
 
     python -m benchmarks.gpu.serving.study measure --layout agg-1 --isl 32768 --osl 256 1024 \\
         --concurrency 1 2 4 8 --assets DIR --out DIR          # on the GPU machine: DIR/study-*.json
-    python -m benchmarks.gpu.serving.study report DIR/study-*.json   # here: the prediction, study-*.md
+    python -m benchmarks.gpu.serving.study report DIR/study-*.json   # here: the predictions, study-*.md
 
 Layouts (served.py starts them, each worker on its GPU, the KV router in front as graphs/gptoss has it):
 - agg-1: one aggregated worker on GPU 0, what one lent GPU allows (round robin: one worker, nothing to route);
@@ -19,9 +19,17 @@ carrying a token (TTFT) and its last (end to end), and dynamo_oss.perf.metrics c
 those records as aiperf does (tok/s/user = mean of 1000 / ITL, ITL = (e2e - TTFT) / (OSL - 1); tok/s/GPU =
 output tokens / duration / GPUs). aiperf itself is not carried: this client computes the same and says so.
 
-The prediction is Dynamo's replay of the project's performance model for TensorRT-LLM on the same GPU,
-layout and engine files (one H200 a worker, TP1, MXFP4 experts, BF16 KV): not yet fitted to this engine,
-whose steps step_times.py measures against it (RESULTS.md), and every table says so.
+In disagg-1p1d the decode worker logs every handoff it reads (handoff_config.timing_log: bytes,
+descriptors, time from posting the NIXL read to the poll that saw it done), and each point reports their
+median time and rate beside NIXL's measured rate between two H200s.
+
+Two predictions stand beside each point, both Dynamo's replay of the same layout and engine files:
+`engine_steps`, of this engine's own steps as step_times.py measured them on an H200
+(dynamo_oss/perf/measured_steps.py; STEPS), and `trtllm`, of the project's performance model for
+TensorRT-LLM on the same GPU (TP1, MXFP4 experts, BF16 KV), which is not fitted to this engine. `predict`
+gives the first alone for layouts not yet run:
+
+    python -m benchmarks.gpu.serving.study predict --layout agg-2 disagg-1p1d --osl 256 1024 --out DIR
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import numpy as np
 
 from benchmarks.gpu.serving.served import MODELS, PORT, Layout, Worker, served
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
@@ -46,7 +55,9 @@ from dynamo_oss.perf.replay import simulate
 LAYOUTS = {
     "agg-1": Layout("agg-1", (Worker("agg-0", "agg", 0),), router="round-robin"),  # one worker: nothing to route
     "agg-2": Layout("agg-2", (Worker("agg-0", "agg", 0), Worker("agg-1", "agg", 1))),
-    "disagg-1p1d": Layout("disagg-1p1d", (Worker("prefill", "prefill", 0), Worker("decode", "decode", 1))),
+    "disagg-1p1d": Layout(
+        "disagg-1p1d", (Worker("prefill", "prefill", 0), Worker("decode", "decode", 1, logs_handoffs=True))
+    ),
 }
 REQUEST_TIMEOUT_S = 600.0
 POINT_TIMEOUT_S = 240.0  # a point stops sending after this; what finished is what it reports
@@ -138,6 +149,28 @@ async def sweep_point(
     return point
 
 
+def handoffs_since(logs: dict[str, str], seen: dict[str, int]) -> dict:
+    """The decode workers' handoffs logged since `seen` (lines read a log, which it updates): how many, and their
+    median and p90 time and rate (bytes / time: the read's, as the decode worker polled it)."""
+    rows = []
+    for name, path in logs.items():
+        lines = Path(path).read_text().splitlines() if Path(path).exists() else []
+        rows += [json.loads(line) for line in lines[seen.get(name, 0) :]]
+        seen[name] = len(lines)
+    summary: dict = {"count": len(rows)}
+    if rows:
+        ms = np.array([row["ms"] for row in rows])
+        rate = np.array([row["bytes"] / max(row["ms"], 1e-3) / 1e6 for row in rows])  # GB/s
+        summary.update(
+            ms_p50=float(np.percentile(ms, 50)),
+            ms_p90=float(np.percentile(ms, 90)),
+            gb_s_p50=float(np.percentile(rate, 50)),
+            mib_p50=float(np.percentile([row["bytes"] / 2**20 for row in rows], 50)),
+            descriptors_p50=float(np.percentile([row["descriptors"] for row in rows], 50)),
+        )
+    return summary
+
+
 def measure(args: argparse.Namespace) -> None:
     """Serve the layout once and sweep it at each output length in turn, one JSON file each."""
     layout, model = LAYOUTS[args.layout], MODELS[args.model]
@@ -145,7 +178,8 @@ def measure(args: argparse.Namespace) -> None:
     with served(layout, model, args.assets, args.out) as started:
         print(f"{layout.name}: served after {started['ready_s']:.0f} s", flush=True)
         asyncio.run(sweep_point(model, args.isl, args.osl[0], 1, 1, 0, layout.gpus))  # warm-up, not reported
-        first = 1
+        first, seen = 1, {}
+        handoffs_since(started["handoff_logs"], seen)  # the warm-up's, left out
         for osl in args.osl:
             report: dict = {
                 "layout": layout.name,
@@ -162,6 +196,7 @@ def measure(args: argparse.Namespace) -> None:
                 requests = args.requests or max(4, 3 * concurrency)
                 point = asyncio.run(sweep_point(model, args.isl, osl, concurrency, requests, first, layout.gpus))
                 first += requests
+                point["handoffs"] = handoffs_since(started["handoff_logs"], seen)
                 report["points"].append(point)
                 got = point.get("figures") or {}
                 print(
@@ -242,6 +277,13 @@ def report(paths: list[Path], steps_path: Path) -> None:
             f"trtllm: {PREDICTION}."
         )
         lines = table(title, rows, ["measured", "engine_steps", "trtllm"])
+        timed = [(point["concurrency"], point["handoffs"]) for point in done if point.get("handoffs", {}).get("count")]
+        lines += [
+            f"Handoffs at C={c}: {h['count']}, {h['mib_p50']:.0f} MiB and {h['descriptors_p50']:.0f} descriptors each, "
+            f"{h['ms_p50']:.1f} ms p50 / {h['ms_p90']:.1f} ms p90, {h['gb_s_p50']:.0f} GB/s p50 (NIXL between two "
+            "H200s: 278-303 GB/s for consecutive blocks, 107-144 GB/s scattered; benchmarks/gpu/kv_handoff)."
+            for c, h in timed
+        ]
         path.with_suffix(".md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
 

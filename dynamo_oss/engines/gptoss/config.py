@@ -81,6 +81,11 @@ class HandoffConfig(_Strict):
         description="a decode worker's read of a request's KV from its prefill worker fails past this (a peer "
         "gone); the request then ends with an error Dynamo's frontend may migrate",
     )
+    timing_log: str | None = Field(
+        None,
+        description="a file a decode worker appends one JSON line to for every handoff it reads (request, bytes, "
+        "descriptors, milliseconds from posting the read to seeing it done): for measurements; unset, none",
+    )
 
 
 class GptOssArgs(_Strict):

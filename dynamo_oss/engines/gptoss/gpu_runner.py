@@ -27,6 +27,7 @@ scheduled batch through the block tables, and sampling on the device.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -123,7 +124,9 @@ class GpuModelRunner(HandsOver):
                 name: PoolMemory(pool.data_ptr(), pool.shape[0], pool[0].nbytes, pool.device.index or 0, "VRAM")
                 for name, pool in self.kv.items()
             }
-            self.transfer = KvTransfer(memory, self.setup.args.handoff_config.transfer_timeout_s)
+            handoff = self.setup.args.handoff_config
+            timing_log = Path(handoff.timing_log) if handoff.timing_log else None
+            self.transfer = KvTransfer(memory, handoff.transfer_timeout_s, timing_log=timing_log)
 
     # One step.
 

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import base64
 import importlib
+import json
 import logging
 import os
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
 from dynamo_oss.engines.gptoss.engine import NIXL_MODULES
@@ -88,6 +90,9 @@ def nixl_api() -> Any:
 class _Reading:
     handle: Any
     deadline: float
+    posted: float
+    bytes: int
+    descriptors: int
 
 
 class KvTransfer:
@@ -100,9 +105,10 @@ class KvTransfer:
         timeout_s: float,
         name: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        timing_log: Path | None = None,
     ) -> None:
         nixl = nixl_api()
-        self.pools, self.timeout_s, self.clock = dict(pools), timeout_s, clock
+        self.pools, self.timeout_s, self.clock, self.timing_log = dict(pools), timeout_s, clock, timing_log
         self.name = name or f"gptoss-{uuid.uuid4().hex[:16]}"
         self.agent = nixl.nixl_agent(self.name, nixl.nixl_agent_config(backends=[BACKEND]))
         self._registered = [
@@ -154,7 +160,8 @@ class KvTransfer:
             log.warning("gptoss: the KV handoff of request %s could not start: %s", request_id, err)
             self._failed.append(request_id)
             return
-        self._reading[request_id] = _Reading(handle, self.clock() + self.timeout_s)
+        now, moved = self.clock(), sum(length for _, length, _ in local)
+        self._reading[request_id] = _Reading(handle, now + self.timeout_s, now, moved, len(local))
 
     def _peer(self, source: TransferSource) -> str:
         if self._peers.get(source.agent) != source.metadata:
@@ -189,9 +196,23 @@ class KvTransfer:
             self._release(reading.handle)
             del self._reading[request_id]
             (received if state == "DONE" else failed).append(request_id)
+            if state == "DONE" and self.timing_log is not None:
+                self._log_timing(request_id, reading, now)
         notes = self.agent.get_new_notifs()
         read = [message.decode() for messages in notes.values() for message in messages]
         return TransferProgress(received=received, failed=failed, read=read)
+
+    def _log_timing(self, request_id: str, reading: _Reading, now: float) -> None:
+        """One line a handoff read; its time is from posting to the poll that saw it done (the engine polls
+        every few milliseconds while KV is on the way), so it is an upper bound by that much."""
+        line = {
+            "request_id": request_id,
+            "bytes": reading.bytes,
+            "descriptors": reading.descriptors,
+            "ms": round((now - reading.posted) * 1e3, 3),
+        }
+        with self.timing_log.open("a") as log:
+            log.write(json.dumps(line) + "\n")
 
     def _release(self, handle: Any) -> None:
         try:

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -53,8 +54,10 @@ def until(
 def transfers() -> Iterator[Callable[..., KvTransfer]]:
     opened: list[KvTransfer] = []
 
-    def open_one(pools: dict[str, PoolMemory], timeout_s: float = DEADLINE_S) -> KvTransfer:
-        opened.append(KvTransfer(pools, timeout_s))
+    def open_one(
+        pools: dict[str, PoolMemory], timeout_s: float = DEADLINE_S, timing_log: Path | None = None
+    ) -> KvTransfer:
+        opened.append(KvTransfer(pools, timeout_s, timing_log=timing_log))
         return opened[-1]
 
     yield open_one
@@ -87,6 +90,19 @@ def test_a_decode_worker_reads_scattered_blocks_of_both_pools_and_the_prefill_wo
     notified = until(prefill.poll, lambda seen: any(p.read for p in seen))
     assert [p.read for p in notified if p.read] == [[handoff_id]]
     assert decode.reading == 0
+
+
+def test_a_decode_worker_can_log_each_read_s_bytes_descriptors_and_time(transfers, tmp_path: Path) -> None:
+    _, prefill_pools = host_pools(fill=None)
+    _, decode_pools = host_pools(fill=0)
+    log = tmp_path / "handoffs.jsonl"
+    prefill, decode = transfers(prefill_pools), transfers(decode_pools, timing_log=log)
+    pairs = {"full": [(3, 9), (4, 10), (5, 2)], "window": [(7, 0)]}  # runs: 3-4 -> 9-10, 5 -> 2, 7 -> 0
+    decode.receive("req-timed", uuid.uuid4().hex, prefill.source(), pairs)
+    until(decode.poll, lambda seen: any(p.received for p in seen))
+    (line,) = [json.loads(text) for text in log.read_text().splitlines()]
+    assert line["request_id"] == "req-timed" and line["descriptors"] == 3
+    assert line["bytes"] == 3 * BLOCK_BYTES["full"] + BLOCK_BYTES["window"] and line["ms"] >= 0
 
 
 def test_metadata_that_is_not_the_named_agent_s_fails_the_request_not_the_worker(transfers) -> None:
