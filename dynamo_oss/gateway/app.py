@@ -830,8 +830,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.head_only = head_only
         self.done = asyncio.get_running_loop().create_future()
-        acknowledge_at_once(self.socket)
         self.transport.write(request)
+        acknowledge_at_once(self.socket)  # after the request: sending it is what turns delayed ACKs on
         try:
             await self.done
         finally:
@@ -840,7 +840,6 @@ class UpstreamConnection(asyncio.Protocol):
                 self.gateway.keep(self)
 
     def data_received(self, data: bytes) -> None:
-        acknowledge_at_once(self.socket)
         if self.parser is None or self.client is None:
             self.transport.close()  # bytes outside an exchange: the connection is not reusable
             return
@@ -1034,7 +1033,10 @@ def head_too_large() -> ApiError:
 def acknowledge_at_once(sock: socket.socket | None) -> None:
     """A sender with Nagle's algorithm on (Dynamo's frontend; some clients for a request's body)
     holds a small write until the one before it is acknowledged, and Linux delays acknowledgements
-    by up to 40 ms. Quick-ACK mode, which the kernel drops after each receive and so is set again
-    on each, lets those writes go out at once."""
+    by up to 40 ms. Quick-ACK mode lets those writes go out at once. The kernel leaves it when this
+    side sends soon after it received (it takes the connection for request and answer): a client's
+    connection sets it again on each read, the frontend's once an exchange, after the request is sent,
+    since the gateway sends nothing more there until the answer is whole (a setsockopt through uvloop's
+    socket stand-in costs a few microseconds, which a read of the answer, one or two tokens, need not pay)."""
     if QUICKACK is not None and sock is not None:
         sock.setsockopt(socket.IPPROTO_TCP, QUICKACK, 1)
