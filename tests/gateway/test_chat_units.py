@@ -8,6 +8,7 @@ from __future__ import annotations
 import datetime
 import json
 
+import msgspec
 import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
@@ -15,7 +16,7 @@ from dynamo_oss.conformance.reference import reference_prompt
 from dynamo_oss.gateway.chat.conversation import conversation
 from dynamo_oss.gateway.chat.stream import ChatBuilder
 from dynamo_oss.gateway.errors import ApiError
-from dynamo_oss.gateway.harmony.completion import CompletionAnswer
+from dynamo_oss.gateway.harmony.completion import CompletionAnswer, MissingTokenIds
 from dynamo_oss.gateway.harmony.rendering import RenderCache, encoding, render
 from dynamo_oss.gateway.protocol.chat import ChatRequest
 from tests.support.harmony import completion_chunks, harmony_ids
@@ -200,3 +201,41 @@ def test_a_worker_failing_mid_answer_ends_the_stream_with_dynamo_s_error_and_fai
     whole = CompletionAnswer(ChatBuilder(request, prompt, False), False)
     with pytest.raises(ConnectionError):  # the shell answers a retryable 503
         whole.feed(failed)
+
+
+def test_a_completion_chunk_is_read_for_its_token_ids_finish_and_usage_whatever_else_it_carries() -> None:
+    """Only the fields the answer reads are decoded (harmony/completion.py): the rest of Dynamo's chunk, nulls and
+    fields it may add, are skipped; text without its token ids, or ids that are not integers, fail the answer."""
+    request = chat(messages=[{"role": "user", "content": "hi"}], stream=True, stream_options={"include_usage": True})
+    prompt = render(conversation(request, TODAY), RenderCache())
+    answer = CompletionAnswer(ChatBuilder(request, prompt, True), True)
+    tokens = harmony_ids("<|channel|>final<|message|>Hi.")
+    chunk = {
+        "id": "cmpl-1",
+        "choices": [{"text": "<|channel|>final", "index": 0, "logprobs": None, "new_field": {"a": [1]}}],
+        "created": 1,
+        "model": "m",
+        "system_fingerprint": None,
+        "object": "text_completion",
+        "usage": None,
+        "nvext": {"completion_token_ids": tokens[:2], "timing": {"x": 1.5}},
+    }
+    last = {"choices": [{"text": "", "index": 0, "finish_reason": "length"}], "nvext": {"completion_token_ids": []}}
+    usage = {"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": len(tokens)}, "nvext": None}
+    rest = {
+        "choices": [{"text": "<|message|>Hi.", "finish_reason": None}],
+        "nvext": {"completion_token_ids": tokens[2:]},
+    }
+    out = b"".join(answer.feed(b"data: " + json.dumps(c).encode() + b"\n\n") for c in (chunk, rest, last, usage))
+    out += answer.end()
+    read = chunks(out)
+    assert "".join(c.choices[0].delta.content or "" for c in read if c.choices) == "Hi."
+    assert read[-2].choices[0].finish_reason == "length" and read[-1].usage.prompt_tokens == 9  # type: ignore[union-attr]
+    for unread in (
+        {"choices": [{"text": "Hi"}]},
+        {"choices": [{"text": "Hi"}], "nvext": {"completion_token_ids": ["1"]}},
+    ):
+        failing = CompletionAnswer(ChatBuilder(request, prompt, True), True)
+        with pytest.raises((MissingTokenIds, msgspec.ValidationError)) as raised:  # the exchange answers a 500
+            failing.feed(b"data: " + json.dumps(unread).encode() + b"\n\n")
+        assert "completion_token_ids" in str(raised.value)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import msgspec
 import orjson
 
 from dynamo_oss.engines.harmony.grammar import forced_call_grammar
@@ -123,6 +124,28 @@ class FailedMidAnswer(ConnectionError):
     stream had its answer: retryable, as the frontend going away is."""
 
 
+class _Choice(msgspec.Struct):
+    text: Any = None
+    finish_reason: Any = None
+
+
+class _Extensions(msgspec.Struct):
+    completion_token_ids: list[int] | None = None
+
+
+class _Chunk(msgspec.Struct):
+    """What the answer reads of one of Dynamo's completion chunks. Decoded to these fields only: the chunk's
+    id, model, object and the like are skipped, never built (a chunk a token: its decoding is per-token work)."""
+
+    choices: list[_Choice] | None = None
+    usage: Any = None
+    error: Any = None
+    nvext: _Extensions | None = None
+
+
+CHUNK = msgspec.json.Decoder(_Chunk)
+
+
 class CompletionAnswer:
     """The completion's SSE chunks in; the API's events out as they come (text/event-stream), or,
     for a client that does not stream, its one answer object at the end (application/json)."""
@@ -163,19 +186,18 @@ class CompletionAnswer:
         for event in events:
             if not event.startswith(b"data: {"):
                 continue  # [DONE], comments
-            chunk = orjson.loads(memoryview(event)[6:])
-            if isinstance(chunk.get("error"), dict):  # a worker failed mid-stream: Dynamo's retryable error
-                return out + self._tokens(token_ids) + self._fail(chunk["error"])
-            if chunk.get("usage"):
-                self.usage = chunk["usage"]
-            choices = chunk.get("choices")
-            if not choices:
+            chunk = CHUNK.decode(event[6:])
+            if isinstance(chunk.error, dict):  # a worker failed mid-stream: Dynamo's retryable error
+                return out + self._tokens(token_ids) + self._fail(chunk.error)
+            if chunk.usage:
+                self.usage = chunk.usage
+            if not chunk.choices:
                 continue
-            choice = choices[0]
-            if choice.get("finish_reason"):
-                self.finish_reason = choice["finish_reason"]
-            ids = (chunk.get("nvext") or {}).get("completion_token_ids")
-            if ids is None and choice.get("text"):
+            choice = chunk.choices[0]
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+            ids = chunk.nvext.completion_token_ids if chunk.nvext is not None else None
+            if ids is None and choice.text:
                 raise MissingTokenIds("Dynamo's frontend returned no completion_token_ids for a completion's text")
             if ids:
                 token_ids += ids

@@ -1,0 +1,223 @@
+"""How the gateway reads Dynamo's frontend, against stand-ins: it acknowledges at once, so a frontend writing
+with Nagle's algorithm on is never held back by a delayed ACK, and a transformed answer is the same however
+the frontend's bytes are cut into reads (many chunks in one, an event split across reads or across chunks, a
+read ending inside a chunk's size line), with one write to the client a read at most."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import statistics
+import time
+
+import httpx
+import pytest
+
+from dynamo_oss.gateway.app import Gateway, UpstreamConnection, serve
+from dynamo_oss.gateway.chat.stream import ChatBuilder
+from dynamo_oss.gateway.forwarding import Clientless
+from dynamo_oss.gateway.graph_key import GraphKey
+from dynamo_oss.gateway.harmony.completion import CompletionAnswer
+from dynamo_oss.gateway.harmony.rendering import RenderCache, render
+from dynamo_oss.gateway.chat.conversation import conversation
+from dynamo_oss.gateway.protocol.chat import ChatRequest
+from dynamo_oss.gateway.routes import PassThrough, Upstream
+from tests.support.frontends import ANSWER
+from tests.support.harmony import completion_chunks, harmony_ids
+from tests.support.ports import free_ports
+
+DEADLINE_S = 10
+HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+DELAYED_ACK_S = 0.040  # Linux's least delayed ACK (TCP_DELACK_MIN): what a held event would wait at least
+PACED_EVENTS = 20
+EXCHANGES = 5
+
+
+class NaglingFrontend:
+    """Answers each POST with PACED_EVENTS events, each written once the client has read the one before, on a
+    socket with Nagle's algorithm on, as Dynamo's frontend writes: an event written while the one before is
+    unacknowledged waits for its ACK."""
+
+    def __init__(self) -> None:
+        self.read = asyncio.Queue[None]()  # one item each event the client has read
+
+    async def start(self) -> str:
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        return f"http://127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 0)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError:  # the gateway closed the connection
+                break
+            lines = head.lower().split(b"\r\n")
+            await reader.readexactly(next((int(line[15:]) for line in lines if line.startswith(b"content-length:")), 0))
+            writer.write(HEAD)
+            for index in range(PACED_EVENTS):
+                event = b"data: %d\n\n" % index
+                writer.write(b"%x\r\n%b\r\n" % (len(event), event))
+                await self.read.get()
+            writer.write(b"0\r\n\r\n")
+        writer.close()
+
+
+@pytest.mark.skipif(not hasattr(socket, "TCP_QUICKACK"), reason="quick-ACK is Linux's")
+def test_a_frontend_writing_with_nagle_s_algorithm_on_is_acknowledged_at_once_on_a_kept_connection() -> None:
+    """Sending the request turns delayed ACKs on (the kernel takes the connection for request and answer), and a
+    kept connection's next request follows an answer at once: unless the gateway asks for quick ACKs after each
+    request, the frontend's second event of every answer waits for a delayed ACK."""
+
+    async def run() -> list[float]:
+        frontend = NaglingFrontend()
+        gateway = Gateway([await frontend.start()], None, GraphKey(b"g" * 32))
+        gateway.routes.exact[(b"POST", b"/v1/paced")] = PassThrough(b"/v1/paced")
+        stop, port = asyncio.Event(), free_ports(1)[0]
+        serving = asyncio.ensure_future(serve(gateway, "127.0.0.1", port, 5, stop))
+        took = []
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=DEADLINE_S) as client:
+            await _listening(port)
+            for _ in range(EXCHANGES):
+                started, events = time.monotonic(), 0
+                async with client.stream("POST", "/v1/paced", content=b"{}") as answer:
+                    async for piece in answer.aiter_raw():
+                        for _ in range(piece.count(b"data: ")):
+                            events += 1
+                            frontend.read.put_nowait(None)
+                took.append(time.monotonic() - started)
+                assert events == PACED_EVENTS
+        assert len(gateway.idle[gateway.frontends.all[0].base]) == 1  # every exchange on the one kept connection
+        stop.set()
+        await asyncio.wait_for(serving, DEADLINE_S)
+        frontend.server.close()
+        return took
+
+    took = asyncio.run(run())
+    assert statistics.median(took) < DELAYED_ACK_S, f"exchanges took {[round(s * 1e3) for s in took]} ms"
+
+
+async def _listening(port: int) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        try:
+            _, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.close()
+            return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.02)  # polling the port against the deadline above
+
+
+class UnsentTransport:
+    """A frontend connection's transport in a test that hands the gateway the frontend's reads itself."""
+
+    def __init__(self) -> None:
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        return None
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def get_extra_info(self, name: str) -> None:
+        return None
+
+    def close(self) -> None:
+        self.closing = True
+
+    abort = close
+
+    def resume_reading(self) -> None:
+        return None
+
+
+def framed(events: list[bytes]) -> bytes:
+    """The answer's bytes as Dynamo's frontend sends them: its head, then a chunk each of `events`."""
+    return HEAD + b"".join(b"%x\r\n%b\r\n" % (len(event), event) for event in events) + b"0\r\n\r\n"
+
+
+FAILED = b'data: {"error":{"message":"Service temporarily unavailable","type":"service_unavailable","code":503}}\n\n'
+
+
+def answer_events(ending: str) -> list[bytes]:
+    """The stand-in frontend's completion (tests/support/frontends.py), a token a chunk, ended as `ending` says:
+    its usage ("answered"), or Dynamo's error for a worker that died four tokens in ("failed")."""
+    tokens = completion_chunks(harmony_ids(ANSWER), 1)
+    if ending == "failed":
+        return [*tokens[:4], FAILED, b"data: [DONE]\n\n"]
+    usage = {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 20}}
+    return [*tokens, b"data: " + json.dumps(usage).encode() + b"\n\n", b"data: [DONE]\n\n"]
+
+
+def chat_read_in(reads: list[bytes], **fields: object) -> tuple[list[dict], int, str]:
+    """A streamed chat answer (the request's `fields` added) to the frontend's bytes, handed to the gateway as
+    `reads`: the chunks the client reads (less their id and time, which each answer draws afresh), how many
+    writes carried them, and the stream they came in."""
+
+    async def run() -> list[tuple[bytes, bool]]:
+        request = ChatRequest.model_validate(
+            {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True, **fields}
+        )
+        transform = CompletionAnswer(ChatBuilder(request, render(conversation(request), RenderCache()), True), True)
+        gateway = Gateway(["http://127.0.0.1:1"], None, GraphKey(b"g" * 32))
+        written: list[tuple[bytes, bool]] = []
+        client = Clientless(
+            gateway,
+            "chat",
+            b"POST",
+            [],
+            Upstream(b"/v1/completions", b"{}", transform),
+            lambda *out: written.append(out),
+        )
+        connection = UpstreamConnection(gateway, gateway.frontends.all[0])
+        connection.connection_made(UnsentTransport())  # type: ignore[arg-type]
+        exchange = asyncio.ensure_future(connection.exchange(client, b"", False, transform))
+        await asyncio.sleep(0)  # the exchange has sent its request and waits for the answer
+        for read in reads:
+            connection.data_received(read)  # once the answer has ended early, the rest closes the connection
+        await asyncio.wait_for(exchange, DEADLINE_S)
+        return written
+
+    written = asyncio.run(run())
+    assert [last for _, last in written] == [False] * (len(written) - 1) + [True]
+    stream = b"".join(data for data, _ in written).decode()
+    chunks = [json.loads(line[6:]) for line in stream.splitlines() if line.startswith("data: {")]
+    return [{k: v for k, v in chunk.items() if k not in ("id", "created")} for chunk in chunks], len(written), stream
+
+
+def cut(data: bytes, size: int) -> list[bytes]:
+    return [data[start : start + size] for start in range(0, len(data), size)]
+
+
+def said(chunks: list[dict], field: str) -> str:
+    return "".join(chunk["choices"][0]["delta"].get(field) or "" for chunk in chunks if chunk.get("choices"))
+
+
+@pytest.mark.parametrize(
+    ("ending", "fields", "reasoning", "content", "last"),
+    [
+        ("answered", {}, "Think first.", "Hello there.", "data: [DONE]"),
+        ("answered", {"stop": [" there"]}, "Think first.", "Hello", "data: [DONE]"),  # ended early, mid-read
+        ("failed", {}, "Think", "", '"code":503}}'),  # Dynamo's error, then more, in one read
+    ],
+)
+def test_a_chat_answer_is_the_same_however_the_frontend_s_bytes_are_cut_into_reads(
+    ending: str, fields: dict, reasoning: str, content: str, last: str
+) -> None:
+    events = answer_events(ending)
+    whole = framed(events)
+    one_chunk_a_read = [HEAD] + [b"%x\r\n%b\r\n" % (len(event), event) for event in events] + [b"0\r\n\r\n"]
+    expected, writes, stream = chat_read_in(one_chunk_a_read, **fields)
+    assert said(expected, "reasoning") == reasoning and said(expected, "content") == content
+    assert stream.rstrip().endswith(last)
+    split_event = events[3]
+    in_two_chunks = [*events[:3], split_event[:20], split_event[20:], *events[4:]]  # an event across two chunks
+    for reads in ([whole], cut(whole, 1), cut(whole, 7), cut(whole, 64), cut(whole, 300), [framed(in_two_chunks)]):
+        answered, writes, _ = chat_read_in(reads, **fields)
+        assert answered == expected
+        assert writes <= len(reads) + 1  # a write a read at most, and the answer's end
+    assert chat_read_in([whole], **fields)[1] <= 2  # many chunks in one read: one write for all of them, the end
