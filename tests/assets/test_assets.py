@@ -598,13 +598,24 @@ async def _record_frontend_prompts(folder: Path, requests: dict[str, Any]) -> di
 
     prompts: dict[str, list[int]] = {}
     async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-        await _wait_until_serving(client, deadline=asyncio.get_running_loop().time() + 60)
+        deadline = asyncio.get_running_loop().time() + 60
+        await _wait_until_serving(client, deadline)
         for name, body in requests.items():
-            response = await client.post("/v1/chat/completions", json={"model": "gpt-oss", "max_tokens": 1, **body})
+            response = await _chat_when_routable(client, {"model": "gpt-oss", "max_tokens": 1, **body}, deadline)
             response.raise_for_status()
             prompts[name] = received.pop()
     assert all(not future.done() for future in serving)
     return prompts
+
+
+async def _chat_when_routable(client: Any, body: dict[str, Any], deadline: float) -> Any:
+    """The chat request's answer. The frontend can list the model a moment before its chat route has the
+    worker (a 404, which no worker saw): until the deadline, such a request is sent again."""
+    while True:
+        response = await client.post("/v1/chat/completions", json=body)
+        if response.status_code != 404 or asyncio.get_running_loop().time() > deadline:
+            return response
+        await asyncio.sleep(0.05)  # polling the frontend's route against the deadline above
 
 
 async def _wait_until_serving(client: Any, deadline: float) -> None:
