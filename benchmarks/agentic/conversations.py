@@ -109,6 +109,30 @@ def conversations(shape: Shape = Shape()) -> Iterator[list[dict]]:
         yield turns
 
 
+# The trace as text: a prompt made of the words of its KV blocks, so that turns share their prefixes.
+
+# One-token words of o200k (each with its leading space, checked in tests/benchmarks/test_agentic_live.py):
+# a block of BLOCK of them is BLOCK tokens, so the trace's blocks are the prompts' KV blocks.
+WORDS = (
+    "cache layer decode worker router token block latency batch queue prompt answer graph metric replica "
+    "memory bandwidth kernel tensor pipeline expert shard request stream budget target file test diff patch "
+    "build error warning line function class module import return value string number list table index "
+    "search result output input agent tool call read write open close start stop update"
+).split()
+
+
+def block_text(block: int) -> str:
+    """A KV block's worth of words, the same for the same block id in every conversation."""
+    rng = random.Random(block)
+    return "".join(" " + rng.choice(WORDS) for _ in range(BLOCK))
+
+
+def words_for(blocks: list[int], tokens: int) -> str:
+    """`tokens` one-token words from `blocks`' texts, in order."""
+    text = "".join(block_text(block) for block in blocks[: math.ceil(tokens / BLOCK)])
+    return "".join(" " + word for word in text.split()[:tokens])
+
+
 def header() -> dict:
     return {
         "schema": "dynamo.agentic_mooncake",

@@ -31,7 +31,6 @@ import json
 import math
 import os
 import platform
-import random
 import sys
 import tempfile
 import threading
@@ -46,7 +45,7 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 import yaml  # noqa: E402
 
-from benchmarks.agentic.conversations import BLOCK, Shape, conversations, header, shape  # noqa: E402
+from benchmarks.agentic.conversations import BLOCK, Shape, conversations, header, shape, words_for  # noqa: E402
 from benchmarks.agentic.run import DRAFTS, LAYOUTS, drafting  # noqa: E402
 from dynamo_oss.bench import aiperf  # noqa: E402
 from dynamo_oss.bench.host_load import CpuSampler  # noqa: E402
@@ -72,14 +71,6 @@ CONVERSATIONS_PER_LANE = 2  # the trace holds this many conversations a lane: ea
 AFFINITY_S = 600  # frontend.session_affinity_s when on: a conversation idles far less between turns
 CASES = ("agg 8xTP1", "disagg 2P6D")  # the study's B200 layouts (run.py), 8 GPUs each
 WARM_UP = 8  # short requests at once before each run, so no measured one pays a first connection
-# One-token words of o200k (each with its leading space, checked in tests/benchmarks/test_agentic_live.py):
-# a block of BLOCK of them is BLOCK tokens, so the trace's blocks are the prompts' KV blocks.
-WORDS = (
-    "cache layer decode worker router token block latency batch queue prompt answer graph metric replica "
-    "memory bandwidth kernel tensor pipeline expert shard request stream budget target file test diff patch "
-    "build error warning line function class module import return value string number list table index "
-    "search result output input agent tool call read write open close start stop update"
-).split()
 
 
 def time_scale(lanes: int) -> float:
@@ -108,18 +99,6 @@ def case_layout(name: str, speculative: bool) -> Layout:
 
 
 # ---- the trace, as aiperf sends it ------------------------------------------------------------------
-
-
-def block_text(block: int) -> str:
-    """A KV block's worth of words, the same for the same block id in every conversation."""
-    rng = random.Random(block)
-    return "".join(" " + rng.choice(WORDS) for _ in range(BLOCK))
-
-
-def words_for(blocks: list[int], tokens: int) -> str:
-    """`tokens` one-token words from `blocks`' texts, in order."""
-    text = "".join(block_text(block) for block in blocks[: math.ceil(tokens / BLOCK)])
-    return "".join(" " + word for word in text.split()[:tokens])
 
 
 def aiperf_sessions(rows: list[dict], time_scale: float) -> list[dict]:

@@ -10,7 +10,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from benchmarks.agentic import live
-from benchmarks.agentic.conversations import BLOCK, Shape, conversations, shape
+from benchmarks.agentic.conversations import BLOCK, WORDS, Shape, block_text, conversations, shape, words_for
 from dynamo_oss.assets.tokenizer import tokenizer_file
 from dynamo_oss.bench.aiperf import TracedRequest
 from dynamo_oss.catalog.models import GPT_OSS_120B
@@ -31,10 +31,10 @@ def tokens(tokenizer: Tokenizer, text: str) -> int:
 
 
 def test_a_block_of_words_is_a_block_of_gpt_oss_tokens(o200k: Tokenizer) -> None:
-    assert [word for word in live.WORDS if tokens(o200k, " " + word) != 1] == []
-    assert tokens(o200k, live.block_text(7)) == BLOCK
-    assert live.block_text(7) == live.block_text(7) != live.block_text(8)
-    assert tokens(o200k, live.words_for([3, 4, 5], 70)) == 70
+    assert [word for word in WORDS if tokens(o200k, " " + word) != 1] == []
+    assert tokens(o200k, block_text(7)) == BLOCK
+    assert block_text(7) == block_text(7) != block_text(8)
+    assert tokens(o200k, words_for([3, 4, 5], 70)) == 70
 
 
 def test_the_scaled_trace_keeps_the_study_s_shape_at_an_eighth_of_its_tokens() -> None:
