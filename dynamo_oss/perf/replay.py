@@ -140,17 +140,19 @@ def replay_trace(
     cached_tokens: int,
     router: Literal["kv", "round_robin"] = "kv",
     factors: Factors | None = None,
+    steps: MeasuredSteps | None = None,
 ) -> TracePoint:
     """Replay an agentic trace (Dynamo's `dynamo.agentic_mooncake` format: conversations whose turns
     wait on each other) with `lanes` conversations in flight, behind Dynamo's KV router or round
     robin. The profiles charge a prefill pass as `typical` new tokens after `cached_tokens` of
     cached context, and the decode batch as `lanes` spread over the ranks; the prefix caches'
-    hits are the replay's own (its routers and mocker caches see each prompt's KV blocks)."""
+    hits are the replay's own (its routers and mocker caches see each prompt's KV blocks); the steps an
+    engine's measured ones where `steps` is given."""
     factors = factors or fitted_factors()
     decoding = layout.pools["agg" if layout.mode == "agg" else "decode"]
     beside = max(1.0, lanes / (decoding.workers * decoding.ranks) - 1) if layout.mode == "agg" else 1.0
     with tempfile.TemporaryDirectory(prefix="dynamo-perf-") as tmp:
-        args = replay_args(layout, typical, Path(tmp), factors, beside, cached_tokens)
+        args = replay_args(layout, typical, Path(tmp), factors, beside, cached_tokens, steps)
         return _trace_point(layout, args, trace, lanes, router)
 
 

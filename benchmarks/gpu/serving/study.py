@@ -19,6 +19,11 @@ carrying a token (TTFT) and its last (end to end), and dynamo_oss.perf.metrics c
 those records as aiperf does (tok/s/user = mean of 1000 / ITL, ITL = (e2e - TTFT) / (OSL - 1); tok/s/GPU =
 output tokens / duration / GPUs). aiperf itself is not carried: this client computes the same and says so.
 
+`--trace agentic` replaces the fixed lengths with the agentic trace (benchmarks/agentic, scaled to
+AGENTIC_SCALE as its live study serves it): `--concurrency` conversations in flight, each sending its
+turns in order after its tool's time, the prompt the whole conversation so far in the words of its KV
+blocks (so turns share their prefixes), and each point reports the workers' KV hit rate too.
+
 In disagg-1p1d the decode worker logs every handoff it reads (handoff_config.timing_log: bytes,
 descriptors, time from posting the NIXL read to the poll that saw it done), and each point reports their
 median time and rate beside NIXL's measured rate between two H200s.
@@ -37,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import tempfile
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -44,13 +50,15 @@ from pathlib import Path
 import httpx
 import numpy as np
 
+from benchmarks.agentic.conversations import Shape, conversations, words_for, write
+from benchmarks.agentic.run import CACHED, TYPICAL
 from benchmarks.gpu.serving.served import MODELS, PORT, Layout, Worker, served
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
 from dynamo_oss.perf.layout import Layout as PerfLayout
 from dynamo_oss.perf.layout import PoolLayout, Precision, Workload
 from dynamo_oss.perf.measured_steps import MeasuredSteps
-from dynamo_oss.perf.metrics import DEFINITIONS, RequestRecord, serving_point
-from dynamo_oss.perf.replay import simulate
+from dynamo_oss.perf.metrics import DEFINITIONS, RequestRecord, ServingPoint, serving_point
+from dynamo_oss.perf.replay import replay_trace, simulate
 
 LAYOUTS = {
     "agg-1": Layout("agg-1", (Worker("agg-0", "agg", 0),), router="round-robin"),  # one worker: nothing to route
@@ -66,6 +74,8 @@ PREDICTION = (
     "(not fitted to the gptoss engine)"
 )
 PREDICTION_STEPS = "Dynamo's replay of the gptoss engine's own measured steps (dynamo_oss/perf/measured_steps.py)"
+AGENTIC_SCALE = 1 / 8  # of the agentic trace's tokens and tool times, as its live study serves it
+CONVERSATIONS_PER_LANE = 2  # as the live study's trace: each lane starts a second conversation
 STEPS = Path(__file__).parent / "results" / "run13_decode_graphs" / "step_times.json"  # the engine's steps, H200
 
 
@@ -86,7 +96,10 @@ async def sse_lines(pieces: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
         yield held
 
 
-async def one_request(client: httpx.AsyncClient, model: ModelShape, text: str, osl: int, epoch: float) -> RequestRecord:
+async def one_request(
+    client: httpx.AsyncClient, model: ModelShape, text: str, osl: int, epoch: float
+) -> tuple[RequestRecord, int]:
+    """One streamed completion: its record, and the prompt tokens the worker found cached."""
     body = {
         "model": model.served_name,
         "prompt": text,
@@ -111,13 +124,14 @@ async def one_request(client: httpx.AsyncClient, model: ModelShape, text: str, o
     ended = time.perf_counter()
     if first is None or usage is None:
         raise RuntimeError("the stream ended without a token or usage")
-    return RequestRecord(
+    record = RequestRecord(
         input_tokens=usage["prompt_tokens"],
         output_tokens=usage["completion_tokens"],
         start_ms=(sent - epoch) * 1e3,
         ttft_ms=(first - sent) * 1e3,
         e2e_ms=(ended - sent) * 1e3,
     )
+    return record, (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
 async def sweep_point(
@@ -135,7 +149,7 @@ async def sweep_point(
             if time.perf_counter() > deadline:
                 return
             try:
-                records.append(await one_request(client, model, prompt(index, isl), osl, epoch))
+                records.append((await one_request(client, model, prompt(index, isl), osl, epoch))[0])
             except (httpx.HTTPError, RuntimeError) as error:
                 errors.append(f"{type(error).__name__}: {error}")
 
@@ -145,6 +159,47 @@ async def sweep_point(
     point: dict = {"concurrency": concurrency, "sent": requests, "errors": errors}
     if records:
         point["figures"] = serving_point(records, concurrency=concurrency, gpus=gpus).model_dump()
+    point["records"] = [record.model_dump() for record in records]
+    return point
+
+
+def agentic_conversations(lanes: int) -> list[list[dict]]:
+    """The agentic trace scaled as its live study serves it, CONVERSATIONS_PER_LANE conversations a lane."""
+    return list(conversations(Shape().scaled(AGENTIC_SCALE, conversations=CONVERSATIONS_PER_LANE * lanes)))
+
+
+async def agentic_point(model: ModelShape, lanes: int, gpus: int) -> dict:
+    """`lanes` conversations in flight, each sending its turns in order (the whole conversation so far as
+    the prompt, the trace's words for its blocks) after its tool's time; a lane takes the next conversation
+    when one ends. The KV hit rate is the workers' cached prompt tokens over all prompt tokens."""
+    waiting = iter(agentic_conversations(lanes))
+    records: list[RequestRecord] = []
+    cached, errors = [], []
+    epoch = time.perf_counter()
+    deadline = epoch + POINT_TIMEOUT_S
+
+    async def lane(client: httpx.AsyncClient) -> None:
+        for turns in waiting:
+            for row in turns:
+                if time.perf_counter() > deadline:
+                    return
+                if row["dependencies"]:  # the tool runs before the next turn: the workload's own wait
+                    await asyncio.sleep(row["dependencies"][0]["delay_ms"] / 1e3)
+                text = words_for(row["hash_ids"], row["input_length"])
+                try:
+                    record, hit = await one_request(client, model, text, row["output_length"], epoch)
+                except (httpx.HTTPError, RuntimeError) as error:
+                    errors.append(f"{type(error).__name__}: {error}")
+                    break  # the conversation cannot go on without this turn
+                records.append(record)
+                cached.append(hit)
+
+    async with httpx.AsyncClient(timeout=REQUEST_TIMEOUT_S, limits=httpx.Limits(max_connections=lanes + 1)) as client:
+        await asyncio.gather(*(lane(client) for _ in range(lanes)))
+    point: dict = {"concurrency": lanes, "sent": len(records) + len(errors), "errors": errors}
+    if records:
+        point["figures"] = serving_point(records, concurrency=lanes, gpus=gpus).model_dump()
+        point["kv_hit_rate"] = sum(cached) / sum(record.input_tokens for record in records)
     point["records"] = [record.model_dump() for record in records]
     return point
 
@@ -171,6 +226,28 @@ def handoffs_since(logs: dict[str, str], seen: dict[str, int]) -> dict:
     return summary
 
 
+def header(layout: Layout, model: ModelShape, workload: dict | str, started: dict) -> dict:
+    """What a study file says of its run before its points."""
+    return {
+        "layout": layout.name,
+        "gpus": layout.gpus,
+        "model": model.name,
+        **(workload if isinstance(workload, dict) else {"trace": workload, "trace_scale": AGENTIC_SCALE}),
+        "client": "this script's closed-loop client, figures by dynamo_oss.perf.metrics (aiperf's definitions)",
+        "definitions": DEFINITIONS,
+        **started,
+    }
+
+
+def progress(point: dict) -> str:
+    got = point.get("figures") or {}
+    return (
+        f"{len(point['records'])}/{point['sent']} done, {len(point['errors'])} failed, tok/s/user "
+        f"{got.get('tok_s_user', 0):.1f}, tok/s/GPU {got.get('tok_s_gpu', 0):.1f}, TTFT mean "
+        f"{got.get('ttft_mean_ms', 0):.0f} ms, ITL p50 {got.get('itl_p50_ms', 0):.1f} ms"
+    )
+
+
 def measure(args: argparse.Namespace) -> None:
     """Serve the layout once and sweep it at each output length in turn, one JSON file each."""
     layout, model = LAYOUTS[args.layout], MODELS[args.model]
@@ -180,31 +257,24 @@ def measure(args: argparse.Namespace) -> None:
         asyncio.run(sweep_point(model, args.isl, args.osl[0], 1, 1, 0, layout.gpus))  # warm-up, not reported
         first, seen = 1, {}
         handoffs_since(started["handoff_logs"], seen)  # the warm-up's, left out
+        if args.trace == "agentic":
+            report = {**header(layout, model, "agentic", started), "points": []}
+            for lanes in args.concurrency:
+                point = asyncio.run(agentic_point(model, lanes, layout.gpus))
+                point["handoffs"] = handoffs_since(started["handoff_logs"], seen)
+                report["points"].append(point)
+                print(f"agentic, {lanes} conversations: {progress(point)}, KV hits {point.get('kv_hit_rate', 0):.0%}")
+                (args.out / f"study-{layout.name}-agentic.json").write_text(json.dumps(report, indent=1))
+            return
         for osl in args.osl:
-            report: dict = {
-                "layout": layout.name,
-                "gpus": layout.gpus,
-                "model": model.name,
-                "isl": args.isl,
-                "osl": osl,
-                "client": "this script's closed-loop client, figures by dynamo_oss.perf.metrics (aiperf's definitions)",
-                "definitions": DEFINITIONS,
-                **started,
-                "points": [],
-            }
+            report = {**header(layout, model, {"isl": args.isl, "osl": osl}, started), "points": []}
             for concurrency in args.concurrency:
                 requests = args.requests or max(4, 3 * concurrency)
                 point = asyncio.run(sweep_point(model, args.isl, osl, concurrency, requests, first, layout.gpus))
                 first += requests
                 point["handoffs"] = handoffs_since(started["handoff_logs"], seen)
                 report["points"].append(point)
-                got = point.get("figures") or {}
-                print(
-                    f"OSL {osl} C={concurrency}: {len(point['records'])}/{requests} done, {len(point['errors'])} "
-                    f"failed, tok/s/user {got.get('tok_s_user', 0):.1f}, tok/s/GPU {got.get('tok_s_gpu', 0):.1f}, "
-                    f"TTFT mean {got.get('ttft_mean_ms', 0):.0f} ms, ITL p50 {got.get('itl_p50_ms', 0):.1f} ms",
-                    flush=True,
-                )
+                print(f"OSL {osl} C={concurrency}: {progress(point)}", flush=True)
                 path = args.out / f"study-{layout.name}-{args.isl}-{osl}.json"
                 path.write_text(json.dumps(report, indent=1))  # after every point: a run cut short keeps its points
 
@@ -222,20 +292,36 @@ def predicted_layout(name: str) -> PerfLayout:
     return PerfLayout(model=GPT_OSS_120B.name, hardware="h200", engine="trtllm", precision=precision, pools=pools)
 
 
-def predictions(layout: str, isl: int, osl: int, concurrencies: list[int], steps: MeasuredSteps) -> dict:
-    """The two predictions of one layout and workload: from the engine's measured steps, and from the
-    TensorRT-LLM model."""
-    perf, workload = predicted_layout(layout), Workload(isl=isl, osl=osl)
-    return {
-        "engine_steps": {
-            "what": f"{PREDICTION_STEPS} ({steps.device}, {steps.engine_file})",
-            "points": [point.model_dump() for point in simulate(perf, workload, concurrencies, steps=steps)],
-        },
-        "trtllm": {
-            "what": PREDICTION,
-            "points": [point.model_dump() for point in simulate(perf, workload, concurrencies)],
-        },
-    }
+def predictions(layout: str, workload: dict, concurrencies: list[int], steps: MeasuredSteps) -> dict:
+    """The two predictions of one layout and workload ({"isl", "osl"}, or {"trace": "agentic"}): from the
+    engine's measured steps, and from the TensorRT-LLM model."""
+    perf = predicted_layout(layout)
+    made = {}
+    for name, engine_steps, what in (
+        ("engine_steps", steps, f"{PREDICTION_STEPS} ({steps.device}, {steps.engine_file})"),
+        ("trtllm", None, PREDICTION),
+    ):
+        if "trace" in workload:
+            points = [agentic_prediction(perf, lanes, engine_steps) for lanes in concurrencies]
+        else:
+            points = simulate(
+                perf, Workload(isl=workload["isl"], osl=workload["osl"]), concurrencies, steps=engine_steps
+            )
+        made[name] = {"what": what, "points": [point.model_dump() for point in points]}
+    return made
+
+
+def agentic_prediction(perf: PerfLayout, lanes: int, steps: MeasuredSteps | None) -> ServingPoint:
+    """Dynamo's replay of the same scaled trace with `lanes` conversations in flight, behind the KV router;
+    its passes charged as the agentic study's typical turn, scaled alike (benchmarks/agentic/run.py)."""
+    typical = Workload(
+        isl=round(TYPICAL.isl * AGENTIC_SCALE), osl=round(TYPICAL.osl * AGENTIC_SCALE), acceptance="agentic"
+    )
+    with tempfile.TemporaryDirectory(prefix="study-trace-") as folder:
+        trace = Path(folder) / "trace.jsonl"
+        write(trace, Shape().scaled(AGENTIC_SCALE, conversations=CONVERSATIONS_PER_LANE * lanes))
+        point = replay_trace(perf, trace, lanes, typical, cached_tokens=round(CACHED * AGENTIC_SCALE), steps=steps)
+    return point.serving.model_copy(update={"gap_p99_ms": None})
 
 
 FIGURES = {"tok_s_user": ("tok/s/user", 1), "tok_s_gpu": ("tok/s/GPU", 1), "ttft_mean_ms": ("TTFT mean ms", 0)}
@@ -259,9 +345,8 @@ def report(paths: list[Path], steps_path: Path) -> None:
     for path in paths:
         study = json.loads(path.read_text())
         done = [point for point in study["points"] if point.get("figures")]
-        study["prediction"] = predictions(
-            study["layout"], study["isl"], study["osl"], [point["concurrency"] for point in done], steps
-        )
+        workload = {"trace": study["trace"]} if "trace" in study else {"isl": study["isl"], "osl": study["osl"]}
+        study["prediction"] = predictions(study["layout"], workload, [point["concurrency"] for point in done], steps)
         path.write_text(json.dumps(study, indent=1))
         rows = [
             {
@@ -271,10 +356,14 @@ def report(paths: list[Path], steps_path: Path) -> None:
             }
             for i, point in enumerate(done)
         ]
+        what = (
+            f"the agentic trace at {AGENTIC_SCALE:g} scale"
+            if "trace" in study
+            else f"ISL {study['isl']} / OSL {study['osl']}"
+        )
         title = (
-            f"{study['layout']}, {study['model']} (random weights), {study['gpus']} GPU(s), ISL {study['isl']} / OSL "
-            f"{study['osl']}; measured: {study['client']}; engine_steps: {study['prediction']['engine_steps']['what']}; "
-            f"trtllm: {PREDICTION}."
+            f"{study['layout']}, {study['model']} (random weights), {study['gpus']} GPU(s), {what}; measured: "
+            f"{study['client']}; engine_steps: {study['prediction']['engine_steps']['what']}; trtllm: {PREDICTION}."
         )
         lines = table(title, rows, ["measured", "engine_steps", "trtllm"])
         timed = [(point["concurrency"], point["handoffs"]) for point in done if point.get("handoffs", {}).get("count")]
@@ -292,18 +381,21 @@ def predict(args: argparse.Namespace) -> None:
     """The layouts' predictions alone, from the engine's steps, for runs not yet made: one .json and .md."""
     steps = MeasuredSteps.read(args.steps)
     args.out.mkdir(parents=True, exist_ok=True)
-    for osl in args.osl:
+    workloads = (
+        [{"trace": "agentic"}] if args.trace == "agentic" else [{"isl": args.isl, "osl": osl} for osl in args.osl]
+    )
+    for workload in workloads:
         made = {
-            layout: predictions(layout, args.isl, osl, args.concurrency, steps)["engine_steps"]
-            for layout in args.layout
+            layout: predictions(layout, workload, args.concurrency, steps)["engine_steps"] for layout in args.layout
         }
         rows = [
             {"concurrency": c, **{layout: made[layout]["points"][i] for layout in args.layout}}
             for i, c in enumerate(args.concurrency)
         ]
-        title = f"Predicted, not measured: ISL {args.isl} / OSL {osl}, {made[args.layout[0]]['what']}."
+        named = "agentic" if "trace" in workload else f"{workload['isl']}-{workload['osl']}"
+        title = f"Predicted, not measured: {named}, {made[args.layout[0]]['what']}."
         lines = table(title, rows, list(args.layout))
-        stem = args.out / f"predicted-{'-vs-'.join(args.layout)}-{args.isl}-{osl}"
+        stem = args.out / f"predicted-{'-vs-'.join(args.layout)}-{named}"
         stem.with_suffix(".json").write_text(json.dumps(made, indent=1))
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
@@ -317,7 +409,8 @@ def main() -> None:
     run.add_argument("--model", choices=sorted(MODELS), default=GPT_OSS_120B.name)
     run.add_argument("--isl", type=int, default=32768, help="input tokens a request (default 32768)")
     run.add_argument("--osl", type=int, nargs="+", default=[256], help="output tokens a request, swept in turn")
-    run.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8])
+    run.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8], help="users, or conversations")
+    run.add_argument("--trace", choices=["agentic"], help="the agentic trace, scaled, in place of --isl/--osl")
     run.add_argument("--requests", type=int, help="requests a point (default: 3 per user, at least 4)")
     run.add_argument("--assets", type=Path, required=True)
     run.add_argument("--out", type=Path, required=True)
@@ -329,6 +422,7 @@ def main() -> None:
     ahead.add_argument("--isl", type=int, default=32768)
     ahead.add_argument("--osl", type=int, nargs="+", default=[256])
     ahead.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8, 16, 32])
+    ahead.add_argument("--trace", choices=["agentic"], help="the agentic trace, scaled, in place of --isl/--osl")
     ahead.add_argument("--steps", type=Path, default=STEPS, help=f"the engine's measured steps (default {STEPS})")
     ahead.add_argument("--out", type=Path, required=True)
     args = parser.parse_args()
