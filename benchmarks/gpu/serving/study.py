@@ -168,7 +168,7 @@ def agentic_conversations(lanes: int) -> list[list[dict]]:
     return list(conversations(Shape().scaled(AGENTIC_SCALE, conversations=CONVERSATIONS_PER_LANE * lanes)))
 
 
-async def agentic_point(model: ModelShape, lanes: int, gpus: int) -> dict:
+async def agentic_point(model: ModelShape, lanes: int, gpus: int, seconds: float = POINT_TIMEOUT_S) -> dict:
     """`lanes` conversations in flight, each sending its turns in order (the whole conversation so far as
     the prompt, the trace's words for its blocks) after its tool's time; a lane takes the next conversation
     when one ends. The KV hit rate is the workers' cached prompt tokens over all prompt tokens."""
@@ -176,7 +176,7 @@ async def agentic_point(model: ModelShape, lanes: int, gpus: int) -> dict:
     records: list[RequestRecord] = []
     cached, errors = [], []
     epoch = time.perf_counter()
-    deadline = epoch + POINT_TIMEOUT_S
+    deadline = epoch + seconds
 
     async def lane(client: httpx.AsyncClient) -> None:
         for turns in waiting:
@@ -260,7 +260,7 @@ def measure(args: argparse.Namespace) -> None:
         if args.trace == "agentic":
             report = {**header(layout, model, "agentic", started), "points": []}
             for lanes in args.concurrency:
-                point = asyncio.run(agentic_point(model, lanes, layout.gpus))
+                point = asyncio.run(agentic_point(model, lanes, layout.gpus, args.point_seconds))
                 point["handoffs"] = handoffs_since(started["handoff_logs"], seen)
                 report["points"].append(point)
                 print(f"agentic, {lanes} conversations: {progress(point)}, KV hits {point.get('kv_hit_rate', 0):.0%}")
@@ -411,6 +411,9 @@ def main() -> None:
     run.add_argument("--osl", type=int, nargs="+", default=[256], help="output tokens a request, swept in turn")
     run.add_argument("--concurrency", type=int, nargs="+", default=[1, 2, 4, 8], help="users, or conversations")
     run.add_argument("--trace", choices=["agentic"], help="the agentic trace, scaled, in place of --isl/--osl")
+    run.add_argument(
+        "--point-seconds", type=float, default=POINT_TIMEOUT_S, help="an agentic point sends no new turn after this"
+    )
     run.add_argument("--requests", type=int, help="requests a point (default: 3 per user, at least 4)")
     run.add_argument("--assets", type=Path, required=True)
     run.add_argument("--out", type=Path, required=True)
