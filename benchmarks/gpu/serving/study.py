@@ -292,15 +292,16 @@ def predicted_layout(name: str) -> PerfLayout:
     return PerfLayout(model=GPT_OSS_120B.name, hardware="h200", engine="trtllm", precision=precision, pools=pools)
 
 
-def predictions(layout: str, workload: dict, concurrencies: list[int], steps: MeasuredSteps) -> dict:
-    """The two predictions of one layout and workload ({"isl", "osl"}, or {"trace": "agentic"}): from the
-    engine's measured steps, and from the TensorRT-LLM model."""
+def predictions(
+    layout: str, workload: dict, concurrencies: list[int], steps: MeasuredSteps, trtllm: bool = True
+) -> dict:
+    """The predictions of one layout and workload ({"isl", "osl"}, or {"trace": "agentic"}): from the
+    engine's measured steps, and (`trtllm`) from the TensorRT-LLM model."""
     perf = predicted_layout(layout)
     made = {}
-    for name, engine_steps, what in (
-        ("engine_steps", steps, f"{PREDICTION_STEPS} ({steps.device}, {steps.engine_file})"),
-        ("trtllm", None, PREDICTION),
-    ):
+    kinds = [("engine_steps", steps, f"{PREDICTION_STEPS} ({steps.device}, {steps.engine_file})")]
+    kinds += [("trtllm", None, PREDICTION)] if trtllm else []
+    for name, engine_steps, what in kinds:
         if "trace" in workload:
             points = [agentic_prediction(perf, lanes, engine_steps) for lanes in concurrencies]
         else:
@@ -366,6 +367,9 @@ def report(paths: list[Path], steps_path: Path) -> None:
             f"{study['client']}; engine_steps: {study['prediction']['engine_steps']['what']}; trtllm: {PREDICTION}."
         )
         lines = table(title, rows, ["measured", "engine_steps", "trtllm"])
+        curves = {"measured": [{**row["measured"], "concurrency": row["concurrency"]} for row in rows]}
+        curves |= {f"model: {name}": made["points"] for name, made in study["prediction"].items()}
+        plot(title, curves, path.with_suffix(".png"))
         timed = [(point["concurrency"], point["handoffs"]) for point in done if point.get("handoffs", {}).get("count")]
         lines += [
             f"Handoffs at C={c}: {h['count']}, {h['mib_p50']:.0f} MiB and {h['descriptors_p50']:.0f} descriptors each, "
@@ -377,6 +381,33 @@ def report(paths: list[Path], steps_path: Path) -> None:
         print("\n".join(lines))
 
 
+def plot(title: str, curves: dict[str, list[dict]], path: Path) -> None:
+    """tok/s/user against tok/s/GPU, a line a curve (measured points as markers), as Dynamo's Pareto plots."""
+    import matplotlib  # only where a report is drawn: the GPU machine's image need not have it
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(figsize=(8, 5.5))
+    for index, (label, points) in enumerate(curves.items()):
+        style = "o-" if label == "measured" else ("s--" if "engine" in label else "^:")
+        xs, ys = [p["tok_s_gpu"] for p in points], [p["tok_s_user"] for p in points]
+        axes.plot(xs, ys, style, color=f"C{index}", label=label)
+        for x, y, point in zip(xs, ys, points, strict=True):
+            axes.annotate(str(point["concurrency"]), (x, y), textcoords="offset points", xytext=(4, 4), fontsize=7)
+    axes.set(
+        xlabel=f"output tok/s/GPU ({DEFINITIONS['tok_s_gpu']})",
+        ylabel="tok/s/user (aiperf's output_token_throughput_per_user)",
+        title="\n".join(title[i : i + 100] for i in range(0, min(len(title), 300), 100)),
+    )
+    axes.title.set_fontsize(7)
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def predict(args: argparse.Namespace) -> None:
     """The layouts' predictions alone, from the engine's steps, for runs not yet made: one .json and .md."""
     steps = MeasuredSteps.read(args.steps)
@@ -386,7 +417,8 @@ def predict(args: argparse.Namespace) -> None:
     )
     for workload in workloads:
         made = {
-            layout: predictions(layout, workload, args.concurrency, steps)["engine_steps"] for layout in args.layout
+            layout: predictions(layout, workload, args.concurrency, steps, trtllm=False)["engine_steps"]
+            for layout in args.layout
         }
         rows = [
             {"concurrency": c, **{layout: made[layout]["points"][i] for layout in args.layout}}
@@ -396,6 +428,11 @@ def predict(args: argparse.Namespace) -> None:
         title = f"Predicted, not measured: {named}, {made[args.layout[0]]['what']}."
         lines = table(title, rows, list(args.layout))
         stem = args.out / f"predicted-{'-vs-'.join(args.layout)}-{named}"
+        plot(
+            title,
+            {f"{layout} (engine's steps, predicted)": made[layout]["points"] for layout in args.layout},
+            stem.with_suffix(".png"),
+        )
         stem.with_suffix(".json").write_text(json.dumps(made, indent=1))
         stem.with_suffix(".md").write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
