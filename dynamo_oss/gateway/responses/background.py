@@ -219,8 +219,9 @@ class Job:
             self._emit(data)
         builder = self.builder
         if self.revision and not self.taken_over and builder.final is None:
-            if self.record.response.get("status") == "queued" and self.transform.started:
-                self._write(self._with(builder.snapshot()))  # in progress: its completion has started
+            began = builder.item is not None or builder.finished_items > 0
+            if self.record.response.get("status") == "queued" and began:
+                self._write(self._with(builder.snapshot()))  # in progress: its output has begun
             elif builder.finished_items > self.items:
                 self.items = builder.finished_items
                 self._write(self._with(builder.snapshot()))  # an item finished: readers see it at once
