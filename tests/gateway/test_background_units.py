@@ -33,6 +33,8 @@ CHUNKS = [
     *completion_chunks(harmony_ids(ANSWER), 1),
     b"data: " + orjson.dumps({"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": 12}}) + b"\n\n",
 ]
+MESSAGE = 200008  # harmony's <|message|>: the first item begins with the token after it
+BEGUN = CHUNKS[: harmony_ids(ANSWER).index(MESSAGE) + 2]  # a chunk a token, to the first item's first token
 
 
 class Graph:
@@ -119,7 +121,8 @@ def test_a_running_record_whose_process_is_gone_is_ended_failed_and_its_process_
     async def test() -> None:
         graph = Graph()
         job, exchange = await accepted(graph.first)
-        exchange.give(CHUNKS[0])
+        for chunk in BEGUN:
+            exchange.give(chunk)
         await until(lambda: graph.store.records[job.record.id].response["status"] == "in_progress")
         found = await graph.store.read(job.record.id)
         assert found is not None and (await current(graph.second, found)).response["status"] == "in_progress"
@@ -156,7 +159,8 @@ def test_a_cancel_stops_the_generation_wherever_it_runs_and_one_nobody_answers_i
         graph = Graph()
         job, exchange = await accepted(graph.first)
         listened = job.answer()
-        exchange.give(CHUNKS[0])
+        for chunk in BEGUN:
+            exchange.give(chunk)
         await until(lambda: graph.store.records[job.record.id].response["status"] == "in_progress")
         answered = await cancel(graph.second, await graph.store.read(job.record.id))  # asked of the first process
         assert answered["status"] == "cancelled" and exchange.left.is_set()
@@ -169,7 +173,8 @@ def test_a_cancel_stops_the_generation_wherever_it_runs_and_one_nobody_answers_i
 
         unasked, fed = await accepted(graph.first)
         stream = unasked.answer().events  # type: ignore[union-attr]
-        fed.give(CHUNKS[0])
+        for chunk in BEGUN:
+            fed.give(chunk)
         await until(lambda: graph.store.records[unasked.record.id].response["status"] == "in_progress")
         graph.runners.reachable = False  # the first process cannot be asked: the canceller writes the end
         cancelled = await cancel(graph.second, await graph.store.read(unasked.record.id))
@@ -202,7 +207,8 @@ def test_a_follower_gets_the_events_after_its_cursor_and_the_record_s_end_when_t
         assert numbers == list(range(4, len(everything)))
 
         dead, fed = await accepted(graph.first)
-        fed.give(CHUNKS[0])
+        for chunk in BEGUN:
+            fed.give(chunk)
         await until(lambda: graph.store.records[dead.record.id].response["status"] == "in_progress")
         graph.runners.lapse(graph.first.process)
         failed = await current(graph.second, await graph.store.read(dead.record.id))
@@ -221,7 +227,8 @@ def test_a_process_that_stops_ends_what_it_still_runs_failed_and_is_seen_dead_at
     async def test() -> None:
         graph = Graph()
         job, exchange = await accepted(graph.first)
-        exchange.give(CHUNKS[0])
+        for chunk in BEGUN:
+            exchange.give(chunk)
         await until(lambda: graph.store.records[job.record.id].response["status"] == "in_progress")
         await graph.first.close()  # after its drain (app.serve), on SIGTERM
         record = graph.store.records[job.record.id]
