@@ -68,6 +68,15 @@ class Shape:
         )
 
 
+LIVE_SCALE = 1 / 8  # a live run's share of the trace's tokens and tool times (live.py, the GPU study)
+CONVERSATIONS_PER_LANE = 2  # a live run's trace holds this many a lane: each lane starts a second one
+
+
+def live_shape(lanes: int) -> Shape:
+    """The trace a live run of `lanes` conversations at once sends: LIVE_SCALE of it, CONVERSATIONS_PER_LANE a lane."""
+    return Shape().scaled(LIVE_SCALE, conversations=CONVERSATIONS_PER_LANE * lanes)
+
+
 def _lognormal(rng: random.Random, median: float, spread: float, low: int, high: int) -> int:
     return int(min(high, max(low, rng.lognormvariate(math.log(median), spread))))
 

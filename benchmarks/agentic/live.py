@@ -13,8 +13,8 @@ token counts the server reported, in the same conversations and order, with the 
 speeds the served mocker ran at, behind the same KV router, with the same KV caches.
 
 Scaled down to fit this 2-core machine, and said so wherever a figure is shown: the trace is
-conversations.py's Shape at SCALE of its tokens and tool times (`Shape.scaled`), each worker's KV memory
-SCALE of what the model gives it (`kv_cache_config.max_gpu_total_bytes`), so that as many conversations fit
+conversations.py's Shape at LIVE_SCALE of its tokens and tool times (`Shape.scaled`), each worker's KV memory
+LIVE_SCALE of what the model gives it (`kv_cache_config.max_gpu_total_bytes`), so that as many conversations fit
 in the caches as at full scale; the mocker runs `time_scale(lanes)` times slower than modelled and the tool waits
 are sent that much longer, and every figure is given back in modelled time (latencies divided by it,
 throughputs multiplied).
@@ -45,7 +45,15 @@ sys.path.insert(0, str(REPO))  # run as a script from anywhere
 
 import yaml  # noqa: E402
 
-from benchmarks.agentic.conversations import BLOCK, Shape, conversations, header, shape, words_for  # noqa: E402
+from benchmarks.agentic.conversations import (  # noqa: E402
+    BLOCK,
+    LIVE_SCALE,
+    conversations,
+    header,
+    live_shape,
+    shape,
+    words_for,
+)
 from benchmarks.agentic.run import DRAFTS, LAYOUTS, drafting  # noqa: E402
 from dynamo_oss.bench import aiperf  # noqa: E402
 from dynamo_oss.bench.host_load import CpuSampler  # noqa: E402
@@ -62,12 +70,10 @@ from dynamo_oss.perf.replay import TracePoint, replay_served_trace  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 COMMAND = "uv run python benchmarks/agentic/live.py"
-SCALE = 1 / 8  # of the study's tokens, tool times and KV memory
 LANES = (32,)  # conversations in flight
 # The mocker's steps, and the tool waits, this many times the modelled ones at 32 conversations in flight, and
 # proportionally more above, so that requests reach this 2-core machine at the same pace at every load.
 BASE_TIME_SCALE, BASE_LANES = 5.0, 32
-CONVERSATIONS_PER_LANE = 2  # the trace holds this many conversations a lane: each lane starts a second one
 AFFINITY_S = 600  # frontend.session_affinity_s when on: a conversation idles far less between turns
 CASES = ("agg 8xTP1", "disagg 2P6D")  # the study's B200 layouts (run.py), 8 GPUs each
 WARM_UP = 8  # short requests at once before each run, so no measured one pays a first connection
@@ -77,16 +83,12 @@ def time_scale(lanes: int) -> float:
     return BASE_TIME_SCALE * max(1.0, lanes / BASE_LANES)
 
 
-def scaled_shape(lanes: int) -> Shape:
-    return Shape().scaled(SCALE, conversations=CONVERSATIONS_PER_LANE * lanes)
-
-
 def scaled_layout(layout: Layout) -> Layout:
-    """The layout with each pool's KV memory SCALE of what the model gives it, so the scaled trace's
+    """The layout with each pool's KV memory LIVE_SCALE of what the model gives it, so the scaled trace's
     conversations fill it as the full trace's fill the full caches."""
     pools = {
         role: pool.model_copy(
-            update={"kv_memory_bytes": int(SCALE * CostModel.for_pool(layout, role).kv_budget_bytes())}
+            update={"kv_memory_bytes": int(LIVE_SCALE * CostModel.for_pool(layout, role).kv_budget_bytes())}
         )
         for role, pool in layout.pools.items()
     }
@@ -238,7 +240,7 @@ def run_case(name: str, speculative: bool, affinity: bool, lanes: int, work: Pat
     label = f"{name}{' EAGLE3x3' if speculative else ''}, affinity {'on' if affinity else 'off'}, {lanes} lanes"
     folder = work / label.replace(" ", "_").replace(",", "").replace("/", "-")
     folder.mkdir(parents=True)
-    sessions, slowed = scaled_shape(lanes), time_scale(lanes)
+    sessions, slowed = live_shape(lanes), time_scale(lanes)
     rows = [row for turns in conversations(sessions) for row in turns]
     trace = write_jsonl(folder / "aiperf-trace.jsonl", aiperf_sessions(rows, slowed))
     layout = case_layout(name, speculative)
@@ -432,7 +434,7 @@ def _meta(seconds: float) -> dict:
         "date": f"{datetime.now(timezone.utc):%Y-%m-%d}",
         "host": platform.node() or "this machine",
         "cores": os.cpu_count(),
-        "scale": SCALE,
+        "scale": LIVE_SCALE,
         "seconds": seconds,
     }
 

@@ -109,10 +109,15 @@ def _line(x: np.ndarray, xs: np.ndarray, ys: np.ndarray) -> np.ndarray:
 
 
 def _two_way(table: dict[int, tuple[np.ndarray, np.ndarray]], size: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """Along `size` at each measured `at`, then along `at` between them."""
+    """Along `size` at each measured `at`, then along `at` between them (as `_line`, for every point at once)."""
     ats = np.array(list(table), dtype=float)
     size, at = np.broadcast_arrays(size, at)
-    rows = np.stack([_line(size, xs, ys) for xs, ys in table.values()])  # [ats, ...]
-    flat_rows, flat_at = rows.reshape(len(ats), -1), at.reshape(-1)
-    out = np.array([_line(np.array([a]), ats, flat_rows[:, i])[0] for i, a in enumerate(flat_at)])
+    rows = np.stack([_line(size, xs, ys) for xs, ys in table.values()]).reshape(len(ats), -1)  # [ats, points]
+    if len(ats) == 1:
+        return rows[0].reshape(size.shape)
+    wanted = np.maximum(at.reshape(-1), ats[0])  # held below the first
+    above = np.clip(np.searchsorted(ats, wanted), 1, len(ats) - 1)  # past the last: along the last two
+    below, points = above - 1, np.arange(wanted.size)
+    share = (wanted - ats[below]) / (ats[above] - ats[below])
+    out = rows[below, points] + share * (rows[above, points] - rows[below, points])
     return out.reshape(size.shape)

@@ -10,13 +10,22 @@ import pytest
 from tokenizers import Tokenizer
 
 from benchmarks.agentic import live
-from benchmarks.agentic.conversations import BLOCK, WORDS, Shape, block_text, conversations, shape, words_for
+from benchmarks.agentic.conversations import (
+    LIVE_SCALE,
+    BLOCK,
+    WORDS,
+    Shape,
+    block_text,
+    conversations,
+    shape,
+    words_for,
+)
 from dynamo_oss.assets.tokenizer import tokenizer_file
 from dynamo_oss.bench.aiperf import TracedRequest
 from dynamo_oss.catalog.models import GPT_OSS_120B
 from dynamo_oss.perf.costs import CostModel
 
-SMALL = Shape().scaled(live.SCALE, conversations=6)
+SMALL = Shape().scaled(LIVE_SCALE, conversations=6)
 ROWS = [row for turns in conversations(SMALL) for row in turns]
 HEADER = 90  # tokens a chat template puts before a first prompt's text and after it
 
@@ -119,7 +128,7 @@ def test_the_scaled_layout_holds_the_scaled_conversations() -> None:
             full = live.LAYOUTS["b200"][name]
             for role in layout.pools:
                 scaled, whole = (CostModel.for_pool(lay, role).kv_capacity_tokens() for lay in (layout, full))
-                assert scaled == pytest.approx(live.SCALE * whole, rel=0.01)
+                assert scaled == pytest.approx(LIVE_SCALE * whole, rel=0.01)
             assert all(pool.draft_tokens == (live.DRAFTS if speculative else 0) for pool in layout.pools.values())
 
 

@@ -20,7 +20,7 @@ those records as aiperf does (tok/s/user = mean of 1000 / ITL, ITL = (e2e - TTFT
 output tokens / duration / GPUs). aiperf itself is not carried: this client computes the same and says so.
 
 `--trace agentic` replaces the fixed lengths with the agentic trace (benchmarks/agentic, scaled to
-AGENTIC_SCALE as its live study serves it): `--concurrency` conversations in flight, each sending its
+LIVE_SCALE as its live study serves it): `--concurrency` conversations in flight, each sending its
 turns in order after its tool's time, the prompt the whole conversation so far in the words of its KV
 blocks (so turns share their prefixes), and each point reports the workers' KV hit rate too.
 
@@ -50,7 +50,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from benchmarks.agentic.conversations import Shape, conversations, words_for, write
+from benchmarks.agentic.conversations import LIVE_SCALE, conversations, live_shape, words_for, write
 from benchmarks.agentic.run import CACHED, TYPICAL
 from benchmarks.gpu.serving.served import MODELS, PORT, Layout, Worker, served
 from dynamo_oss.catalog.models import GPT_OSS_120B, ModelShape
@@ -74,8 +74,6 @@ PREDICTION = (
     "(not fitted to the gptoss engine)"
 )
 PREDICTION_STEPS = "Dynamo's replay of the gptoss engine's own measured steps (dynamo_oss/perf/measured_steps.py)"
-AGENTIC_SCALE = 1 / 8  # of the agentic trace's tokens and tool times, as its live study serves it
-CONVERSATIONS_PER_LANE = 2  # as the live study's trace: each lane starts a second conversation
 STEPS = Path(__file__).parent / "results" / "run13_decode_graphs" / "step_times.json"  # the engine's steps, H200
 
 
@@ -164,8 +162,8 @@ async def sweep_point(
 
 
 def agentic_conversations(lanes: int) -> list[list[dict]]:
-    """The agentic trace scaled as its live study serves it, CONVERSATIONS_PER_LANE conversations a lane."""
-    return list(conversations(Shape().scaled(AGENTIC_SCALE, conversations=CONVERSATIONS_PER_LANE * lanes)))
+    """The agentic trace as its live study serves it (conversations.live_shape)."""
+    return list(conversations(live_shape(lanes)))
 
 
 async def agentic_point(model: ModelShape, lanes: int, gpus: int, seconds: float = POINT_TIMEOUT_S) -> dict:
@@ -232,7 +230,7 @@ def header(layout: Layout, model: ModelShape, workload: dict | str, started: dic
         "layout": layout.name,
         "gpus": layout.gpus,
         "model": model.name,
-        **(workload if isinstance(workload, dict) else {"trace": workload, "trace_scale": AGENTIC_SCALE}),
+        **(workload if isinstance(workload, dict) else {"trace": workload, "trace_scale": LIVE_SCALE}),
         "client": "this script's closed-loop client, figures by dynamo_oss.perf.metrics (aiperf's definitions)",
         "definitions": DEFINITIONS,
         **started,
@@ -315,13 +313,11 @@ def predictions(
 def agentic_prediction(perf: PerfLayout, lanes: int, steps: MeasuredSteps | None) -> ServingPoint:
     """Dynamo's replay of the same scaled trace with `lanes` conversations in flight, behind the KV router;
     its passes charged as the agentic study's typical turn, scaled alike (benchmarks/agentic/run.py)."""
-    typical = Workload(
-        isl=round(TYPICAL.isl * AGENTIC_SCALE), osl=round(TYPICAL.osl * AGENTIC_SCALE), acceptance="agentic"
-    )
+    typical = Workload(isl=round(TYPICAL.isl * LIVE_SCALE), osl=round(TYPICAL.osl * LIVE_SCALE), acceptance="agentic")
     with tempfile.TemporaryDirectory(prefix="study-trace-") as folder:
         trace = Path(folder) / "trace.jsonl"
-        write(trace, Shape().scaled(AGENTIC_SCALE, conversations=CONVERSATIONS_PER_LANE * lanes))
-        point = replay_trace(perf, trace, lanes, typical, cached_tokens=round(CACHED * AGENTIC_SCALE), steps=steps)
+        write(trace, live_shape(lanes))
+        point = replay_trace(perf, trace, lanes, typical, cached_tokens=round(CACHED * LIVE_SCALE), steps=steps)
     return point.serving.model_copy(update={"gap_p99_ms": None})
 
 
@@ -358,7 +354,7 @@ def report(paths: list[Path], steps_path: Path) -> None:
             for i, point in enumerate(done)
         ]
         what = (
-            f"the agentic trace at {AGENTIC_SCALE:g} scale"
+            f"the agentic trace at {LIVE_SCALE:g} scale"
             if "trace" in study
             else f"ISL {study['isl']} / OSL {study['osl']}"
         )

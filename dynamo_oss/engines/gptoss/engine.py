@@ -48,7 +48,8 @@ class GptOssEngine:
         if roles & HANDOFF_ROLES and not any(_importable(module) for module in NIXL_MODULES):
             waiting = " and ".join(sorted(roles & HANDOFF_ROLES))
             reasons.append(
-                f"NIXL is not importable ({', '.join(NIXL_MODULES)}), and its {waiting} workers hand KV over through it"
+                f"NIXL is not importable ({', '.join(NIXL_MODULES)}), and its {waiting} workers hand KV over through "
+                "it: install NIXL's wheel (nixl-cu13, which ai-dynamo depends on) or serve the model aggregated"
             )
         return "; ".join(reasons) or None
 
