@@ -121,6 +121,7 @@ def gateway_config(
         cache_isolation=gateway.cache_isolation,
         limits_per_key=gateway.limits_per_key,
         limits=gateway.limits,
+        streaming=gateway.streaming,
         max_in_flight=gateway.max_in_flight,
         metrics_host=metrics[0] if metrics else None,
         metrics_port=metrics[1] if metrics else None,

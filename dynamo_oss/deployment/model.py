@@ -35,6 +35,7 @@ from dynamo_oss.graph.schema import (
     GatewayAuthSection,
     GatewayBatchesSection,
     GatewayLimitsSection,
+    GatewayStreamingSection,
     GatewayResponsesSection,
     KeyLimitsSection,
     GraphSpec,
@@ -90,6 +91,7 @@ class GatewayComponent(Frozen):
     keys_env: str | None = Field(default=None, description="the variable holding the one API key it requires")
     key_file: Path | None = Field(default=None, description="the graph's key, resolved; None: made in the cache")
     limits: GatewayLimitsSection = Field(description="its timeouts, connection cap and body limit")
+    streaming: GatewayStreamingSection = Field(description="whether a stream's tokens go out as they come")
     responses: GatewayResponsesSection = Field(description="whether and how long it stores responses")
     batches: GatewayBatchesSection = Field(description="the Batch API: its limits and share of the graph")
     batch_targets: BatchTargetsSection | None = Field(
@@ -291,6 +293,7 @@ def _gateway(graph: Graph, pools: list[Pool]) -> GatewayComponent:
         keys_env=auth.keys_env if auth else None,
         key_file=graph.resolve(section.key_file) if section.key_file else None,
         limits=section.limits,
+        streaming=section.streaming,
         responses=section.responses,
         batches=section.batches,
         batch_targets=_batch_targets(graph.spec),

@@ -121,8 +121,10 @@ class Gateway:
         background: BackgroundResponses | None = None,
         batch_api: BatchApi | None = None,
         tracing: Tracing | None = None,
+        coalesce_s: float = 0.0,
     ) -> None:
         self.frontends = Frontends(upstreams)
+        self.coalesce_s = coalesce_s  # gateway.streaming.coalesce_ms: 0, a stream's reads as they come
         self.tracing = tracing  # None: the graph traces nothing, and no request pays for it
         self.counter = counter
         self.keys = keys  # None: no key is asked for
@@ -377,13 +379,13 @@ class ClientConnection(asyncio.Protocol):
         self.deadline.writes_paused()
         self.writable.clear()
         if self.upstream is not None:
-            self.upstream.transport.pause_reading()
+            self.upstream.hold()
 
     def resume_writing(self) -> None:
         self.deadline.writes_resumed()
         self.writable.set()
         if self.upstream is not None:
-            self.upstream.transport.resume_reading()
+            self.upstream.release()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
@@ -830,6 +832,8 @@ class UpstreamConnection(asyncio.Protocol):
         self.body: list[bytes] = []  # the body's pieces one read carried, for the transform in one call
         self.transformed: list[bytes] = []  # a transform's output from one read, written at once
         self.settling: asyncio.Task | None = None  # a Settling transform's last bytes, under way
+        self.held = False  # its client takes no more for now (ClientConnection.pause_writing)
+        self.gathering = False  # reads paused while a stream's tokens gather (gateway.streaming.coalesce_ms)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -853,6 +857,7 @@ class UpstreamConnection(asyncio.Protocol):
                 self.gateway.keep(self)
 
     def data_received(self, data: bytes) -> None:
+        sent = False  # this read gave a stream's client something
         if self.parser is None or self.client is None:
             self.transport.close()  # bytes outside an exchange: the connection is not reusable
             return
@@ -876,6 +881,7 @@ class UpstreamConnection(asyncio.Protocol):
                 output = self.transformed[0] if len(self.transformed) == 1 else b"".join(self.transformed)
                 self.transformed = []
                 self.client.write_transformed(self.transform, output, last=False)
+                sent = bool(output)
         elif not self.status:
             self.pending.append(data)  # headers still incomplete: not yet known whether to rewrite
         elif self.error_body is None:
@@ -883,8 +889,33 @@ class UpstreamConnection(asyncio.Protocol):
                 data, self.pending = b"".join([*self.pending, data]), []
             self.client.started, self.client.status = True, self.status
             self.client.transport.write(data)  # verbatim, headers and chunk framing included
+            sent = self.event_stream
         if self.complete:
             self._finish(None)
+        elif sent and self.gateway.coalesce_s:
+            self._gather()
+
+    def hold(self) -> None:
+        """Its client's socket is full: no reading until it drains (release)."""
+        self.held = True
+        self.transport.pause_reading()
+
+    def release(self) -> None:
+        self.held = False
+        if not self.gathering:
+            self.transport.resume_reading()
+
+    def _gather(self) -> None:
+        """A stream's client has what came so far: the next read waits coalesce_s, so that it takes
+        everything that comes meanwhile, a wakeup, a parse and a write for several tokens."""
+        self.gathering = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(self.gateway.coalesce_s, self._gathered)
+
+    def _gathered(self) -> None:
+        self.gathering = False
+        if not self.held and not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.settling is not None:
@@ -1016,6 +1047,7 @@ class UpstreamConnection(asyncio.Protocol):
         (its client may have paused it) and no longer its client's to pause or abort."""
         assert self.client is not None
         self.client.upstream = None
+        self.held = False
         self.transport.resume_reading()
         self.kept = True
 

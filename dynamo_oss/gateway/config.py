@@ -20,6 +20,7 @@ from dynamo_oss.graph.schema import (
     BatchTargetsSection,
     GatewayBatchesSection,
     GatewayLimitsSection,
+    GatewayStreamingSection,
     GatewayResponsesSection,
     KeyLimitsSection,
 )
@@ -124,6 +125,7 @@ class GatewayConfig(_Strict):
     cache_isolation: Literal["tenant", "shared"] = "tenant"
     limits_per_key: KeyLimitsSection | None = None
     limits: GatewayLimitsSection = Field(default_factory=GatewayLimitsSection)
+    streaming: GatewayStreamingSection = Field(default_factory=GatewayStreamingSection)
     max_in_flight: int | None = Field(default=None, ge=1, description="generation requests admitted at once")
     metrics_host: str | None = Field(
         default=None, description="where /metrics (every process's series, summed) and /metrics/frontend are served"

@@ -64,6 +64,7 @@ async def run(config: GatewayConfig, folder: Path | None, process: int) -> None:
         background=background,
         batch_api=batch_api(config, nats),
         tracing=tracing,
+        coalesce_s=config.streaming.coalesce_ms / 1000,
     )
     if gateway.batches is not None:
         gateway.batches.start()

@@ -499,6 +499,23 @@ class GatewayBatchesSection(Strict):
     )
 
 
+class GatewayStreamingSection(Strict):
+    """How a stream's tokens go out: each as it comes (the default), or gathered for a moment so that
+    one read and one write carry several, which costs the gateway less CPU per token when a stream's
+    tokens come faster than it reads them one by one."""
+
+    coalesce_ms: float = Field(
+        default=0,
+        ge=0,
+        le=200,
+        description="After a read that gave a stream's client something, the gateway reads that stream "
+        "again only this many milliseconds later, and sends everything that came meanwhile at once: up to "
+        "this much delay a token, the first included, for fewer reads and writes a token. 0: every read as "
+        "it comes. Like vLLM's and SGLang's --stream-interval (off by default there too), counted in "
+        "time rather than tokens, since the gateway's cost is a read, whatever it carries.",
+    )
+
+
 class GatewaySection(Strict):
     """dynamo-oss's request gateway, which clients meet at frontend.host:port."""
 
@@ -523,6 +540,7 @@ class GatewaySection(Strict):
         "unless this says `none`.",
     )
     limits: GatewayLimitsSection = Field(default_factory=GatewayLimitsSection)
+    streaming: GatewayStreamingSection = Field(default_factory=GatewayStreamingSection)
     cache_isolation: Literal["tenant", "shared"] = Field(
         default="tenant",
         description="With API keys: `tenant` gives each key's tenant its own cache salt, so tenants never "
