@@ -14,13 +14,14 @@ How: a one-worker aggregated gpt-oss-20b mocker graph on free ports, its steps T
 modelled H200's (`--mocker-time-scale`, as the control plane's ceiling runs; a graph file cannot
 pick the mocker's timing model), so the software, not the simulated engine, sets the pace. A plain
 aiohttp client keeps CONCURRENCY streams of exactly TOKENS output tokens busy for REQUESTS requests
-per run. The user+system CPU
-time of the gateway (or the baseline's) and frontend processes is read before and after each run and divided by the
-output tokens the streams' usage reports. A third API is a control: /v1/completions, the stream the
-Responses path reads from the frontend, which the gateway passes through untransformed. After a
-warm-up of each API, REPEATS rounds run each API in turn, since this 2-core machine is noisy;
-medians and ranges are reported. Writes results.json and results.md beside this file; about 6
-minutes here:
+per run. The user+system CPU time of the gateway that serves a run and of the frontend is read
+before and after it and divided by the output tokens the streams' usage reports; the client counts
+its socket's reads, to show how bunched each stream reached it. Beside the graph's gateway run
+BASELINE's and one of today's with `gateway.streaming.coalesce_ms` at COALESCE_MS (chat-coalesced). A
+last API is a control: /v1/completions, the stream the Responses path reads from the frontend, which
+the gateway passes through untransformed. After a warm-up of each API, REPEATS rounds run each API in
+turn, since this 2-core machine is noisy; medians and ranges are reported. Writes results.json and
+results.md beside this file (or STEM.* with --stem); about 8 minutes here:
 
     uv run python benchmarks/gateway_cpu/run.py
 """
@@ -53,6 +54,8 @@ import yaml
 
 from dynamo_oss.bench.ports import free_block, on_free_ports
 from dynamo_oss.bench.served import served_graph
+from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.graph.schema import GatewayStreamingSection
 from dynamo_oss.launch.state import RunState
 
 HERE = Path(__file__).resolve().parent
@@ -67,10 +70,12 @@ RUN_TIMEOUT_S = 120.0  # a run stops starting requests after this; unfinished on
 REQUEST_TIMEOUT_S = 60.0
 TARGET_RATIO = 1.5
 BASELINE = "d78d3b2"  # the gateway of the day issue 40 was filed: chat passed through to Dynamo's chat endpoint
-BASELINE_READY_S = 120.0
+BESIDE_READY_S = 120.0
 PASSTHROUGH = "chat-passthrough"  # chat through BASELINE's gateway
+COALESCED = "chat-coalesced"  # chat through today's gateway with gateway.streaming.coalesce_ms at COALESCE_MS
+COALESCE_MS = 15.0  # about how long the tokens the pass-through's clients got in one read had waited here
 # The first through BASELINE's gateway; the last a control: the Responses upstream, passed through.
-APIS = (PASSTHROUGH, "chat", "responses", "completions")
+APIS = (PASSTHROUGH, "chat", COALESCED, "responses", "completions")
 CORES = psutil.cpu_count()
 
 
@@ -132,6 +137,7 @@ def responses_tokens(events: list[dict]) -> int | None:
 
 API = {
     PASSTHROUGH: Api("/v1/chat/completions", chat_body, usage_tokens),
+    COALESCED: Api("/v1/chat/completions", chat_body, usage_tokens),
     "chat": Api("/v1/chat/completions", chat_body, usage_tokens),
     "responses": Api("/v1/responses", responses_body, responses_tokens),
     "completions": Api("/v1/completions", completions_body, usage_tokens),
@@ -158,30 +164,66 @@ def write_graph(folder: Path, processes: int) -> Path:
     return path
 
 
+@dataclass
+class Beside:
+    """A gateway run beside the graph's, in front of its frontend: where clients reach it, and its first
+    process."""
+
+    url: str
+    pid: int
+
+
 @contextmanager
-def baseline_gateway(folder: Path, frontend_port: int) -> Iterator[tuple[str, int]]:
+def baseline_gateway(folder: Path, frontend_port: int) -> Iterator[Beside]:
     """BASELINE's gateway, which passed chat through to Dynamo's chat endpoint, in front of the graph's
-    frontend on a free port: its code from this repository's history, run with today's packages. Yields
-    its base URL and pid once it listens; stopped afterwards."""
+    frontend on a free port: its code from this repository's history, run with today's packages."""
     archive = subprocess.run(["git", "archive", BASELINE, "dynamo_oss"], cwd=HERE.parents[1], capture_output=True)
     if archive.returncode:
         sys.exit(f"the baseline gateway's code ({BASELINE}) is not in this checkout's history: {archive.stderr!r}")
     source = folder / f"gateway-{BASELINE}"
     tarfile.open(fileobj=io.BytesIO(archive.stdout)).extractall(source, filter="data")
     port = free_block(1)
-    argv = [sys.executable, "-m", "dynamo_oss.gateway", "--port", str(port), "--model", "gpt-oss-20b"]
-    argv += ["--upstream", f"http://127.0.0.1:{frontend_port}"]
-    with (folder / f"gateway-{BASELINE}.log").open("w") as log:
+    argv = ["--port", str(port), "--model", "gpt-oss-20b", "--upstream", f"http://127.0.0.1:{frontend_port}"]
+    with gateway_beside(argv, source, port, folder / f"gateway-{BASELINE}.log") as beside:
+        yield beside
+
+
+@contextmanager
+def coalescing_gateway(folder: Path, run_dir: Path) -> Iterator[Beside]:
+    """Today's gateway as the graph's, but with `gateway.streaming.coalesce_ms` at COALESCE_MS, on a free port
+    in front of the same frontend: one process, and nothing kept on the graph's NATS (chat needs none of it)."""
+    port = free_block(1)
+    config = GatewayConfig.read(run_dir / "gateway.json").model_copy(
+        update={
+            "port": port,
+            "processes": 1,
+            "state_dir": folder / "coalescing",
+            "streaming": GatewayStreamingSection(coalesce_ms=COALESCE_MS),
+            **dict.fromkeys(("metrics_port", "nats", "responses", "batches", "cluster_share", "tracing")),
+        }
+    )
+    path = folder / "gateway-coalescing.json"
+    path.write_text(config.model_dump_json())
+    with gateway_beside(["--config", str(path)], HERE.parents[1], port, folder / "gateway-coalescing.log") as beside:
+        yield beside
+
+
+@contextmanager
+def gateway_beside(arguments: list[str], source: Path, port: int, log_path: Path) -> Iterator[Beside]:
+    """`python -m dynamo_oss.gateway ARGUMENTS` with `source` first on the path; yielded once it listens on
+    `port`, stopped afterwards."""
+    argv = [sys.executable, "-m", "dynamo_oss.gateway", *arguments]
+    with log_path.open("w") as log:
         process = subprocess.Popen(
             argv, cwd=source, env={**os.environ, "PYTHONPATH": str(source)}, stdout=log, stderr=subprocess.STDOUT
         )
     try:
-        deadline = time.monotonic() + BASELINE_READY_S
+        deadline = time.monotonic() + BESIDE_READY_S
         while not listening(port):
             if process.poll() is not None or time.monotonic() > deadline:
-                sys.exit(f"the baseline gateway did not start; see {folder / f'gateway-{BASELINE}.log'}")
+                sys.exit(f"a gateway beside the graph's did not start; see {log_path}")
             time.sleep(0.2)  # polling its port against the deadline above
-        yield f"http://127.0.0.1:{port}", process.pid
+        yield Beside(f"http://127.0.0.1:{port}", process.pid)
     finally:
         process.terminate()
         try:
@@ -198,9 +240,9 @@ def listening(port: int) -> bool:
 @dataclass
 class Counters:
     """CPU seconds so far: of the frontend, of each gateway serving process (the endpoint's first
-    process, which serves no client, is left out) and of the baseline's gateway, of the graph's processes,
-    the baseline and this client together, and of the whole machine; and the read syscalls (socket reads,
-    mostly) of today's gateway ("gateway") and of the baseline's."""
+    process, which serves no client, is left out) and of each gateway run beside the graph's, of the
+    graph's processes, those beside it and this client together, and of the whole machine; and the read
+    syscalls (socket reads, mostly) of today's gateway ("gateway") and of each beside it."""
 
     cpu: dict[str, float]
     ours: float
@@ -208,26 +250,39 @@ class Counters:
     reads: dict[str, int]
 
     @classmethod
-    def read(cls, supervisor_pid: int, pids: dict[str, int]) -> Counters:
-        """`pids` names the gateway's first process and the frontend, and the baseline's gateway if one runs."""
+    def read(cls, supervisor_pid: int, pids: dict[str, int], beside: dict[str, int]) -> Counters:
+        """`pids` names the gateway's first process and the frontend; `beside`, the gateways run beside the
+        graph's, by the API each serves."""
         graph = psutil.Process(supervisor_pid)
-        baseline = [psutil.Process(pids["baseline"])] if "baseline" in pids else []
-        ours = sum(
-            cpu_seconds(p, gone=0.0) for p in [psutil.Process(), graph, *graph.children(recursive=True), *baseline]
-        )
+        sides = {api: serving(psutil.Process(top)) for api, top in beside.items()}
+        watched = [psutil.Process(), graph, *graph.children(recursive=True)]
+        watched += [process for top in beside.values() for process in family(psutil.Process(top))]
+        ours = sum(cpu_seconds(process, gone=0.0) for process in watched)
         machine = psutil.cpu_times()
-        serving = psutil.Process(pids["gateway"]).children()
-        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"]))} | {
-            "baseline": cpu_seconds(p) for p in baseline
-        }
-        cpu |= {f"gateway-{index}": cpu_seconds(process) for index, process in enumerate(sorted(serving, key=pid))}
-        reads = {"gateway": sum(process.io_counters().read_count for process in serving)}
+        today = sorted(psutil.Process(pids["gateway"]).children(), key=pid)
+        cpu = {"frontend": cpu_seconds(psutil.Process(pids["frontend"]))}
+        cpu |= {api: sum(cpu_seconds(process) for process in processes) for api, processes in sides.items()}
+        cpu |= {f"gateway-{index}": cpu_seconds(process) for index, process in enumerate(today)}
+        reads = {api: read_calls(processes) for api, processes in sides.items()} | {"gateway": read_calls(today)}
         return cls(
             cpu=cpu,
             ours=ours,
             machine=machine.user + machine.nice + machine.system + machine.irq + machine.softirq,
-            reads=reads | {"baseline": p.io_counters().read_count for p in baseline},
+            reads=reads,
         )
+
+
+def serving(top: psutil.Process) -> list[psutil.Process]:
+    """A gateway's serving processes: its first process's children, or itself for one of a single process."""
+    return top.children() or [top]
+
+
+def family(top: psutil.Process) -> list[psutil.Process]:
+    return [top, *top.children()]
+
+
+def read_calls(processes: list[psutil.Process]) -> int:
+    return sum(process.io_counters().read_count for process in processes)
 
 
 def pid(process: psutil.Process) -> int:
@@ -261,26 +316,40 @@ def pid_of(state: RunState, name: str) -> int:
 # ---- the load -----------------------------------------------------------------------------------
 
 
-async def one_stream(session: aiohttp.ClientSession, url: str, api: Api, model: str) -> int | None:
-    """The output tokens one streamed request reports in its usage; None for any failure. Only the
-    events that can carry the usage are parsed, so the client spends little CPU per token."""
+@dataclass
+class Stream:
+    """What one streamed request delivered: its reported output tokens (None for any failure) and the
+    reads of the client's socket that carried its body, so tokens a read is how bunched the stream
+    reached its user."""
+
+    tokens: int | None
+    reads: int = 0
+
+
+async def one_stream(session: aiohttp.ClientSession, url: str, api: Api, model: str) -> Stream:
+    """One streamed request. Only the lines that can carry the usage are parsed, so the client spends
+    little CPU per token."""
     try:
         async with session.post(url + api.path, json=api.body(model, f"Tell me a story {random.random()}")) as reply:
             if reply.status != 200:
-                return None
-            finals = [
-                json.loads(line[6:])
-                async for line in reply.content
-                if line.startswith(b"data: {") and any(m in line for m in FINAL_MARKERS)
-            ]
-            return api.tokens(finals)
+                return Stream(None)
+            reads, tail, finals = 0, b"", []
+            async for data in reply.content.iter_any():
+                reads += 1
+                *lines, tail = (tail + data).split(b"\n")
+                finals += [json.loads(line[6:]) for line in lines if final_line(line)]
+            return Stream(api.tokens(finals), reads)
     except (aiohttp.ClientError, asyncio.TimeoutError, ValueError, KeyError):
-        return None
+        return Stream(None)
 
 
-async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[int | None], float]:
-    """`requests` streams, CONCURRENCY at a time; each one's reported tokens, and the wall time."""
-    results: list[int | None] = []
+def final_line(line: bytes) -> bool:
+    return line.startswith(b"data: {") and any(marker in line for marker in FINAL_MARKERS)
+
+
+async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[Stream], float]:
+    """`requests` streams, CONCURRENCY at a time; what each delivered, and the wall time."""
+    results: list[Stream] = []
     pending = iter(range(requests))
     started = time.monotonic()
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
@@ -288,7 +357,7 @@ async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[int 
     async def user(session: aiohttp.ClientSession) -> None:
         for _ in pending:
             if time.monotonic() - started > RUN_TIMEOUT_S:
-                results.append(None)
+                results.append(Stream(None))
                 continue
             results.append(await one_stream(session, url, api, model))
 
@@ -298,22 +367,21 @@ async def load(url: str, api: Api, model: str, requests: int) -> tuple[list[int 
     return results, time.monotonic() - started
 
 
-def measure(
-    name: str, state: RunState, pids: dict[str, int], requests: int, urls: dict[str, str] | None = None
-) -> dict:
-    """One run of `requests` streams of API `name` (to its gateway's base URL in `urls`, else the graph's
-    endpoint), with the CPU each watched process spent over it; "gateway" is the gateway that served it,
-    today's or the baseline's."""
-    before = Counters.read(state.supervisor_pid, pids)
-    url = (urls or {}).get(name, state.endpoint.removesuffix("/v1"))
+def measure(name: str, state: RunState, pids: dict[str, int], requests: int, beside: dict[str, Beside]) -> dict:
+    """One run of `requests` streams of API `name` (to the gateway beside the graph's that serves it, if
+    one does, else the graph's endpoint), with the CPU each watched process spent over it; "gateway" is
+    the gateway that served it."""
+    tops = {api: side.pid for api, side in beside.items()}
+    before = Counters.read(state.supervisor_pid, pids, tops)
+    url = beside[name].url if name in beside else state.endpoint.removesuffix("/v1")
     results, wall = asyncio.run(load(url, API[name], state.served_name, requests))
-    after = Counters.read(state.supervisor_pid, pids)
+    after = Counters.read(state.supervisor_pid, pids, tops)
     cpu = {process: after.cpu[process] - before.cpu[process] for process in after.cpu}
-    served_by = "baseline" if name == PASSTHROUGH else "gateway"
+    served_by = name if name in beside else "gateway"
     today = sum(seconds for process, seconds in cpu.items() if process.startswith("gateway-"))
-    cpu["gateway"] = cpu["baseline"] if name == PASSTHROUGH else today
-    tokens = sum(t for t in results if t)
-    failed = sum(1 for t in results if t != TOKENS)
+    cpu["gateway"] = cpu[name] if name in beside else today
+    tokens = sum(stream.tokens for stream in results if stream.tokens)
+    failed = sum(1 for stream in results if stream.tokens != TOKENS)
     machine = after.machine - before.machine
     row = {
         "api": name,
@@ -326,6 +394,7 @@ def measure(
         **{f"{p}_us_per_token": round(1e6 * s / max(tokens, 1), 2) for p, s in cpu.items()},
         "gateway_share": round(cpu["gateway"] / (cpu["gateway"] + cpu["frontend"]), 3),
         "gateway_reads_per_token": round((after.reads[served_by] - before.reads[served_by]) / max(tokens, 1), 3),
+        "client_tokens_per_read": round(tokens / max(sum(stream.reads for stream in results if stream.tokens), 1), 2),
         "cores_busy": round(machine / wall / CORES, 3),
         "other_processes_cores": round(max(0.0, machine - (after.ours - before.ours)) / wall, 2),
     }
@@ -352,6 +421,7 @@ SUMMARIZED = (
     "gateway_share",
     "tok_s",
     "gateway_reads_per_token",
+    "client_tokens_per_read",
     "cores_busy",
     "other_processes_cores",
 )
@@ -379,6 +449,7 @@ def summarize(rows: list[dict]) -> dict:
     summary["gateway_ratio_chat_over_passthrough"]["met"] = (
         summary["gateway_ratio_chat_over_passthrough"]["of_medians"] <= 1.0
     )
+    summary["gateway_ratio_coalesced_over_passthrough"] = ratio(rows, summary, COALESCED, PASSTHROUGH)
     summary["failed_requests"] = sum(r["failed"] for r in rows)
     return summary
 
@@ -390,7 +461,11 @@ def cell(s: dict, digits: int = 1, percent: bool = False) -> str:
     return f"{fmt(s['median'])} ({fmt(s['min'])}-{fmt(s['max'])})"
 
 
-ROW_LABELS = {PASSTHROUGH: f"chat, passed through ({BASELINE}'s gateway)", "completions": "completions (control)"}
+ROW_LABELS = {
+    PASSTHROUGH: f"chat, passed through ({BASELINE}'s gateway)",
+    COALESCED: f"chat, coalesced ({COALESCE_MS:g} ms)",
+    "completions": "completions (control)",
+}
 
 
 def table_row(api: str, s: dict) -> str:
@@ -408,6 +483,7 @@ def per_api(summary: dict, field: str, digits: int = 1, percent: bool = False) -
 def markdown(summary: dict, settings: dict) -> str:
     chat, control = summary["gateway_ratio_responses_over_chat"], summary["gateway_ratio_responses_over_completions"]
     then = summary["gateway_ratio_chat_over_passthrough"]
+    coalesced = summary["gateway_ratio_coalesced_over_passthrough"]
     lines = [
         f"Command: `{settings['command']}`",
         "",
@@ -420,7 +496,8 @@ def markdown(summary: dict, settings: dict) -> str:
         "rounds of one run per API in turn. Each cell: "
         "median (min-max) over the runs. The first row is chat through the gateway of the day issue 40 was filed "
         f"(code {BASELINE}, which passed chat through to Dynamo's own chat endpoint), run beside today's in front "
-        "of the same frontend. The completions row is a control: the stream the Responses and chat paths read "
+        f"of the same frontend. The third is today's chat with `gateway.streaming.coalesce_ms: {COALESCE_MS:g}`, "
+        "from a gateway of one process beside the graph's. The completions row is a control: the stream the Responses and chat paths read "
         "from Dynamo's frontend, passed through by the gateway untransformed.",
         "",
         "| API | gateway us/token | frontend us/token | gateway share of gateway+frontend | output tok/s |",
@@ -438,12 +515,17 @@ def markdown(summary: dict, settings: dict) -> str:
         "",
         f"Chat / chat passed through at {BASELINE}, gateway CPU per token: **{then['of_medians']:.2f}x** (ratio of "
         f"medians; per round {rounds(then)}) against the target of no more than then (1.0x): "
-        f"{'met' if then['met'] else '**missed**'}.",
+        f"{'met' if then['met'] else '**missed**'}. With `gateway.streaming.coalesce_ms: {COALESCE_MS:g}` (a "
+        "stream read again only that long after a read that gave its client something; a gateway beside the "
+        f"graph's, in front of the same frontend), chat / chat passed through: **{coalesced['of_medians']:.2f}x** "
+        f"(per round {rounds(coalesced)}).",
         "",
         "Every read from the frontend costs the gateway a wakeup, a parse, a transform and a write to the client, "
         "whatever it carries, and Dynamo's frontend writes chat in bursts but completions about a token at a time "
         f"(a client of the frontend alone sees the same). The gateway's read syscalls per streamed token: "
-        f"{per_api(summary, 'gateway_reads_per_token', 2)}.",
+        f"{per_api(summary, 'gateway_reads_per_token', 2)}. How bunched each stream reached its client, in "
+        f"output tokens a read of the client's socket: {per_api(summary, 'client_tokens_per_read', 2)} (above 1, "
+        "tokens that waited to go out with others).",
         "",
         *(processes_line(summary, settings["gateway_processes"]) if settings["gateway_processes"] > 1 else []),
         f"Cores busy: {per_api(summary, 'cores_busy', percent=True)}; processes outside the graph and this client "
@@ -460,7 +542,7 @@ def processes_line(summary: dict, processes: int) -> list[str]:
     shares = "; ".join(
         f"{api} " + ", ".join(cell(summary[api][f"gateway-{index}_us_per_token"]) for index in range(processes))
         for api in APIS
-        if api != PASSTHROUGH
+        if api not in (PASSTHROUGH, COALESCED)
     )
     return [f"Each gateway process's CPU per token of the run (us, process 0 first): {shares}.", ""]
 
@@ -509,6 +591,12 @@ def main() -> None:
         help="gateway processes on the endpoint's one port (default 1, into results.md; given, into "
         "results-N-process(es).md, so runs of one and two processes the same hour sit beside the committed one)",
     )
+    parser.add_argument(
+        "--stem",
+        type=stem_name,
+        help="write STEM.md and STEM.json beside this file instead (a run kept beside the committed ones, "
+        "which stay what the endpoint's sizing and the README quote)",
+    )
     args = parser.parse_args()
     load, processes = args.load, args.processes or 1
     time_scale, requests, repeats = LOADS[load]
@@ -517,6 +605,7 @@ def main() -> None:
     options = (f" --load {load}" if load != "saturated" else "") + (
         f" --processes {processes}" if args.processes is not None else ""
     )
+    options += f" --stem {args.stem}" if args.stem else ""
     started = time.monotonic()
     settings = {
         "command": COMMAND + options,
@@ -546,20 +635,30 @@ def main() -> None:
         ) as state:
             pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
             frontend_port = next(p for p in state.processes if p.name == "frontend").ports[0]
-            with baseline_gateway(folder, frontend_port) as (baseline_url, pids["baseline"]):
-                urls = {PASSTHROUGH: baseline_url}
+            with (
+                baseline_gateway(folder, frontend_port) as baseline,
+                coalescing_gateway(folder, folder / "run") as coalescing,
+            ):
+                beside = {PASSTHROUGH: baseline, COALESCED: coalescing}
                 print(
                     f"served in {time.monotonic() - started:.0f} s, and {BASELINE}'s gateway beside it; warm-up",
                     flush=True,
                 )
                 for api in APIS:
-                    measure(api, state, pids, settings["warmup_requests_per_api"], urls)
+                    measure(api, state, pids, settings["warmup_requests_per_api"], beside)
                 print("measuring", flush=True)
-                rows = [measure(api, state, pids, requests, urls) for _ in range(repeats) for api in APIS]
+                rows = [measure(api, state, pids, requests, beside) for _ in range(repeats) for api in APIS]
     summary = summarize(rows)
     settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)
-    write_report(f"results{suffix}", settings, summary, rows, markdown(summary, settings))
+    write_report(args.stem or f"results{suffix}", settings, summary, rows, markdown(summary, settings))
+
+
+def stem_name(value: str) -> str:
+    """A file name's stem beside this script, not a path."""
+    if not value or "/" in value or value.startswith("."):
+        raise argparse.ArgumentTypeError(f"expected a file name's stem such as results-run1, got {value!r}")
+    return value
 
 
 def write_report(stem: str, settings: dict, summary: dict, rows: list[dict], report: str) -> None:
