@@ -235,8 +235,8 @@ def propose(tmp_path: Path, dynamo_planner_config: type):  # noqa: ANN201 - retu
 def test_the_propose_stage_grows_at_once_and_shrinks_to_the_most_its_window_wanted(propose) -> None:  # noqa: ANN001
     assert propose(None, (1, 1)) == {"prefill": 1, "decode": 1}  # no traffic yet: it holds
     assert propose(SLA_HIGH, (1, 1)) == {"prefill": 2, "decode": 2}
-    wanted = [propose(SLA_LOW, (2, 2)) for _ in range(10)]  # scale_down_after_s: 20 s of 2 s looks
-    assert wanted[:-1] == [{"prefill": 2, "decode": 2}] * 9 and wanted[-1] == {"prefill": 1, "decode": 1}
+    wanted = [propose(SLA_LOW, (2, 2)) for _ in range(5)]  # scale_down_after_s: 10 s of 2 s looks
+    assert wanted[:-1] == [{"prefill": 2, "decode": 2}] * 4 and wanted[-1] == {"prefill": 1, "decode": 1}
     assert propose(SLA_LOW, (1, 1), predicted=SLA_HIGH) == {"prefill": 2, "decode": 2}  # the forecast counts
 
 

@@ -144,7 +144,7 @@ def write_sla_graph(folder: Path) -> Path:
         "ttft_ms": 1500,
         "itl_ms": 40,
         "interval_s": 2,
-        "scale_down_after_s": 20,
+        "scale_down_after_s": 10,
         "metrics_port": metrics,
     }  # mode sla: the default, with 20% headroom
     graph["observability"] = observed(prometheus, launcher)
