@@ -516,7 +516,8 @@ def markdown(summary: dict, settings: dict) -> str:
         f"Chat / chat passed through at {BASELINE}, gateway CPU per token: **{then['of_medians']:.2f}x** (ratio of "
         f"medians; per round {rounds(then)}) against the target of no more than then (1.0x): "
         f"{'met' if then['met'] else '**missed**'}. With `gateway.streaming.coalesce_ms: {COALESCE_MS:g}` (a "
-        "stream read again only that long after a read that gave its client something; a gateway beside the "
+        "stream whose reads come closer together than that read again only that long after a read that gave its "
+        "client something; a gateway beside the "
         f"graph's, in front of the same frontend), chat / chat passed through: **{coalesced['of_medians']:.2f}x** "
         f"(per round {rounds(coalesced)}).",
         "",

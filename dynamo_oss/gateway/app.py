@@ -834,6 +834,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.settling: asyncio.Task | None = None  # a Settling transform's last bytes, under way
         self.held = False  # its client takes no more for now (ClientConnection.pause_writing)
         self.gathering = False  # reads paused while a stream's tokens gather (gateway.streaming.coalesce_ms)
+        self.reading_since = 0.0  # loop time of its last read, or of reading again after a wait
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -847,6 +848,7 @@ class UpstreamConnection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self if transform is None else TransformedAnswer(self))
         self.head_only = head_only
         self.done = asyncio.get_running_loop().create_future()
+        self.reading_since = asyncio.get_running_loop().time()
         self.transport.write(request)
         acknowledge_at_once(self.socket)  # after the request: sending it is what turns delayed ACKs on
         try:
@@ -893,7 +895,7 @@ class UpstreamConnection(asyncio.Protocol):
         if self.complete:
             self._finish(None)
         elif sent and self.gateway.coalesce_s:
-            self._gather()
+            self._gather_if_quick()
 
     def hold(self) -> None:
         """Its client's socket is full: no reading until it drains (release)."""
@@ -905,15 +907,22 @@ class UpstreamConnection(asyncio.Protocol):
         if not self.gathering:
             self.transport.resume_reading()
 
-    def _gather(self) -> None:
-        """A stream's client has what came so far: the next read waits coalesce_s, so that it takes
-        everything that comes meanwhile, a wakeup, a parse and a write for several tokens."""
-        self.gathering = True
-        self.transport.pause_reading()
-        asyncio.get_running_loop().call_later(self.gateway.coalesce_s, self._gathered)
+    def _gather_if_quick(self) -> None:
+        """A stream's client has what came so far. Where this read came sooner than coalesce_s after the
+        last (or after reading again), the stream's tokens come faster than a wait would hold them: the
+        next read waits coalesce_s, so that it takes everything that comes meanwhile, a wakeup, a parse
+        and a write for several tokens. A slower stream is read as it comes, at no cost."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        quick, self.reading_since = now - self.reading_since < self.gateway.coalesce_s, now
+        if quick:
+            self.gathering = True
+            self.transport.pause_reading()
+            loop.call_later(self.gateway.coalesce_s, self._gathered)
 
     def _gathered(self) -> None:
         self.gathering = False
+        self.reading_since = asyncio.get_running_loop().time()
         if not self.held and not self.transport.is_closing():
             self.transport.resume_reading()
 

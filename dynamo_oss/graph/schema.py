@@ -508,11 +508,11 @@ class GatewayStreamingSection(Strict):
         default=0,
         ge=0,
         le=200,
-        description="After a read that gave a stream's client something, the gateway reads that stream "
-        "again only this many milliseconds later, and sends everything that came meanwhile at once: up to "
-        "this much delay a token, the first included, for fewer reads and writes a token. 0: every read as "
-        "it comes. Like vLLM's and SGLang's --stream-interval (off by default there too), counted in "
-        "time rather than tokens, since the gateway's cost is a read, whatever it carries.",
+        description="A stream whose reads come less than this many milliseconds apart is read again only "
+        "this long after a read that gave its client something, and everything that came meanwhile goes out "
+        "at once: fewer reads and writes a token, for up to this much delay a token. A slower stream is read as "
+        "it comes. 0: every read as it comes. Like vLLM's and SGLang's --stream-interval (off by default there "
+        "too), counted in time rather than tokens, since the gateway's cost is a read, whatever it carries.",
     )
 
 

@@ -325,13 +325,14 @@ def test_a_gathering_read_never_resumes_a_stream_its_client_has_paused() -> None
         transport = UnsentTransport()
         connection.connection_made(transport)  # type: ignore[arg-type]
         reading = []
-        connection._gather()
+        connection.reading_since = asyncio.get_running_loop().time()  # a quick stream: its last read just now
+        connection._gather_if_quick()
         connection.hold()  # the client's socket fills during the wait
         await _until(lambda: not connection.gathering)
         reading.append(transport.reading)  # still held
         connection.release()
         reading.append(transport.reading)  # drained, no wait left: reading again
-        connection._gather()
+        connection._gather_if_quick()  # quick again: the wait just ended
         connection.hold()
         connection.release()  # drained during a wait: the wait's end resumes it
         reading.append(transport.reading)
@@ -340,6 +341,19 @@ def test_a_gathering_read_never_resumes_a_stream_its_client_has_paused() -> None
         return reading
 
     assert asyncio.run(run()) == [False, True, False, True]
+
+
+def test_a_stream_slower_than_the_wait_is_read_as_it_comes() -> None:
+    async def run() -> tuple[bool, bool]:
+        gateway = Gateway(["http://127.0.0.1:1"], None, GraphKey(b"g" * 32), coalesce_s=0.05)
+        connection = UpstreamConnection(gateway, gateway.frontends.all[0])
+        transport = UnsentTransport()
+        connection.connection_made(transport)  # type: ignore[arg-type]
+        connection.reading_since = asyncio.get_running_loop().time() - 0.2  # its last read 200 ms ago
+        connection._gather_if_quick()
+        return connection.gathering, transport.reading
+
+    assert asyncio.run(run()) == (False, True)
 
 
 async def _until(condition: Callable[[], bool]) -> None:
