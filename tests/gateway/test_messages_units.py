@@ -12,8 +12,6 @@ import pytest
 from anthropic.types import Message, RawMessageStreamEvent
 from pydantic import TypeAdapter, ValidationError
 
-from dynamo_oss.deployment.commands import gateway_config
-from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.app import Gateway
 from dynamo_oss.gateway.auth import ApiKeys, KeysUnusable
 from dynamo_oss.gateway.harmony.completion import CompletionAnswer
@@ -26,9 +24,8 @@ from dynamo_oss.gateway.protocol.responses import ResponsesRequest
 from dynamo_oss.gateway.harmony.rendering import Prompt
 from dynamo_oss.gateway.graph_key import GraphKey
 from dynamo_oss.gateway.tenancy import Tenants
-from dynamo_oss.graph.loader import load_graph
 from tests.support.harmony import completion_chunks, harmony_ids, render_request, sealed_with
-from tests.support.graphs import write_graph
+from tests.support.graphs import gateway_config_of
 
 SEAL = sealed_with(b"m")
 TODAY = datetime.date(2026, 11, 25)
@@ -298,14 +295,5 @@ def test_the_cache_salt_is_the_tenant_s_under_the_graph_s_key_and_a_client_s_own
 def test_the_graph_s_cache_isolation_reaches_the_gateway_s_configuration(tmp_path: Path, isolation: str | None) -> None:
     (tmp_path / "keys").write_text("alice sk-a\n")
     gateway = {"auth": {"keys_file": str(tmp_path / "keys")}} | ({"cache_isolation": isolation} if isolation else {})
-    deployment = build_deployment(load_graph(write_graph(tmp_path, gateway=gateway)), engine_override="mocker")
-    config = gateway_config(
-        deployment,
-        ("127.0.0.1", 8000),
-        ["http://127.0.0.1:8001"],
-        state_dir=tmp_path,
-        key_file=tmp_path / "k",
-        make_key=True,
-        api_keys_file=None,
-    )
+    config = gateway_config_of(tmp_path, gateway)
     assert config.cache_isolation == (isolation or "tenant")

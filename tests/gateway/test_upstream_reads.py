@@ -18,8 +18,6 @@ from pathlib import Path
 import httpx
 import pytest
 
-from dynamo_oss.deployment.commands import gateway_config
-from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.gateway.app import Gateway, UpstreamConnection, serve
 from dynamo_oss.gateway.chat.stream import ChatBuilder
 from dynamo_oss.gateway.forwarding import Clientless
@@ -32,7 +30,7 @@ from dynamo_oss.gateway.routes import PassThrough, Upstream
 from dynamo_oss.graph.errors import GraphError
 from dynamo_oss.graph.loader import load_graph
 from tests.support.frontends import ANSWER
-from tests.support.graphs import write_graph
+from tests.support.graphs import gateway_config_of, write_graph
 from tests.support.harmony import completion_chunks, harmony_ids
 from tests.support.ports import free_ports
 
@@ -377,17 +375,7 @@ def test_with_coalescing_a_transformed_stream_waits_after_a_read_that_gave_its_c
 
 @pytest.mark.parametrize("coalesce_ms", [None, 0, 12.5])
 def test_the_graph_s_coalesce_ms_reaches_the_gateway_s_configuration(tmp_path: Path, coalesce_ms: float | None) -> None:
-    gateway = {} if coalesce_ms is None else {"streaming": {"coalesce_ms": coalesce_ms}}
-    deployment = build_deployment(load_graph(write_graph(tmp_path, gateway=gateway)), engine_override="mocker")
-    config = gateway_config(
-        deployment,
-        ("127.0.0.1", 8000),
-        ["http://127.0.0.1:8001"],
-        state_dir=tmp_path,
-        key_file=tmp_path / "k",
-        make_key=True,
-        api_keys_file=None,
-    )
+    config = gateway_config_of(tmp_path, {} if coalesce_ms is None else {"streaming": {"coalesce_ms": coalesce_ms}})
     assert config.streaming.coalesce_ms == (coalesce_ms or 0)
 
 

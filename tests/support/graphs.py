@@ -8,6 +8,10 @@ from pathlib import Path
 import yaml
 
 from dynamo_oss.bench.served import measured_copy
+from dynamo_oss.deployment.commands import gateway_config
+from dynamo_oss.deployment.model import build_deployment
+from dynamo_oss.gateway.config import GatewayConfig
+from dynamo_oss.graph.loader import load_graph
 from tests.support.commands import REPO
 from tests.support.ports import free_port_run, free_ports
 
@@ -205,3 +209,18 @@ def shipped_graph_on_free_ports(name: str, folder: Path) -> Path:
     path = folder / name
     path.write_text(yaml.safe_dump(graph))
     return path
+
+
+def gateway_config_of(folder: Path, gateway: dict) -> GatewayConfig:
+    """The gateway's configuration `dynamo serve` would write for write_graph's graph with `gateway` as
+    its gateway section (on the mocker, the endpoint on 127.0.0.1:8000, its key made in `folder`)."""
+    deployment = build_deployment(load_graph(write_graph(folder, gateway=gateway)), engine_override="mocker")
+    return gateway_config(
+        deployment,
+        ("127.0.0.1", 8000),
+        ["http://127.0.0.1:8001"],
+        state_dir=folder,
+        key_file=folder / "k",
+        make_key=True,
+        api_keys_file=None,
+    )
