@@ -135,10 +135,11 @@ def responses_tokens(events: list[dict]) -> int | None:
     return final["response"]["usage"]["output_tokens"] if final and final["response"].get("usage") else None
 
 
+CHAT = Api("/v1/chat/completions", chat_body, usage_tokens)
 API = {
-    PASSTHROUGH: Api("/v1/chat/completions", chat_body, usage_tokens),
-    COALESCED: Api("/v1/chat/completions", chat_body, usage_tokens),
-    "chat": Api("/v1/chat/completions", chat_body, usage_tokens),
+    PASSTHROUGH: CHAT,
+    COALESCED: CHAT,
+    "chat": CHAT,
     "responses": Api("/v1/responses", responses_body, responses_tokens),
     "completions": Api("/v1/completions", completions_body, usage_tokens),
 }
