@@ -237,9 +237,14 @@ def test_a_chat_answer_is_the_same_however_the_frontend_s_bytes_are_cut_into_rea
     in_two_chunks = [*events[:3], split_event[:20], split_event[20:], *events[4:]]  # an event across two chunks
     for reads in ([whole], cut(whole, 1), cut(whole, 7), cut(whole, 64), cut(whole, 300), [framed(in_two_chunks)]):
         answered, writes, _ = chat_read_in(reads, **fields)
-        assert answered == expected
+        assert said(answered, "reasoning") == reasoning and said(answered, "content") == content
+        assert answered[0] == expected[0] and answered[-1] == expected[-1]  # its role first; its end
         assert writes <= len(reads) + 1  # a write a read at most, and the answer's end
-    assert chat_read_in([whole], **fields)[1] <= 2  # many chunks in one read: one write for all of them, the end
+    answered, writes, _ = chat_read_in([whole], **fields)
+    assert writes <= 2  # many chunks in one read: one write for all of them, the end
+    deltas = [chunk["choices"][0]["delta"] for chunk in answered[1:] if chunk.get("choices")]
+    assert [delta for delta in deltas if delta.get("content")] == ([{"content": content}] if content else [])
+    assert len([delta for delta in deltas if delta.get("reasoning")]) == 1  # a message's text a read: one delta
 
 
 class BurstFrontend:

@@ -62,7 +62,10 @@ class AnswerParser:
         self.reasoning_tokens = 0
 
     def feed(self, token_ids: list[int]) -> list[Event]:
+        """The events of the next token ids: a message's text they carry is one event, not one a token, so
+        a read of many tokens costs a builder one delta to write (a chunk or an event) for each message."""
         events: list[Event] = []
+        run = ""  # the open message's text since the last event
         for token in token_ids:
             text = self.text
             if text is not None and token not in ENDS:  # the common case: one more token of the open message
@@ -71,13 +74,19 @@ class AnswerParser:
                 # a special token inside a message's text is that text, as harmony reads it
                 delta = text.push(token)
                 if delta:
-                    events.append(("text", delta))
-            elif text is not None:
+                    run += delta
+                continue
+            if run:
+                events.append(("text", run))
+                run = ""
+            if text is not None:
                 events.append(self._end(token))
             elif self.parser is None:
                 events += self._hold(token)
             else:
                 events += self._harmony_reads(token)
+        if run:
+            events.append(("text", run))
         return events
 
     def finish(self) -> list[Event]:
