@@ -22,8 +22,19 @@ sys.dont_write_bytecode = False
 
 # The fixtures that serve a graph (or start Dynamo's frontend): a test using one, directly or through
 # another fixture, carries the `graph` marker; a test that serves one itself is marked where it is.
-GRAPH_FIXTURES = {"disagg", "fast_graph", "autoscaled", "sla_scaled", "stock_mocker_endpoint", "two_decoders",
-                  "own_graph", "sweep_folder", "frontend_prompts", "keyed_graph", "slowed_pair"}  # fmt: skip
+GRAPH_FIXTURES = {
+    "disagg",
+    "fast_graph",
+    "autoscaled",
+    "sla_scaled",
+    "stock_mocker_endpoint",
+    "two_decoders",
+    "own_graph",
+    "sweep_folder",
+    "frontend_prompts",
+    "keyed_graph",
+    "slowed_pair",
+}
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
@@ -57,8 +68,11 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 def _shared_fixture_group(item: pytest.Item) -> str | None:
     """The worker group of a test using a fixture of the suite's own (not pytest's) wider than a test:
     the fixture's name for a session-scoped one (shared across modules), else the module."""
-    shared = [chain[-1] for chain in item._fixtureinfo.name2fixturedefs.values()
-              if chain[-1].scope != "function" and chain[-1].baseid]  # fmt: skip
+    shared = [
+        chain[-1]
+        for chain in item._fixtureinfo.name2fixturedefs.values()
+        if chain[-1].scope != "function" and chain[-1].baseid
+    ]
     sessions = sorted(definition.argname for definition in shared if definition.scope == "session")
     return sessions[0] if sessions else item.module.__name__ if shared else None
 
@@ -96,8 +110,9 @@ def autoscaled(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServedGraph
     0.0.0.0 behind a key: the planner's load ramp runs on it, and the exposure tests list its
     listeners (every kind of process a graph starts, Dynamo's planner included)."""
     folder = tmp_path_factory.mktemp("autoscale")
-    with serving(write_autoscaled_graph(folder, "0.0.0.0"), folder / "run", "--mocker-time-scale",
-                 str(AUTOSCALE_SLOW)) as served:  # fmt: skip
+    with serving(
+        write_autoscaled_graph(folder, "0.0.0.0"), folder / "run", "--mocker-time-scale", str(AUTOSCALE_SLOW)
+    ) as served:
         yield served
 
 

@@ -31,10 +31,30 @@ def test_free(i):
 def test_a_group_s_tests_run_on_one_worker(tmp_path: Path) -> None:
     (tmp_path / "test_grouped.py").write_text(GROUPED)
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
-         "-p", "no:dash", "-o", "addopts=", "--rootdir", str(tmp_path), str(tmp_path)],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-n",
+            "2",
+            "--dist",
+            "loadgroup",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:dash",
+            "-o",
+            "addopts=",
+            "--rootdir",
+            str(tmp_path),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert done.returncode == 0 and "12 passed" in done.stdout, done.stdout[-3000:] + done.stderr[-2000:]
     workers = (tmp_path / "workers.txt").read_text().split()
     assert len(workers) == 4 and len(set(workers)) == 1, f"the group's tests ran on {workers}"

@@ -71,15 +71,18 @@ def main() -> None:
     rows = paired(folder)
     (HERE / "paired.json").write_text(json.dumps(rows, indent=2))
     text = [
-        "# The gateway and the direct path, measured at the same time", "",
+        "# The gateway and the direct path, measured at the same time",
+        "",
         "Command: `uv run python benchmarks/control_plane/paired.py`. Two aiperf runs start together against one "
         f"graphs/disagg.yaml served on the mocker {SLOW:g}x slower than modelled: one through the gateway, one to "
         "Dynamo's frontend direct, each with half the streams, ISL 1000 / OSL 200, 2 x streams requests (at least "
         f"32) after one warm-up request per stream, each with its own prompts. Repeated {REPEATS} times. TTFT and "
         "ITL: aiperf, percentiles over requests; output tok/s: each path's output tokens / its duration. Cores "
-        "busy: the whole machine (both aiperf runs included) while measuring.", "",
-        *table(rows), "",
-    ]  # fmt: skip
+        "busy: the whole machine (both aiperf runs included) while measuring.",
+        "",
+        *table(rows),
+        "",
+    ]
     (HERE / "paired.md").write_text("\n".join(text))
     shutil.rmtree(folder, ignore_errors=True)
     print((HERE / "paired.md").read_text())

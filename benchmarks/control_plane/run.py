@@ -97,17 +97,28 @@ def measure(sweep: Sweep, concurrency: int, folder: Path, requests: int, gateway
     export = json.loads((folder / sweep.label / run.artifacts / "profile_export_aiperf.json").read_text())
     p = run.point
     row = {
-        "label": sweep.label, "time_scale": sweep.parameters.time_scale, "concurrency": concurrency,
-        "requests": p.requests, "failed": run.failed, "ttft_p50_ms": p.ttft_p50_ms, "ttft_p99_ms": p.ttft_p99_ms,
-        "itl_p50_ms": p.itl_p50_ms, "output_tok_s": p.output_tok_s, "request_rate": run.request_rate,
-        "host_cpu_busy": run.host_cpu_busy, "response_headers_p50_ms": export["http_req_waiting"]["p50"],
+        "label": sweep.label,
+        "time_scale": sweep.parameters.time_scale,
+        "concurrency": concurrency,
+        "requests": p.requests,
+        "failed": run.failed,
+        "ttft_p50_ms": p.ttft_p50_ms,
+        "ttft_p99_ms": p.ttft_p99_ms,
+        "itl_p50_ms": p.itl_p50_ms,
+        "output_tok_s": p.output_tok_s,
+        "request_rate": run.request_rate,
+        "host_cpu_busy": run.host_cpu_busy,
+        "response_headers_p50_ms": export["http_req_waiting"]["p50"],
         "gateway_cpu_ms_per_1k_tokens": None,
-    }  # fmt: skip
+    }
     if gateway_cpu is not None:  # over warm-up and measured requests alike
         tokens = (requests + sweep.parameters.warmup_at(concurrency)) * sweep.parameters.osl
         row["gateway_cpu_ms_per_1k_tokens"] = 1e6 * gateway_cpu / tokens
-    print(f"  {sweep.label:<22} c={concurrency:<4} TTFT p50 {p.ttft_p50_ms:8.1f} ms  p99 {p.ttft_p99_ms:8.1f} ms  "
-          f"{p.output_tok_s:7.0f} tok/s  {run.request_rate:6.1f} req/s  cores {run.host_cpu_busy or 0:.0%}", flush=True)  # fmt: skip
+    print(
+        f"  {sweep.label:<22} c={concurrency:<4} TTFT p50 {p.ttft_p50_ms:8.1f} ms  p99 {p.ttft_p99_ms:8.1f} ms  "
+        f"{p.output_tok_s:7.0f} tok/s  {run.request_rate:6.1f} req/s  cores {run.host_cpu_busy or 0:.0%}",
+        flush=True,
+    )
     return row
 
 
@@ -144,8 +155,13 @@ async def plain_client_ttft(gateway_url: str, direct_url: str, model: str) -> di
     async with aiohttp.ClientSession() as session:
         for index in range(PLAIN_CLIENT_PAIRS):
             for path, url in (("gateway", gateway_url), ("direct", direct_url)):
-                body = {"model": model, "stream": True, "max_tokens": OSL, "ignore_eos": True,
-                        "messages": [{"role": "user", "content": f"{index} {path} " + "word " * ISL}]}  # fmt: skip
+                body = {
+                    "model": model,
+                    "stream": True,
+                    "max_tokens": OSL,
+                    "ignore_eos": True,
+                    "messages": [{"role": "user", "content": f"{index} {path} " + "word " * ISL}],
+                }
                 start = time.perf_counter()
                 async with session.post(f"{url}/v1/chat/completions", json=body) as response:
                     async for chunk in response.content.iter_any():
@@ -233,8 +249,10 @@ def capacity_table(rows: list[dict]) -> list[str]:
     for r in rows:
         _, path, what = r["label"].split("-")
         workload = f"ISL 100 / OSL {CEILING_SHORT_OSL if what == 'requests' else 500}"
-        lines.append(f"| {path} | {workload} | {r['request_rate']:.1f} | {r['output_tok_s']:.0f} | "
-                     f"{r['ttft_p50_ms']:.1f} ms | {_busy(r)} |")  # fmt: skip
+        lines.append(
+            f"| {path} | {workload} | {r['request_rate']:.1f} | {r['output_tok_s']:.0f} | "
+            f"{r['ttft_p50_ms']:.1f} ms | {_busy(r)} |"
+        )
     return lines
 
 
@@ -246,8 +264,13 @@ def plot(rows: list[dict], path: Path) -> None:
         line = ttft.plot(cs, [r["ttft_p50_ms"] for r in mine], "o-", label=f"{label} p50")
         ttft.plot(cs, [r["ttft_p99_ms"] for r in mine], "x--", color=line[0].get_color())
         rate.plot(cs, [r["output_tok_s"] for r in mine], "o-", label=label)
-    ttft.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="TTFT ms (aiperf; p50 solid, p99 dashed)",
-             title="time to first token")  # fmt: skip
+    ttft.set(
+        xscale="log",
+        yscale="log",
+        xlabel="concurrency",
+        ylabel="TTFT ms (aiperf; p50 solid, p99 dashed)",
+        title="time to first token",
+    )
     rate.set(xscale="log", xlabel="concurrency", ylabel="output tok/s, whole endpoint (aiperf)", title="throughput")
     for axes in (ttft, rate):
         axes.grid(alpha=0.3)
@@ -273,38 +296,54 @@ def main() -> None:
     ceiling = capacity(folder)
     replay = {"disagg": replayed_ttft("disagg.yaml"), "agg": replayed_ttft("agg.yaml")}
     rows = slow + modelled + agg + ceiling
-    (HERE / "results.json").write_text(json.dumps(
-        {"isl": ISL, "osl": OSL, "rows": rows, "plain_client_ttft_p50_ms": plain, "replay_ttft_p50_ms": replay}, indent=2))  # fmt: skip
+    (HERE / "results.json").write_text(
+        json.dumps(
+            {"isl": ISL, "osl": OSL, "rows": rows, "plain_client_ttft_p50_ms": plain, "replay_ttft_p50_ms": replay},
+            indent=2,
+        )
+    )
     headers = {r["label"].split("-")[0]: r["response_headers_p50_ms"] for r in modelled if r["concurrency"] == 1}
     disagg = [r for r in modelled if r["label"].startswith("gateway")]
     assert plain is not None
     sections = [
-        "# The control plane's cost on this machine", "",
+        "# The control plane's cost on this machine",
+        "",
         "Command: `uv run python benchmarks/control_plane/run.py` on the 2-core CI machine. aiperf 0.13 through "
         f"`dynamo bench`'s runner: ISL {ISL} / OSL {OSL} (the chat template adds {TEMPLATE_TOKENS} prompt tokens), "
         "streaming chat, exact lengths, 2 x concurrency requests per run (at least 32) after one warm-up request "
         "per stream. TTFT: aiperf time_to_first_token, percentiles over requests. Output tok/s: output tokens / "
         "benchmark duration, whole endpoint. Cores busy: share of the machine's 2 cores in use while measuring, "
         "aiperf included; at 90% or more the machine, not the deployment, sets the pace. Gateway CPU: its "
-        "process's CPU time over the run (warm-up included) per 1,000 streamed tokens.", "",
-        f"## The gateway against Dynamo's frontend direct, mocker {SLOW:g}x slower than modelled (this machine keeps up)", "",
-        *gateway_table(slow, SLOW), "",
-        "## The same at the modelled B200 speed (graphs/disagg.yaml as shipped)", "",
-        *gateway_table(modelled, 1.0), "",
+        "process's CPU time over the run (warm-up included) per 1,000 streamed tokens.",
+        "",
+        f"## The gateway against Dynamo's frontend direct, mocker {SLOW:g}x slower than modelled (this machine keeps up)",
+        "",
+        *gateway_table(slow, SLOW),
+        "",
+        "## The same at the modelled B200 speed (graphs/disagg.yaml as shipped)",
+        "",
+        *gateway_table(modelled, 1.0),
+        "",
         f"TTFT p50 at concurrency 1 from a plain aiohttp client (default sockets), {PLAIN_CLIENT_PAIRS} requests "
         f"alternating the paths: gateway {plain['gateway']:.1f} ms, direct {plain['direct']:.1f} ms, added "
         f"{plain['gateway'] - plain['direct']:+.1f} ms. aiperf's own sockets wait longer for the frontend's response "
         f"headers when they talk to it directly (aiperf http_req_waiting p50 at concurrency 1: direct "
         f"{headers['direct']:.1f} ms, through the gateway {headers['gateway']:.1f} ms), so aiperf's direct TTFT at "
-        "low concurrency is the higher one.", "",
-        "## The disaggregated path against the aggregated graph (modelled speed), each against its offline replay", "",
+        "low concurrency is the higher one.",
+        "",
+        "## The disaggregated path against the aggregated graph (modelled speed), each against its offline replay",
+        "",
         "Replay: Dynamo's offline replay of the same layout and prompt at the calibrated model's speed, with no "
         "software in the loop. Software = live minus replay: the gateway, the frontend's preprocessing and routing, "
-        "the request plane and, for disagg, the prefill-to-decode hop.", "",
-        *path_table(disagg, agg, replay), "",
-        f"## One frontend's ceiling (mocker {1 / FAST:.0f}x faster than modelled, concurrency {CAPACITY_CONCURRENCY})", "",
-        *capacity_table(ceiling), "",
-    ]  # fmt: skip
+        "the request plane and, for disagg, the prefill-to-decode hop.",
+        "",
+        *path_table(disagg, agg, replay),
+        "",
+        f"## One frontend's ceiling (mocker {1 / FAST:.0f}x faster than modelled, concurrency {CAPACITY_CONCURRENCY})",
+        "",
+        *capacity_table(ceiling),
+        "",
+    ]
     (HERE / "results.md").write_text("\n".join(sections))
     plot(rows, HERE / "plot.png")
     shutil.rmtree(folder, ignore_errors=True)

@@ -87,16 +87,20 @@ def derive(kernels: dict[str, Any], handoff: dict[str, Any], mxfp4: dict[str, An
     scattered = [
         r
         for r in handoff["rows"]
-        if r["allocation"] == "scattered" and r["tokens"] == top and r["block_tokens"] == 32
-        and r["element_bytes"] == 2 and r["parts"] == 1
-    ]  # fmt: skip
+        if r["allocation"] == "scattered"
+        and r["tokens"] == top
+        and r["block_tokens"] == 32
+        and r["element_bytes"] == 2
+        and r["parts"] == 1
+    ]
     nixl = float(np.mean([r["gbps"] for r in contiguous])) * 1e9
     nixl_scattered = float(np.mean([r["gbps"] for r in scattered])) * 1e9
     # The scattered model RESULTS.md fits: time = descriptors x a + bytes / b, over UCX defaults' scattered READs.
     fit_rows = [
-        r for r in handoff["rows"]
+        r
+        for r in handoff["rows"]
         if r["name"] == "UCX defaults" and r["op"] == "READ" and r["allocation"] == "scattered" and r["parts"] == 1
-    ]  # fmt: skip
+    ]
     (per_descriptor_s, per_byte_s), *_ = np.linalg.lstsq(
         np.array([[r["blocks"], r["bytes"]] for r in fit_rows], dtype=float),
         np.array([r["median_s"] for r in fit_rows]),

@@ -37,10 +37,22 @@ REPEAT = 3
 def run_matrix(endpoint: str, model: str, repeat: int) -> str:
     """`dynamo conformance ENDPOINT --matrix`'s table."""
     matrix = subprocess.run(
-        [sys.executable, "-m", "dynamo_oss.cli", "conformance", endpoint, "--model", model, "--matrix",
-         "--repeat", str(repeat)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "dynamo_oss.cli",
+            "conformance",
+            endpoint,
+            "--model",
+            model,
+            "--matrix",
+            "--repeat",
+            str(repeat),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if not matrix.stdout.startswith("|"):
         sys.exit(f"the matrix did not run against {endpoint}:\n{matrix.stderr[-3000:]}")
     return matrix.stdout
@@ -57,8 +69,9 @@ def main() -> None:
         graph.write_text(yaml.safe_dump(spec))
         with served_graph(graph, folder / "run", engine="mocker", time_scale=1.0) as state:
             gateway = run_matrix(state.endpoint, state.served_name, args.repeat)
-            frontend = run_matrix(f"http://127.0.0.1:{spec['frontend']['dynamo_port']}/v1", state.served_name,
-                                  args.repeat)  # fmt: skip
+            frontend = run_matrix(
+                f"http://127.0.0.1:{spec['frontend']['dynamo_port']}/v1", state.served_name, args.repeat
+            )
     header = (
         "# The harmony correctness matrix on the README's graph\n\n"
         f"Command: `{COMMAND}` (it serves graphs/disagg.yaml on Dynamo's mocker and runs `dynamo conformance "
@@ -94,8 +107,9 @@ def main() -> None:
         "arguments' schema alone, which the mocker does not follow; on TensorRT-LLM that guide would forbid harmony's "
         "call header, and Dynamo's parser would find no call there either. The other failures are Dynamo's own.\n\n"
     )
-    (HERE / "results.md").write_text(header + "## Through the gateway (the graph's endpoint)\n\n" + gateway + behind
-                                     + frontend)  # fmt: skip
+    (HERE / "results.md").write_text(
+        header + "## Through the gateway (the graph's endpoint)\n\n" + gateway + behind + frontend
+    )
     print(gateway + behind + frontend)
 
 

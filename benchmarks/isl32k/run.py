@@ -107,9 +107,15 @@ def run_case(
     hardware: str, isl: int, osl: int, concurrencies: tuple[int, ...], factors: Factors, label: str = ""
 ) -> dict:
     result = search(
-        MODEL, hardware, GPUS, Workload(isl=isl, osl=osl), concurrencies,
-        ttft_limits=(None, TTFT_LIMIT_MS), precision=PRECISION, factors=factors,
-    )  # fmt: skip
+        MODEL,
+        hardware,
+        GPUS,
+        Workload(isl=isl, osl=osl),
+        concurrencies,
+        ttft_limits=(None, TTFT_LIMIT_MS),
+        precision=PRECISION,
+        factors=factors,
+    )
     return describe(result, hardware, label or f"{HARDWARE[hardware].label}, ISL {isl:,} / OSL {osl}")
 
 
@@ -389,11 +395,24 @@ def _draw_fronts(ax: Axes, case: dict) -> None:
         ax.scatter([p["tok_s_gpu"] for p in every], [p["tok_s_user"] for p in every], s=8, color=colour, alpha=0.25)
         for key, style, label in (("unlimited", ":", "no TTFT limit"), ("limited", "-", LIMIT)):
             front = case[key]["mean"]["fronts"][mode]
-            ax.plot([p["tok_s_gpu"] for p in front], [p["tok_s_user"] for p in front], style, color=colour,
-                    marker="o", ms=3, label=f"{mode}, {label}")  # fmt: skip
+            ax.plot(
+                [p["tok_s_gpu"] for p in front],
+                [p["tok_s_user"] for p in front],
+                style,
+                color=colour,
+                marker="o",
+                ms=3,
+                label=f"{mode}, {label}",
+            )
         p99 = case["limited"]["p99"]["fronts"][mode]
-        ax.plot([p["tok_s_gpu"] for p in p99], [1e3 / (p["gap_p99_ms"] or p["itl_p99_ms"]) for p in p99], "--",
-                color=colour, lw=0.8, label=f"{mode}, 1000/p99 inter-token gap, {LIMIT}")  # fmt: skip
+        ax.plot(
+            [p["tok_s_gpu"] for p in p99],
+            [1e3 / (p["gap_p99_ms"] or p["itl_p99_ms"]) for p in p99],
+            "--",
+            color=colour,
+            lw=0.8,
+            label=f"{mode}, 1000/p99 inter-token gap, {LIMIT}",
+        )
     s = case["limited"]["mean"]
     ax.set_title(f"{case['label']}: {_ratio_cell(s)} (50%/90%/max)", fontsize=8)
     ax.set_xlabel("output tok/s/GPU (output tokens / duration / GPUs of all pools)")
@@ -415,8 +434,15 @@ def plot(cases: list[dict], reference: dict, sweep_cases: list[dict], before: li
         ax = axes[HARDWARES.index("h200")][OSLS.index(c["osl"])]
         for mode, colour in (("agg", "tab:blue"), ("disagg", "tab:red")):
             front = c["limited"]["mean"]["fronts"][mode]
-            ax.plot([p["tok_s_gpu"] for p in front], [p["tok_s_user"] for p in front], "-", color=colour, alpha=0.3,
-                    lw=2.5, label=f"{mode}, {LIMIT}, before the H200 measurements")  # fmt: skip
+            ax.plot(
+                [p["tok_s_gpu"] for p in front],
+                [p["tok_s_user"] for p in front],
+                "-",
+                color=colour,
+                alpha=0.3,
+                lw=2.5,
+                label=f"{mode}, {LIMIT}, before the H200 measurements",
+            )
         ax.legend(fontsize=6)
     _draw_fronts(axes[-1][0], reference)
     ax = axes[-1][1]
@@ -500,8 +526,15 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=2) as pool:
         case_jobs = [pool.submit(run_case, hw, ISL, osl, CONCURRENCIES, factors) for hw in HARDWARES for osl in OSLS]
         recipe_jobs = {(hw, osl): pool.submit(recipe_case, hw, osl, factors) for hw in RECIPES for osl in OSLS}
-        slow_job = pool.submit(run_case, "b200", ISL, OSLS[0], CONCURRENCIES, slow_factors,
-                               f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}")  # fmt: skip
+        slow_job = pool.submit(
+            run_case,
+            "b200",
+            ISL,
+            OSLS[0],
+            CONCURRENCIES,
+            slow_factors,
+            f"B200, ISL 32,768 / OSL 256, compute efficiency {SLOW_PREFILL}",
+        )
         sweep_jobs = [pool.submit(run_case, "b200", isl, OSLS[0], SWEEP_CONCURRENCIES, factors) for isl in ISL_SWEEP]
 
         def h200_again(other: Factors, label: str) -> list[Future]:

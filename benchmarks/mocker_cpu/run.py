@@ -38,10 +38,13 @@ async def _streams(endpoint: str, model: str) -> list[int]:
 
     async def one(index: int) -> int:
         stream = await client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": f"Question {index}: why disaggregate?"}],
-            max_tokens=TOKENS, stream=True, stream_options={"include_usage": True},
+            model=model,
+            messages=[{"role": "user", "content": f"Question {index}: why disaggregate?"}],
+            max_tokens=TOKENS,
+            stream=True,
+            stream_options={"include_usage": True},
             extra_body={"ignore_eos": True, "min_tokens": TOKENS},
-        )  # fmt: skip
+        )
         return next(iter([chunk.usage.completion_tokens async for chunk in stream if chunk.usage]))
 
     return list(await asyncio.gather(*(one(i) for i in range(STREAMS))))

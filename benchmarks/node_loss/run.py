@@ -72,9 +72,27 @@ def scenario(name: str, names: list[str], lost: str, loss: str, folder: Path) ->
             wait(lambda: all(served.ready(node) for node in names), 240, "every node ready")
             outcomes, until = folder / "outcomes.jsonl", folder / "stop-load"
             endpoint = f"http://{nodes.addresses['head']}:{PORTS['frontend']}/v1"
-            load = nodes.start("head", [sys.executable, "-m", "dynamo_oss.bench.streams", endpoint, MODEL, "--out",
-                                        str(outcomes), "--until", str(until), "--users", str(USERS), "--tokens",
-                                        str(TOKENS), "--timeout-s", "30"], folder / "load.out")  # fmt: skip
+            load = nodes.start(
+                "head",
+                [
+                    sys.executable,
+                    "-m",
+                    "dynamo_oss.bench.streams",
+                    endpoint,
+                    MODEL,
+                    "--out",
+                    str(outcomes),
+                    "--until",
+                    str(until),
+                    "--users",
+                    str(USERS),
+                    "--tokens",
+                    str(TOKENS),
+                    "--timeout-s",
+                    "30",
+                ],
+                folder / "load.out",
+            )
             try:
                 wait(lambda: sum(o.error is None for o in read_outcomes(outcomes)) >= 20, 120, "requests served")
                 decoding = len(decode_nodes)
@@ -88,21 +106,34 @@ def scenario(name: str, names: list[str], lost: str, loss: str, folder: Path) ->
                         os.kill(pid, signal.SIGKILL)
                 leave_s = None
                 if lost != "head":  # with head, discovery itself is gone
-                    leave_s = wait(lambda: served.instances("node-loss", "backend") == decoding - 1, 90,
-                                   "the lost worker to leave discovery")  # fmt: skip
+                    leave_s = wait(
+                        lambda: served.instances("node-loss", "backend") == decoding - 1,
+                        90,
+                        "the lost worker to leave discovery",
+                    )
                 recovery = time.time()
                 if loss == "cut":
                     nodes.reconnect(lost)
                 else:
                     served.start(lost)
                 if lost == "head":  # etcd keeps the old registrations until their leases expire: count served requests
-                    rejoin_s = wait(lambda: any(o.error is None and o.started > recovery for o in read_outcomes(outcomes)),
-                                    240, "a request served by the restarted head node")  # fmt: skip
+                    rejoin_s = wait(
+                        lambda: any(o.error is None and o.started > recovery for o in read_outcomes(outcomes)),
+                        240,
+                        "a request served by the restarted head node",
+                    )
                 else:
-                    rejoin_s = wait(lambda: served.instances("node-loss", "backend") == decoding, 180,
-                                    "the worker to register again")  # fmt: skip
-                wait(lambda: sum(o.error is None and o.started > recovery + rejoin_s for o in read_outcomes(outcomes)) >= 8,
-                     120, "requests served after the rejoin")  # fmt: skip
+                    rejoin_s = wait(
+                        lambda: served.instances("node-loss", "backend") == decoding,
+                        180,
+                        "the worker to register again",
+                    )
+                wait(
+                    lambda: sum(o.error is None and o.started > recovery + rejoin_s for o in read_outcomes(outcomes))
+                    >= 8,
+                    120,
+                    "requests served after the rejoin",
+                )
             finally:
                 until.touch()
                 load.wait(90)
@@ -156,8 +187,11 @@ def main() -> None:
         "| scenario | requests | failed (in flight / new) | worker out of discovery | rejoined after recovery | "
         "failures ended | restarts on other nodes |",
         "|---|---:|---:|---:|---:|---:|---:|",
-        *[f"| {r['scenario']} | {r['requests']} | {r['failed']} ({r['failed_in_flight']} / {r['failed_after']}) | "
-          f"{'-' if r['leave_s'] is None else str(r['leave_s']) + ' s'} | {r['rejoin_s']} s | {r['disrupted_s']} s | {r['other_nodes_restarts']} |" for r in rows],
+        *[
+            f"| {r['scenario']} | {r['requests']} | {r['failed']} ({r['failed_in_flight']} / {r['failed_after']}) | "
+            f"{'-' if r['leave_s'] is None else str(r['leave_s']) + ' s'} | {r['rejoin_s']} s | {r['disrupted_s']} s | {r['other_nodes_restarts']} |"
+            for r in rows
+        ],
         "",
         "- *failed*: requests that ended in an error (an HTTP error or a stream cut short), among all sent; *in flight*: "
         "started before the loss; *new*: started after it.",
@@ -168,7 +202,7 @@ def main() -> None:
         "their leases expire, so they say nothing).",
         "- *failures ended*: from the loss to the end of the last failed request.",
         "- Errors seen: " + "; ".join(f"{r['scenario']}: {', '.join(r['errors']) or 'none'}" for r in rows) + ".",
-    ]  # fmt: skip
+    ]
     (HERE / "results.md").write_text("\n".join(lines) + "\n")
     print(f"wrote {HERE / 'results.md'}", flush=True)
 

@@ -53,16 +53,33 @@ def main() -> None:
     }
     (HERE / "results.json").write_text(json.dumps(result, indent=1) + "\n")
     rows = [
-        ("output tok/s, whole rack", f"{PUBLISHED['output_tok_s']:,.0f}", f"{point.output_tok_s:,.0f}",
-         DEFINITIONS["output_tok_s"]),
-        ("output tok/s/GPU", f"{PUBLISHED['output_tok_s'] / 72:,.0f}", f"{point.tok_s_gpu:,.0f}", DEFINITIONS["tok_s_gpu"]),
-        ("tok/s/user, output tok/s over users", f"{PUBLISHED['tok_s_user']:.0f}", f"{point.output_tok_s / USERS:.1f}",
-         f"output tok/s of the rack / {USERS:,} users (the blog's reading)"),
+        (
+            "output tok/s, whole rack",
+            f"{PUBLISHED['output_tok_s']:,.0f}",
+            f"{point.output_tok_s:,.0f}",
+            DEFINITIONS["output_tok_s"],
+        ),
+        (
+            "output tok/s/GPU",
+            f"{PUBLISHED['output_tok_s'] / 72:,.0f}",
+            f"{point.tok_s_gpu:,.0f}",
+            DEFINITIONS["tok_s_gpu"],
+        ),
+        (
+            "tok/s/user, output tok/s over users",
+            f"{PUBLISHED['tok_s_user']:.0f}",
+            f"{point.output_tok_s / USERS:.1f}",
+            f"output tok/s of the rack / {USERS:,} users (the blog's reading)",
+        ),
         ("tok/s/user, OSL / e2e", "-", f"{point.tok_s_user_e2e:.1f}", DEFINITIONS["tok_s_user_e2e"]),
         ("tok/s/user, aiperf", "-", f"{point.tok_s_user:.1f}", DEFINITIONS["tok_s_user"]),
-        ("TTFT p50 / p99", "-", f"{point.ttft_p50_ms / 1e3:.2f} s / {point.ttft_p99_ms / 1e3:.2f} s",
-         DEFINITIONS["ttft_*_ms"]),
-    ]  # fmt: skip
+        (
+            "TTFT p50 / p99",
+            "-",
+            f"{point.ttft_p50_ms / 1e3:.2f} s / {point.ttft_p99_ms / 1e3:.2f} s",
+            DEFINITIONS["ttft_*_ms"],
+        ),
+    ]
     lines = [
         "# gpt-oss-120b on one GB200 NVL72: NVIDIA's 1.5M tok/s headline, replayed",
         "",

@@ -53,8 +53,10 @@ def main() -> None:
             processes = {name: psutil.Process(pid) for name, pid in named.items()}
             rows = [_row(name, process) for name, process in processes.items()]
             time.sleep(IDLE_S)  # measuring idle use over a span, not waiting for anything
-            idle = {name: (_cpu(process) - cpu) / IDLE_S for (name, cpu, _), process in
-                    zip(rows, processes.values(), strict=True)}  # fmt: skip
+            idle = {
+                name: (_cpu(process) - cpu) / IDLE_S
+                for (name, cpu, _), process in zip(rows, processes.values(), strict=True)
+            }
     before = time.process_time()
     Tokenizer.from_file(str(model_folder(GPT_OSS_120B) / "tokenizer.json"))
     tokenizer_s = time.process_time() - before

@@ -37,7 +37,7 @@ def write_certificates(folder: Path, addresses: dict[str, str]) -> dict[str, str
                 decipher_only=False,
             ),
             critical=True,
-        )  # fmt: skip
+        )
         .sign(ca_key, hashes.SHA256())
     )
     (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
@@ -51,7 +51,7 @@ def write_certificates(folder: Path, addresses: dict[str, str]) -> dict[str, str
             .add_extension(
                 x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
                 critical=False,
-            )  # fmt: skip
+            )
             .sign(ca_key, hashes.SHA256())
         )
         (folder / f"{node}.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))

@@ -64,8 +64,9 @@ class Nodes:
 
     def start(self, node: str, argv: list[str], log: Path) -> subprocess.Popen:
         with log.open("w") as output:
-            return subprocess.Popen(self.command(node, argv), stdout=output, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
+            return subprocess.Popen(
+                self.command(node, argv), stdout=output, stderr=subprocess.STDOUT, start_new_session=True
+            )
 
     def cut(self, node: str) -> None:
         """The node's cable pulled: its port on the bridge goes down."""

@@ -89,14 +89,22 @@ def plot(sweeps: list[Sweep], path: Path) -> Path:
             pareto.plot(
                 r.point.tok_s_gpu, r.point.tok_s_user, "o", color=color, mfc="none" if r.machine_bound else color
             )
-            pareto.annotate(str(r.concurrency), (r.point.tok_s_gpu, r.point.tok_s_user), fontsize=7,
-                            textcoords="offset points", xytext=(3, 3))  # fmt: skip
+            pareto.annotate(
+                str(r.concurrency),
+                (r.point.tok_s_gpu, r.point.tok_s_user),
+                fontsize=7,
+                textcoords="offset points",
+                xytext=(3, 3),
+            )
         concurrency = [r.concurrency for r in runs]
         ttft.plot(concurrency, [r.point.ttft_p50_ms for r in runs], "o-", color=color, label=f"{sweep.label} p50")
         ttft.plot(concurrency, [r.point.ttft_p99_ms for r in runs], "x--", color=color, label=f"{sweep.label} p99")
     p = sweeps[0].parameters
-    pareto.set(xlabel="output tok/s/GPU (output tokens / duration / GPUs)",
-               ylabel="tok/s/user (aiperf: mean of 1000 / ITL)", title=f"ISL {p.isl}, OSL {p.osl}")  # fmt: skip
+    pareto.set(
+        xlabel="output tok/s/GPU (output tokens / duration / GPUs)",
+        ylabel="tok/s/user (aiperf: mean of 1000 / ITL)",
+        title=f"ISL {p.isl}, OSL {p.osl}",
+    )
     ttft.set(xscale="log", yscale="log", xlabel="concurrency", ylabel="TTFT ms (aiperf)", title="time to first token")
     for axes in (pareto, ttft):
         axes.grid(alpha=0.3)

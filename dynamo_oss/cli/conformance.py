@@ -80,8 +80,9 @@ def _matrix(args: argparse.Namespace, model: str) -> int:
             print(f"  {done}/{total} requests", file=sys.stderr, flush=True)
 
     print(f"harmony matrix of {args.url} ({model}), {args.repeat} runs per combination", file=sys.stderr)
-    results = run_matrix(args.url, model, args.api_key, repeat=args.repeat, concurrency=args.concurrency,
-                         progress=progress)  # fmt: skip
+    results = run_matrix(
+        args.url, model, args.api_key, repeat=args.repeat, concurrency=args.concurrency, progress=progress
+    )
     if args.json:
         print(json.dumps([r.model_dump() for r in results], indent=2))
     else:

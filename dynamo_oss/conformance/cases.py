@@ -63,12 +63,22 @@ FILES_NAMESPACE = {
     "type": "namespace",
     "name": "files",
     "description": "File tools.",
-    "tools": [{"type": "function", "name": "read_file", "description": "Read a file.",
-               "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}}],
-}  # fmt: skip
+    "tools": [
+        {
+            "type": "function",
+            "name": "read_file",
+            "description": "Read a file.",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        }
+    ],
+}
 PATCH_TOOL = {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch (free-form)."}
-HOSTED_TOOLS = [{"type": "web_search"}, {"type": "code_interpreter", "container": {"type": "auto"}},
-                {"type": "file_search", "vector_store_ids": ["vs_1"]}, {"type": "image_generation"}]  # fmt: skip
+HOSTED_TOOLS = [
+    {"type": "web_search"},
+    {"type": "code_interpreter", "container": {"type": "auto"}},
+    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    {"type": "image_generation"},
+]
 # A turn handed back as a stateless client keeps it: reasoning, the call, the tool's output.
 TOOL_LOOP_INPUT = [
     {"role": "user", "content": "What is the weather in Paris right now? Use the get_weather tool."},
@@ -78,10 +88,16 @@ TOOL_LOOP_INPUT = [
 ]
 REASONING_SENT_BACK = [
     *ASK_WEATHER,
-    {"role": "assistant", "content": None, "reasoning": "I need the weather, so I call the tool.",
-     "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}]},
+    {
+        "role": "assistant",
+        "content": None,
+        "reasoning": "I need the weather, so I call the tool.",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}
+        ],
+    },
     {"role": "tool", "tool_call_id": "call_1", "content": "Sunny, 21 C"},
-]  # fmt: skip
+]
 
 TOOL_CALL_ON_ANALYSIS = (
     '<|channel|>analysis to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}<|call|>'
@@ -166,9 +182,17 @@ def sealed_reasoning(outcome: Outcome) -> str | None:
     return "no reasoning output item"
 
 
-RESPONSE_STREAM_ORDER = ("response.created", "response.in_progress", "response.output_item.added",
-                         "response.reasoning_text.delta", "response.reasoning_text.done", "response.output_item.done",
-                         "response.output_text.delta", "response.output_text.done", "response.completed")  # fmt: skip
+RESPONSE_STREAM_ORDER = (
+    "response.created",
+    "response.in_progress",
+    "response.output_item.added",
+    "response.reasoning_text.delta",
+    "response.reasoning_text.done",
+    "response.output_item.done",
+    "response.output_text.delta",
+    "response.output_text.done",
+    "response.completed",
+)
 
 
 def stream_events(outcome: Outcome) -> str | None:

@@ -80,8 +80,10 @@ def from_chat_stream(chunks: Iterable[Any]) -> Outcome:
 
 def from_response(response: Any) -> Outcome:
     """A Responses API result: reasoning, message and function_call output items."""
-    outcome = Outcome(prompt_tokens=response.usage.input_tokens if response.usage else None,
-                      items=[item.model_dump(mode="json", exclude_unset=True) for item in response.output])  # fmt: skip
+    outcome = Outcome(
+        prompt_tokens=response.usage.input_tokens if response.usage else None,
+        items=[item.model_dump(mode="json", exclude_unset=True) for item in response.output],
+    )
     for item in response.output:
         if item.type == "reasoning":
             parts = [*(item.content or []), *(item.summary or [])]
@@ -105,8 +107,11 @@ def from_response_stream(events: Iterable[Any]) -> Outcome:
 
 def from_message(message: Any) -> Outcome:
     """An Anthropic Messages result: thinking blocks are the reasoning, tool_use blocks the calls."""
-    outcome = Outcome(finish_reason=message.stop_reason, prompt_tokens=message.usage.input_tokens,
-                      cached_tokens=message.usage.cache_read_input_tokens)  # fmt: skip
+    outcome = Outcome(
+        finish_reason=message.stop_reason,
+        prompt_tokens=message.usage.input_tokens,
+        cached_tokens=message.usage.cache_read_input_tokens,
+    )
     for block in message.content:
         if block.type == "thinking":
             outcome.reasoning += block.thinking

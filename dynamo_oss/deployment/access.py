@@ -70,8 +70,13 @@ class InfrastructureTls(Frozen):
         try:
             self.client_context()
         except (ssl.SSLError, OSError) as error:
-            return [Problem(path=TLS_FIELD, message=f"{self.cert} with {self.key}, trusting {self.ca}: {error}. "
-                            "Give PEM files: the authority's certificate, the node's certificate and its own key")]  # fmt: skip
+            return [
+                Problem(
+                    path=TLS_FIELD,
+                    message=f"{self.cert} with {self.key}, trusting {self.ca}: {error}. "
+                    "Give PEM files: the authority's certificate, the node's certificate and its own key",
+                )
+            ]
         return []
 
     def client_env(self) -> dict[str, str]:
@@ -79,10 +84,16 @@ class InfrastructureTls(Frozen):
         and response streams (each process serves one and dials the others')."""
         ca, cert, key = str(self.ca), str(self.cert), str(self.key)
         return {
-            "NATS_TLS_CA_CERT_PATH": ca, "NATS_TLS_CLIENT_CERT_PATH": cert, "NATS_TLS_CLIENT_KEY_PATH": key,
-            "DYN_TCP_TLS_CERT_PATH": cert, "DYN_TCP_TLS_KEY_PATH": key, "DYN_TCP_TLS_CLIENT_CA_CERT_PATH": ca,
-            "DYN_TCP_TLS_CA_CERT_PATH": ca, "DYN_TCP_TLS_CLIENT_CERT_PATH": cert, "DYN_TCP_TLS_CLIENT_KEY_PATH": key,
-        }  # fmt: skip
+            "NATS_TLS_CA_CERT_PATH": ca,
+            "NATS_TLS_CLIENT_CERT_PATH": cert,
+            "NATS_TLS_CLIENT_KEY_PATH": key,
+            "DYN_TCP_TLS_CERT_PATH": cert,
+            "DYN_TCP_TLS_KEY_PATH": key,
+            "DYN_TCP_TLS_CLIENT_CA_CERT_PATH": ca,
+            "DYN_TCP_TLS_CA_CERT_PATH": ca,
+            "DYN_TCP_TLS_CLIENT_CERT_PATH": cert,
+            "DYN_TCP_TLS_CLIENT_KEY_PATH": key,
+        }
 
     def client_env_from_files(self) -> dict[str, Path]:
         """Dynamo's etcd client settings, which take the files' text."""

@@ -34,8 +34,10 @@ Free = dict[str, list[int]]  # each node's free GPUs
 
 class Node(Frozen):
     name: str
-    address: str | None = Field(description="what its processes bind and the other nodes reach; None on a "
-                                "cluster, where Kubernetes picks the host")  # fmt: skip
+    address: str | None = Field(
+        description="what its processes bind and the other nodes reach; None on a "
+        "cluster, where Kubernetes picks the host"
+    )
     gpus: int = Field(description="GPUs the node gives the graph")
     nvlink_domain: int = Field(description="which NVLink domain it belongs to: nodes of one domain share NVLink")
 
@@ -111,10 +113,15 @@ def place(spec: GraphSpec) -> tuple[Placement | None, list[Problem]]:
         for index in range(pool.initial_workers):
             taken = _take(pool.gpus_per_worker, allowed, free)
             if taken is None:
-                problems.append(Problem(path=f"pools.{role}", message=f"worker {index} needs {pool.gpus_per_worker} "
-                                        f"GPUs {_where(pool.gpus_per_worker, allowed)}; {_free_text(allowed, free)}. "
-                                        "Let the pool use more nodes (nodes), start fewer workers, or give the nodes "
-                                        "more GPUs"))  # fmt: skip
+                problems.append(
+                    Problem(
+                        path=f"pools.{role}",
+                        message=f"worker {index} needs {pool.gpus_per_worker} "
+                        f"GPUs {_where(pool.gpus_per_worker, allowed)}; {_free_text(allowed, free)}. "
+                        "Let the pool use more nodes (nodes), start fewer workers, or give the nodes "
+                        "more GPUs",
+                    )
+                )
                 break
             slots.append(WorkerSlot(role=role, index=index, nodes=taken[0], gpus=taken[1], spare=False))
     for role, pool in spec.pools.items():
@@ -123,10 +130,15 @@ def place(spec: GraphSpec) -> tuple[Placement | None, list[Problem]]:
         for index in range(pool.initial_workers, pool.most_workers):
             taken = _take(pool.gpus_per_worker, allowed, room)
             if taken is None:
-                problems.append(Problem(path=f"pools.{role}.autoscale.max", message=f"worker {index} would need "
-                                        f"{pool.gpus_per_worker} GPUs {_where(pool.gpus_per_worker, allowed)} beside "
-                                        f"the other pools' starting workers; {_free_text(allowed, room)}; lower max "
-                                        f"to at most {index}"))  # fmt: skip
+                problems.append(
+                    Problem(
+                        path=f"pools.{role}.autoscale.max",
+                        message=f"worker {index} would need "
+                        f"{pool.gpus_per_worker} GPUs {_where(pool.gpus_per_worker, allowed)} beside "
+                        f"the other pools' starting workers; {_free_text(allowed, room)}; lower max "
+                        f"to at most {index}",
+                    )
+                )
                 break
             slots.append(WorkerSlot(role=role, index=index, nodes=taken[0], gpus=[], spare=True))
     if problems:
@@ -190,7 +202,7 @@ def _too_wide(spec: GraphSpec) -> list[Problem]:
             message=f"is {pool.gpus_per_worker}, wider than an NVLink domain "
             f"of {hardware.label} ({hardware.nvlink_domain} GPUs); a worker's GPUs must share NVLink: give it at "
             f"most {hardware.nvlink_domain} (and its engine config the parallelism to match)",
-        )  # fmt: skip
+        )
         for role, pool in spec.pools.items()
         if pool.gpus_per_worker > hardware.nvlink_domain
     ]

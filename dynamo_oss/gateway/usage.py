@@ -24,13 +24,16 @@ NO_KEY = "none"  # the label of requests to a gateway that takes no keys
 REFUSED = "refused"  # the label of requests refused for a missing or wrong key
 
 REQUESTS = Counter(
-    "dynamo_oss_gateway_requests", "Requests the gateway answered, by API key name, API and HTTP status.",
+    "dynamo_oss_gateway_requests",
+    "Requests the gateway answered, by API key name, API and HTTP status.",
     ["key", "api", "status"],
-)  # fmt: skip
+)
 TOKENS = Counter(
-    "dynamo_oss_gateway_tokens", "Tokens in the usage of answers, by API key name and kind (input, cached, output, "
-    "reasoning; input includes cached, output includes reasoning).", ["key", "kind"],
-)  # fmt: skip
+    "dynamo_oss_gateway_tokens",
+    "Tokens in the usage of answers, by API key name and kind (input, cached, output, "
+    "reasoning; input includes cached, output includes reasoning).",
+    ["key", "kind"],
+)
 
 
 @dataclass(frozen=True)
@@ -46,24 +49,34 @@ class Usage:
     def of_openai(cls, usage: Mapping[str, Any]) -> Usage:
         """Chat Completions and Completions: `prompt_tokens` (cached included), `completion_tokens`
         (reasoning included), and their `_details`."""
-        return cls(input=_count(usage, "prompt_tokens"), cached=_count(usage, "prompt_tokens_details", "cached_tokens"),
-                   output=_count(usage, "completion_tokens"),
-                   reasoning=_count(usage, "completion_tokens_details", "reasoning_tokens"))  # fmt: skip
+        return cls(
+            input=_count(usage, "prompt_tokens"),
+            cached=_count(usage, "prompt_tokens_details", "cached_tokens"),
+            output=_count(usage, "completion_tokens"),
+            reasoning=_count(usage, "completion_tokens_details", "reasoning_tokens"),
+        )
 
     @classmethod
     def of_responses(cls, usage: Mapping[str, Any]) -> Usage:
         """The Responses API: `input_tokens` (cached included), `output_tokens` (reasoning included)."""
-        return cls(input=_count(usage, "input_tokens"), cached=_count(usage, "input_tokens_details", "cached_tokens"),
-                   output=_count(usage, "output_tokens"),
-                   reasoning=_count(usage, "output_tokens_details", "reasoning_tokens"))  # fmt: skip
+        return cls(
+            input=_count(usage, "input_tokens"),
+            cached=_count(usage, "input_tokens_details", "cached_tokens"),
+            output=_count(usage, "output_tokens"),
+            reasoning=_count(usage, "output_tokens_details", "reasoning_tokens"),
+        )
 
     @classmethod
     def of_messages(cls, usage: Mapping[str, Any]) -> Usage:
         """Anthropic's Messages API: `input_tokens` are the prompt tokens not read from the cache,
         `cache_read_input_tokens` those that were; thinking is part of `output_tokens`."""
         cached = _count(usage, "cache_read_input_tokens")
-        return cls(input=_count(usage, "input_tokens") + cached, cached=cached, output=_count(usage, "output_tokens"),
-                   reasoning=_count(usage, "output_tokens_details", "thinking_tokens"))  # fmt: skip
+        return cls(
+            input=_count(usage, "input_tokens") + cached,
+            cached=cached,
+            output=_count(usage, "output_tokens"),
+            reasoning=_count(usage, "output_tokens_details", "thinking_tokens"),
+        )
 
 
 def _count(usage: Mapping[str, Any], *path: str) -> int:
@@ -96,6 +109,8 @@ def ask_for_usage(request: dict[str, Any]) -> bool:
     options = {} if options is None else options
     if not isinstance(options, dict) or options.get("include_usage") not in (None, False):
         return False  # asked for already, or not stream options at all: Dynamo's to serve or refuse
-    request["stream_options"] = {**{k: v for k, v in options.items() if k != "continuous_usage_stats"},
-                                 "include_usage": True}  # fmt: skip
+    request["stream_options"] = {
+        **{k: v for k, v in options.items() if k != "continuous_usage_stats"},
+        "include_usage": True,
+    }
     return True

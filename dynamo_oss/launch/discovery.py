@@ -23,8 +23,11 @@ class NodeSeen(BaseModel):
 
     @property
     def missing(self) -> dict[str, int]:
-        return {component: count - self.registered.get(component, 0) for component, count in self.expected.items()
-                if count > self.registered.get(component, 0)}  # fmt: skip
+        return {
+            component: count - self.registered.get(component, 0)
+            for component, count in self.expected.items()
+            if count > self.registered.get(component, 0)
+        }
 
 
 async def nodes_seen(etcd: EtcdAccess, namespace: str, nodes: list[NodeShare]) -> list[NodeSeen] | None:
@@ -47,12 +50,16 @@ async def nodes_seen(etcd: EtcdAccess, namespace: str, nodes: list[NodeShare]) -
 def describe(seen: list[NodeSeen] | None, etcd: EtcdAccess) -> list[str]:
     """`dynamo status` lines: a node each, with what is registered and what is missing."""
     if seen is None:
-        return [f"  nodes: etcd at {etcd.endpoint} does not answer, so discovery cannot be read; is the infrastructure "
-                "node's `dynamo serve` running, and its address reachable from this node?"]  # fmt: skip
+        return [
+            f"  nodes: etcd at {etcd.endpoint} does not answer, so discovery cannot be read; is the infrastructure "
+            "node's `dynamo serve` running, and its address reachable from this node?"
+        ]
     lines = [f"  nodes, from discovery ({etcd.endpoint}):"]
     for node in seen:
         registered = ", ".join(f"{component} {count}" for component, count in node.registered.items()) or "none"
         missing = ", ".join(f"{component} {count}" for component, count in node.missing.items())
-        lines.append(f"    {node.name:<10} {node.address:<15} registered: {registered}"
-                     + (f"; MISSING: {missing}" if missing else ""))  # fmt: skip
+        lines.append(
+            f"    {node.name:<10} {node.address:<15} registered: {registered}"
+            + (f"; MISSING: {missing}" if missing else "")
+        )
     return lines

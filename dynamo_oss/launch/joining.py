@@ -25,12 +25,13 @@ WATCH_EVERY_S = 2.0
 async def reach_infrastructure(plan: HostPlan, say: Callable[[str], None], timeout_s: float = JOIN_TIMEOUT_S) -> None:
     """Until the graph's etcd is healthy and its NATS accepts connections; probes.NotReady past the deadline."""
     nats = urlsplit(plan.nats_url)
-    services = {f"etcd {plan.etcd_endpoints[0]}": lambda: probes.etcd_healthy(plan.etcd),
-                f"NATS {plan.nats_url}": lambda: probes.nats_answers(nats.hostname or "", nats.port or 4222, plan.tls)}  # fmt: skip
+    services = {
+        f"etcd {plan.etcd_endpoints[0]}": lambda: probes.etcd_healthy(plan.etcd),
+        f"NATS {plan.nats_url}": lambda: probes.nats_answers(nats.hostname or "", nats.port or 4222, plan.tls),
+    }
     started = time.monotonic()
     said = started
-    say(f"node {plan.node}: waiting for the infrastructure on node {plan.infrastructure_node} "
-        f"({', '.join(services)})")  # fmt: skip
+    say(f"node {plan.node}: waiting for the infrastructure on node {plan.infrastructure_node} ({', '.join(services)})")
     missing = list(services)
 
     async def reached() -> bool:
@@ -44,9 +45,11 @@ async def reach_infrastructure(plan: HostPlan, say: Callable[[str], None], timeo
     try:
         await probes.wait_until(reached, timeout_s, "the infrastructure")
     except probes.NotReady:
-        raise probes.NotReady(f"could not reach {', '.join(missing)} on node {plan.infrastructure_node} within "
-                              f"{timeout_s:.0f} s; is `dynamo serve --node {plan.infrastructure_node}` running "
-                              "there, and is its address reachable from this node?") from None  # fmt: skip
+        raise probes.NotReady(
+            f"could not reach {', '.join(missing)} on node {plan.infrastructure_node} within "
+            f"{timeout_s:.0f} s; is `dynamo serve --node {plan.infrastructure_node}` running "
+            "there, and is its address reachable from this node?"
+        ) from None
 
 
 async def watch_infrastructure(plan: HostPlan, say: Callable[[str], None]) -> None:
@@ -59,8 +62,12 @@ async def watch_infrastructure(plan: HostPlan, say: Callable[[str], None]) -> No
         reachable, lost_for = not reachable, time.monotonic() - since
         since = time.monotonic()
         if reachable:
-            say(f"node {plan.node}: the infrastructure on node {plan.infrastructure_node} answers again after "
-                f"{lost_for:.0f} s; workers that lost their leases register again as they restart")  # fmt: skip
+            say(
+                f"node {plan.node}: the infrastructure on node {plan.infrastructure_node} answers again after "
+                f"{lost_for:.0f} s; workers that lost their leases register again as they restart"
+            )
         else:
-            say(f"node {plan.node}: lost the infrastructure on node {plan.infrastructure_node} (etcd {etcd.endpoint} does not "
-                "answer); this node's workers exit when their leases expire and are restarted until it is back")  # fmt: skip
+            say(
+                f"node {plan.node}: lost the infrastructure on node {plan.infrastructure_node} (etcd {etcd.endpoint} does not "
+                "answer); this node's workers exit when their leases expire and are restarted until it is back"
+            )

@@ -23,21 +23,29 @@ class LauncherMetrics:
         self.registry = CollectorRegistry()
         labels = {"namespace": namespace}
         self.restarts = Counter(
-            "dynamo_oss_process_restarts", "Times the launcher restarted a process after it exited.",
-            ["namespace", "process", "kind"], registry=self.registry,
-        )  # fmt: skip
+            "dynamo_oss_process_restarts",
+            "Times the launcher restarted a process after it exited.",
+            ["namespace", "process", "kind"],
+            registry=self.registry,
+        )
         self.pool_workers = Gauge(
-            "dynamo_oss_pool_workers", "Workers of a pool: target (wanted), live (running), draining (stopping).",
-            ["namespace", "pool", "state"], registry=self.registry,
-        )  # fmt: skip
+            "dynamo_oss_pool_workers",
+            "Workers of a pool: target (wanted), live (running), draining (stopping).",
+            ["namespace", "pool", "state"],
+            registry=self.registry,
+        )
         self.scaling_actions = Counter(
-            "dynamo_oss_scaling_actions", "Workers added (up) or removed (down) by a scaling decision.",
-            ["namespace", "pool", "direction"], registry=self.registry,
-        )  # fmt: skip
+            "dynamo_oss_scaling_actions",
+            "Workers added (up) or removed (down) by a scaling decision.",
+            ["namespace", "pool", "direction"],
+            registry=self.registry,
+        )
         self.ready = Gauge(
-            "dynamo_oss_graph_ready", "1 once every worker registered and the model was served.",
-            ["namespace"], registry=self.registry,
-        ).labels(**labels)  # fmt: skip
+            "dynamo_oss_graph_ready",
+            "1 once every worker registered and the model was served.",
+            ["namespace"],
+            registry=self.registry,
+        ).labels(**labels)
         self._namespace = namespace
 
     def watch_nats(self, monitoring_url: str) -> None:
@@ -74,8 +82,9 @@ class NatsCollector:
         self.namespace = namespace
 
     def collect(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily("dynamo_oss_nats_up", "1 when nats-server answers its monitoring endpoint.",
-                               labels=["namespace"])  # fmt: skip
+        up = GaugeMetricFamily(
+            "dynamo_oss_nats_up", "1 when nats-server answers its monitoring endpoint.", labels=["namespace"]
+        )
         try:
             varz = httpx.get(self.url, timeout=1.0, verify=trust_store()).json()
         except (httpx.HTTPError, ValueError):
@@ -84,8 +93,9 @@ class NatsCollector:
             return
         up.add_metric([self.namespace], 1)
         yield up
-        connections = GaugeMetricFamily("dynamo_oss_nats_connections", "Clients connected to nats-server.",
-                                        labels=["namespace"])  # fmt: skip
+        connections = GaugeMetricFamily(
+            "dynamo_oss_nats_connections", "Clients connected to nats-server.", labels=["namespace"]
+        )
         connections.add_metric([self.namespace], varz.get("connections", 0))
         yield connections
         for name, key, help_text in (

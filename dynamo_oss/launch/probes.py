@@ -98,8 +98,10 @@ async def etcd_entries(etcd: EtcdAccess, prefix: str) -> dict[str, str] | None:
         kvs = response.json().get("kvs", [])
     except (httpx.HTTPError, ValueError, OSError):  # OSError: the TLS files, mid-rotation
         return None
-    return {base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
-            for kv in kvs}  # fmt: skip
+    return {
+        base64.b64decode(kv["key"]).decode(): base64.b64decode(kv.get("value", "")).decode(errors="replace")
+        for kv in kvs
+    }
 
 
 async def etcd_keys(etcd: EtcdAccess, prefix: str) -> list[str]:

@@ -54,25 +54,53 @@ def rules(
         le = f'le=~"{f"{bound:g}".replace(".", "[.]")}([.]0)?"'  # [.]: a dot, with no escape to quote
         for window in WINDOWS:
             within = f"sum(rate({TTFT}_bucket{{{selector}, {le}}}[{window}]))"
-            recorded.append({"record": f"dynamo_oss:ttft_late:ratio_rate{window}",
-                             "expr": f"1 - {within} / sum(rate({TTFT}_count{{{selector}}}[{window}]))",
-                             "labels": {"graph": graph}})  # fmt: skip
+            recorded.append(
+                {
+                    "record": f"dynamo_oss:ttft_late:ratio_rate{window}",
+                    "expr": f"1 - {within} / sum(rate({TTFT}_count{{{selector}}}[{window}]))",
+                    "labels": {"graph": graph},
+                }
+            )
         for severity, (burn, fast, slow) in BURNS.items():
             late = burn * BUDGET
-            alerts.append(_over(graph, "TTFTBudgetBurn", severity, "ttft_late:ratio_rate", late, fast, slow,
-                                f"TTFT past the {ttft_ms:g} ms target",
-                                f"More than {late:.0%} of requests took over {bound:g} s to their first token over "
-                                f"the last {fast} and {slow}: the 10% error budget burns {burn}x too fast."))  # fmt: skip
+            alerts.append(
+                _over(
+                    graph,
+                    "TTFTBudgetBurn",
+                    severity,
+                    "ttft_late:ratio_rate",
+                    late,
+                    fast,
+                    slow,
+                    f"TTFT past the {ttft_ms:g} ms target",
+                    f"More than {late:.0%} of requests took over {bound:g} s to their first token over "
+                    f"the last {fast} and {slow}: the 10% error budget burns {burn}x too fast.",
+                )
+            )
     if itl_ms is not None:
         for window in WINDOWS:
-            recorded.append({"record": f"dynamo_oss:itl_mean_seconds:rate{window}",
-                             "expr": f"sum(rate({ITL}_sum{{{selector}}}[{window}])) / "
-                                     f"sum(rate({ITL}_count{{{selector}}}[{window}]))",
-                             "labels": {"graph": graph}})  # fmt: skip
+            recorded.append(
+                {
+                    "record": f"dynamo_oss:itl_mean_seconds:rate{window}",
+                    "expr": f"sum(rate({ITL}_sum{{{selector}}}[{window}])) / "
+                    f"sum(rate({ITL}_count{{{selector}}}[{window}]))",
+                    "labels": {"graph": graph},
+                }
+            )
         for severity, (_, fast, slow) in BURNS.items():
-            alerts.append(_over(graph, "ITLAboveTarget", severity, "itl_mean_seconds:rate", itl_ms / 1000, fast, slow,
-                                f"mean ITL past the {itl_ms:g} ms target",
-                                f"The mean gap between tokens was over {itl_ms:g} ms over the last {fast} and {slow}."))  # fmt: skip
+            alerts.append(
+                _over(
+                    graph,
+                    "ITLAboveTarget",
+                    severity,
+                    "itl_mean_seconds:rate",
+                    itl_ms / 1000,
+                    fast,
+                    slow,
+                    f"mean ITL past the {itl_ms:g} ms target",
+                    f"The mean gap between tokens was over {itl_ms:g} ms over the last {fast} and {slow}.",
+                )
+            )
     alerts += _pools(graph, selector, launcher)
     if planner and (ttft_ms is not None or itl_ms is not None):
         alerts.append(_planner_idle(graph, selector, ttft_ms is not None, itl_ms))
@@ -86,10 +114,10 @@ def _over(
     return {
         "alert": name + ("Fast" if severity == "page" else "Slow"),
         "expr": f'dynamo_oss:{record}{fast}{{graph="{graph}"}} > {limit:g} and '
-                f'dynamo_oss:{record}{slow}{{graph="{graph}"}} > {limit:g}',
+        f'dynamo_oss:{record}{slow}{{graph="{graph}"}} > {limit:g}',
         "labels": {"severity": severity, "graph": graph},
         "annotations": {"summary": f"{graph}: {summary}", "description": why},
-    }  # fmt: skip
+    }
 
 
 def _pools(graph: str, selector: str, launcher: bool) -> list[dict[str, Any]]:
@@ -112,37 +140,44 @@ def _pools(graph: str, selector: str, launcher: bool) -> list[dict[str, Any]]:
             "expr": f"max by (process) (trtllm:kv_cache_usage_perc{{{selector}}}) > {KV_FULL}",
             "for": "5m",
             "labels": {"severity": "ticket", "graph": graph},
-            "annotations": {"summary": f"{graph}: {{{{ $labels.process }}}}'s KV cache is over {KV_FULL:.0%} full",
-                            "description": "New prompts wait for room: TTFT grows. Add decode workers, or lower "
-                                           "max_batch_size."},
+            "annotations": {
+                "summary": f"{graph}: {{{{ $labels.process }}}}'s KV cache is over {KV_FULL:.0%} full",
+                "description": "New prompts wait for room: TTFT grows. Add decode workers, or lower max_batch_size.",
+            },
         },
         {
             "alert": "RequestsFailing",
             "expr": f'sum(rate(dynamo_oss_gateway_requests_total{{{selector}, status=~"5.."}}[5m])) / '
-                    f"sum(rate(dynamo_oss_gateway_requests_total{{{selector}}}[5m])) > {FAILING}",
+            f"sum(rate(dynamo_oss_gateway_requests_total{{{selector}}}[5m])) > {FAILING}",
             "for": "5m",
             "labels": {"severity": "page", "graph": graph},
-            "annotations": {"summary": f"{graph}: more than {FAILING:.0%} of requests fail",
-                            "description": "The gateway answered 5xx to more than 5% of requests for 5 minutes."},
+            "annotations": {
+                "summary": f"{graph}: more than {FAILING:.0%} of requests fail",
+                "description": "The gateway answered 5xx to more than 5% of requests for 5 minutes.",
+            },
         },
-    ]  # fmt: skip
+    ]
 
 
 def _planner_idle(graph: str, selector: str, ttft: bool, itl_ms: float | None) -> dict[str, Any]:
     missed = [f'dynamo_oss:ttft_late:ratio_rate5m{{graph="{graph}"}} > {BURNS["page"][0] * BUDGET:g}'] if ttft else []
     missed += [f'dynamo_oss:itl_mean_seconds:rate5m{{graph="{graph}"}} > {itl_ms / 1000:g}'] if itl_ms else []
-    idle = (f"sum(changes(dynamo_oss_planner_wanted_workers{{{selector}}}[15m])) == 0 "
-            f"or absent(dynamo_oss_planner_wanted_workers{{{selector}}})")  # fmt: skip
+    idle = (
+        f"sum(changes(dynamo_oss_planner_wanted_workers{{{selector}}}[15m])) == 0 "
+        f"or absent(dynamo_oss_planner_wanted_workers{{{selector}}})"
+    )
     return {
         "alert": "PlannerNotActing",
         "expr": f"({' or '.join(missed)}) and on() ({idle})",
         "for": "15m",
         "labels": {"severity": "page", "graph": graph},
-        "annotations": {"summary": f"{graph}: targets missed and the planner changes nothing",
-                        "description": "The latency targets have been missed for 15 minutes while the planner wanted "
-                                       "the same pool sizes, or reported nothing: is it at max_gpus or the pools' "
-                                       "maximum, or not running?"},
-    }  # fmt: skip
+        "annotations": {
+            "summary": f"{graph}: targets missed and the planner changes nothing",
+            "description": "The latency targets have been missed for 15 minutes while the planner wanted "
+            "the same pool sizes, or reported nothing: is it at max_gpus or the pools' "
+            "maximum, or not running?",
+        },
+    }
 
 
 def render(

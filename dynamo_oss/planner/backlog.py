@@ -20,9 +20,11 @@ def backlog_of(fpm: FpmData | None, disaggregated: bool) -> Backlog:
     prefilling = fpm.prefill_engines if disaggregated else fpm.decode_engines
     return Backlog(
         prefill_tokens=sum(m.queued_requests.sum_prefill_tokens for m in _engines(prefilling)),
-        decode_requests=sum(m.scheduled_requests.num_decode_requests + m.queued_requests.num_decode_requests
-                            for m in _engines(fpm.decode_engines)),
-    )  # fmt: skip
+        decode_requests=sum(
+            m.scheduled_requests.num_decode_requests + m.queued_requests.num_decode_requests
+            for m in _engines(fpm.decode_engines)
+        ),
+    )
 
 
 def _engines(payloads: dict[str, bytes]) -> Iterator[ForwardPassMetrics]:

@@ -25,8 +25,21 @@ ISL, OSL = 300, 24
 
 
 def bench_argv(graph: Path, out: Path, concurrency: str, requests: int) -> list[str]:
-    return [*DYNAMO, "bench", str(graph), "--isl", str(ISL), "--osl", str(OSL), "--concurrency", concurrency,
-            "--requests", str(requests), "--out", str(out)]  # fmt: skip
+    return [
+        *DYNAMO,
+        "bench",
+        str(graph),
+        "--isl",
+        str(ISL),
+        "--osl",
+        str(OSL),
+        "--concurrency",
+        concurrency,
+        "--requests",
+        str(requests),
+        "--out",
+        str(out),
+    ]
 
 
 def aiperf_records(artifacts: Path) -> list[RequestRecord]:
@@ -100,10 +113,21 @@ def test_the_served_graph_is_stopped_after_the_sweep(sweep_folder: Path) -> None
 
 def point(tok_s_gpu: float, tok_s_user: float) -> ServingPoint:
     return ServingPoint(
-        concurrency=1, requests=10, gpus=8, tok_s_user=tok_s_user, tok_s_user_tpot=tok_s_user, tok_s_user_e2e=tok_s_user,
-        tok_s_gpu=tok_s_gpu, total_tok_s_gpu=tok_s_gpu, output_tok_s=8 * tok_s_gpu, ttft_mean_ms=1, ttft_p50_ms=1,
-        ttft_p99_ms=1, itl_p50_ms=1, itl_p99_ms=1,
-    )  # fmt: skip
+        concurrency=1,
+        requests=10,
+        gpus=8,
+        tok_s_user=tok_s_user,
+        tok_s_user_tpot=tok_s_user,
+        tok_s_user_e2e=tok_s_user,
+        tok_s_gpu=tok_s_gpu,
+        total_tok_s_gpu=tok_s_gpu,
+        output_tok_s=8 * tok_s_gpu,
+        ttft_mean_ms=1,
+        ttft_p50_ms=1,
+        ttft_p99_ms=1,
+        itl_p50_ms=1,
+        itl_p99_ms=1,
+    )
 
 
 def sweep_of(label: str, points: list[ServingPoint]) -> Sweep:
@@ -201,8 +225,12 @@ with served_graph(Path(sys.argv[1]), Path(sys.argv[2]), engine="mocker", time_sc
 @pytest.mark.graph
 def test_sigterm_to_a_benchmark_stops_its_served_graph(tmp_path: Path) -> None:
     """A `kill` or a CI timeout reaches a benchmark as SIGTERM: the graph it serves stops with it."""
-    script = subprocess.Popen([sys.executable, "-c", SERVE_AND_WAIT, str(write_graph(tmp_path)), str(tmp_path / "run")],
-                              cwd=REPO, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    script = subprocess.Popen(
+        [sys.executable, "-c", SERVE_AND_WAIT, str(write_graph(tmp_path)), str(tmp_path / "run")],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     started: set[int] = set()
     try:
         assert script.stdout is not None and script.stdout.readline().strip() == "ready"

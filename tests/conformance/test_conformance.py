@@ -57,8 +57,9 @@ def test_every_case_passes_against_the_disaggregated_mocker_graph(disagg: Served
 
 
 def test_every_combination_of_the_matrix_holds_on_the_readme_graph(disagg: ServedGraph) -> None:
-    result = run_dynamo("conformance", disagg.endpoint, "--model", MODEL, "--matrix", "--repeat", "1",
-                        "--json", timeout_s=300)  # fmt: skip
+    result = run_dynamo(
+        "conformance", disagg.endpoint, "--model", MODEL, "--matrix", "--repeat", "1", "--json", timeout_s=300
+    )
     rows = json.loads(result.stdout)
     assert len(rows) == len(every_cell())
     failures = {
@@ -95,14 +96,29 @@ def stock_mocker_endpoint(replay_trace: Path, tmp_path: Path) -> Iterator[str]:
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "dynamo.frontend", "--http-host", "127.0.0.1", "--http-port", str(http_port)],
-            env=env, stdout=log, stderr=subprocess.STDOUT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
         ),
         subprocess.Popen(
-            [sys.executable, "-m", "dynamo.mocker", "--model-path", str(folder), "--model-name", MODEL,
-             "--max-model-len", "131072", "--response-replay-trace-path", str(replay_trace)],
-            env={**env, "DYN_SYSTEM_PORT": str(system_port)}, stdout=log, stderr=subprocess.STDOUT,
+            [
+                sys.executable,
+                "-m",
+                "dynamo.mocker",
+                "--model-path",
+                str(folder),
+                "--model-name",
+                MODEL,
+                "--max-model-len",
+                "131072",
+                "--response-replay-trace-path",
+                str(replay_trace),
+            ],
+            env={**env, "DYN_SYSTEM_PORT": str(system_port)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
         ),
-    ]  # fmt: skip
+    ]
     url = f"http://127.0.0.1:{http_port}/v1"
 
     def served() -> bool:

@@ -38,10 +38,12 @@ def test_tool_choice_is_judged_by_what_it_allows() -> None:
     assert "ends with 'stop'" in tool_call(
         cell(tool_choice="required"), answer(tool_calls=[weather], finish_reason="stop")
     )
-    assert "does not match" in tool_call(cell(tool_choice="required", api="responses"),
-                                         answer(tool_calls=[("get_weather", '{"town": "Paris"}')]))  # fmt: skip
-    assert "not JSON" in tool_call(cell(tool_choice="required", api="responses"),
-                                   answer(tool_calls=[("get_weather", "city=Paris")]))  # fmt: skip
+    assert "does not match" in tool_call(
+        cell(tool_choice="required", api="responses"), answer(tool_calls=[("get_weather", '{"town": "Paris"}')])
+    )
+    assert "not JSON" in tool_call(
+        cell(tool_choice="required", api="responses"), answer(tool_calls=[("get_weather", "city=Paris")])
+    )
 
 
 def test_json_is_judged_only_where_a_schema_was_asked_and_text_came() -> None:
@@ -61,8 +63,15 @@ def test_reasoning_must_be_in_its_own_place() -> None:
 
 
 def chunk(delta: dict, finish: str | None = None) -> str:
-    return json.dumps({"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
-                       "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})  # fmt: skip
+    return json.dumps(
+        {
+            "id": "c",
+            "object": "chat.completion.chunk",
+            "created": 1,
+            "model": "m",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+    )
 
 
 def test_a_chat_stream_must_end_with_done_and_finish_once() -> None:
@@ -77,8 +86,17 @@ def test_a_chat_stream_must_end_with_done_and_finish_once() -> None:
 
 
 def test_a_responses_stream_numbers_its_events_from_zero_without_gaps() -> None:
-    response = {"id": "r", "object": "response", "created_at": 1, "model": "m", "output": [], "tools": [],
-                "tool_choice": "auto", "parallel_tool_calls": True, "status": "in_progress"}  # fmt: skip
+    response = {
+        "id": "r",
+        "object": "response",
+        "created_at": 1,
+        "model": "m",
+        "output": [],
+        "tools": [],
+        "tool_choice": "auto",
+        "parallel_tool_calls": True,
+        "status": "in_progress",
+    }
 
     def event(kind: str, number: int) -> tuple[str, str]:
         return kind, json.dumps({"type": kind, "sequence_number": number, "response": response})
@@ -103,22 +121,35 @@ def message_events(*middle: dict) -> list[tuple[str, str]]:
             "usage": {"input_tokens": 5, "output_tokens": 0},
         },
     }
-    end = [{"type": "message_delta", "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 9}}, {"type": "message_stop"}]  # fmt: skip
+    end = [
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 9},
+        },
+        {"type": "message_stop"},
+    ]
     return [(e["type"], json.dumps(e)) for e in (start, *middle, *end)]
 
 
 def test_a_messages_stream_folds_into_the_message_it_describes() -> None:
     blocks = (
-        {"type": "content_block_start", "index": 0, "content_block": {"type": "thinking", "thinking": "", "signature": ""}},
+        {
+            "type": "content_block_start",
+            "index": 0,
+            "content_block": {"type": "thinking", "thinking": "", "signature": ""},
+        },
         {"type": "content_block_delta", "index": 0, "delta": {"type": "thinking_delta", "thinking": "I call it."}},
         {"type": "content_block_stop", "index": 0},
-        {"type": "content_block_start", "index": 1,
-         "content_block": {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}}},
+        {
+            "type": "content_block_start",
+            "index": 1,
+            "content_block": {"type": "tool_use", "id": "t", "name": "get_weather", "input": {}},
+        },
         {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '{"city": '}},
         {"type": "content_block_delta", "index": 1, "delta": {"type": "input_json_delta", "partial_json": '"Paris"}'}},
         {"type": "content_block_stop", "index": 1},
-    )  # fmt: skip
+    )
     folded = _message_stream(message_events(*blocks))
     assert folded.shape == []
     assert folded.outcome.reasoning == "I call it."

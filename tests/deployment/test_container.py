@@ -34,8 +34,11 @@ def test_the_install_step_resolves_from_the_lock_without_torch(tmp_path: Path) -
     argv = [shutil.which("uv") or "uv", *step.replace("\\\n", " ").split()[1:], str(tmp_path / "requirements.txt")]
     result = subprocess.run(argv, capture_output=True, text=True, cwd=REPO)
     assert result.returncode == 0, result.stderr
-    pinned = {line.split("==")[0]: line for line in (tmp_path / "requirements.txt").read_text().splitlines()
-              if "==" in line and not line.startswith(" ")}  # fmt: skip
+    pinned = {
+        line.split("==")[0]: line
+        for line in (tmp_path / "requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith(" ")
+    }
     assert "torch" not in pinned  # the image's CUDA torch stays
     assert pinned["aisimulate"].endswith("sys_platform == 'never'")  # never installed
     assert pinned["ai-dynamo"].startswith("ai-dynamo==") and "fastapi" in pinned

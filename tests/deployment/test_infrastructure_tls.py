@@ -21,12 +21,17 @@ def two_nodes(folder: Path, tls: object) -> Path:
     graph = {
         "name": "two-nodes",
         "model": "gpt-oss-20b",
-        "hardware": {"gpu": "h200", "nodes": [{"name": "head", "address": "10.9.0.1", "gpus": 0},
-                                              {"name": "gpu-a", "address": "10.9.0.2", "gpus": 2}]},
+        "hardware": {
+            "gpu": "h200",
+            "nodes": [
+                {"name": "head", "address": "10.9.0.1", "gpus": 0},
+                {"name": "gpu-a", "address": "10.9.0.2", "gpus": 2},
+            ],
+        },
         "infrastructure": {} if tls is None else {"tls": tls},
         "pools": {"agg": {"workers": 2, "engine": "mocker"}},
         "observability": {"prometheus": "embedded"},
-    }  # fmt: skip
+    }
     path = folder / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     return path
@@ -34,8 +39,12 @@ def two_nodes(folder: Path, tls: object) -> Path:
 
 def test_open_infrastructure_on_a_network_is_refused_unless_the_graph_says_so(tmp_path: Path) -> None:
     code, out, err = dynamo("check", str(two_nodes(tmp_path, None)))
-    assert code == 2 and "infrastructure.tls: embedded etcd and NATS listen on 10.9.0.1, where the other nodes " \
-        "reach them, so they need mutual TLS" in err, out + err  # fmt: skip
+    assert (
+        code == 2
+        and "infrastructure.tls: embedded etcd and NATS listen on 10.9.0.1, where the other nodes "
+        "reach them, so they need mutual TLS"
+        in err
+    ), out + err
     code, out, err = dynamo("check", str(two_nodes(tmp_path, "none")))
     assert code == 0 and "warning: infrastructure.etcd.client_port listens on 10.9.0.1:2379" in err, out + err
 
@@ -58,10 +67,13 @@ def test_external_services_are_reached_over_tls_when_the_graph_asks_for_it(
 
 def test_each_node_serves_and_reaches_the_infrastructure_with_its_own_certificate(tmp_path: Path) -> None:
     certs = tmp_path / "certs"
-    deployment = build_deployment(load_graph(two_nodes(tmp_path, write_certificates(certs, {"head": "10.9.0.1",
-                                                                                          "gpu-a": "10.9.0.2"}))))  # fmt: skip
-    head, gpus = (plan_host(deployment, node, run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path)
-                  for node in ("head", "gpu-a"))  # fmt: skip
+    deployment = build_deployment(
+        load_graph(two_nodes(tmp_path, write_certificates(certs, {"head": "10.9.0.1", "gpu-a": "10.9.0.2"})))
+    )
+    head, gpus = (
+        plan_host(deployment, node, run_dir=tmp_path, model_folder=tmp_path, encodings_dir=tmp_path)
+        for node in ("head", "gpu-a")
+    )
     assert head.etcd_endpoints == gpus.etcd_endpoints == ["https://10.9.0.1:2379"]
     assert head.nats_url == gpus.nats_url == "tls://10.9.0.1:4222"
     etcd, nats = (next(p for p in head.processes if p.name == name).argv for name in ("etcd", "nats"))
@@ -74,8 +86,11 @@ def test_each_node_serves_and_reaches_the_infrastructure_with_its_own_certificat
         assert env["NATS_TLS_CLIENT_CERT_PATH"] == env["DYN_TCP_TLS_CERT_PATH"] == str(certs / f"{node}.pem")
         assert env["DYN_TCP_TLS_CLIENT_CA_CERT_PATH"] == env["DYN_TCP_TLS_CA_CERT_PATH"] == str(certs / "ca.pem")
         for process in plan.processes + plan.spare_workers:
-            expected = {"ETCD_AUTH_CA": certs / "ca.pem", "ETCD_AUTH_CLIENT_CERT": certs / f"{node}.pem",
-                        "ETCD_AUTH_CLIENT_KEY": certs / f"{node}-key.pem"}  # fmt: skip
+            expected = {
+                "ETCD_AUTH_CA": certs / "ca.pem",
+                "ETCD_AUTH_CLIENT_CERT": certs / f"{node}.pem",
+                "ETCD_AUTH_CLIENT_KEY": certs / f"{node}-key.pem",
+            }
             dynamo_process = process.kind in ("frontend", "worker", "planner")
             assert process.env_from_files == (expected if dynamo_process else {}), process.name
             assert ("ETCD_AUTH_PASSWORD" in process.env_unset) == dynamo_process  # it would turn TLS off
@@ -87,8 +102,9 @@ def test_each_node_serves_and_reaches_the_infrastructure_with_its_own_certificat
 
 def test_check_warns_and_serve_refuses_when_a_file_cannot_be_read(tmp_path: Path) -> None:
     files = write_certificates(tmp_path / "certs", {"local": "127.0.0.1"})
-    graph = write_graph(tmp_path, infrastructure={**yaml.safe_load(write_graph(tmp_path).read_text())["infrastructure"],
-                                                  "tls": files})  # fmt: skip
+    graph = write_graph(
+        tmp_path, infrastructure={**yaml.safe_load(write_graph(tmp_path).read_text())["infrastructure"], "tls": files}
+    )
     code, out, err = dynamo("check", str(graph))
     assert code == 0 and f"  tls        mutual, trusting {tmp_path / 'certs' / 'ca.pem'}" in out and err == ""
     (tmp_path / "certs" / "local-key.pem").write_text("not a key")

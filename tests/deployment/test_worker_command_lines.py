@@ -67,11 +67,16 @@ def test_a_worker_over_two_trays_is_one_mpi_world_started_from_the_first(trtllm_
     """As Dynamo documents a multi-node TensorRT-LLM worker: mpirun over both nodes' GPUs, each rank
     under trtllm-llmapi-launch; the second node starts nothing of its own for it."""
     (tmp_path / "tp8.yaml").write_text("tensor_parallel_size: 8\nmoe_expert_parallel_size: 8\nmax_batch_size: 64\n")
-    graph = {"name": "two-trays", "model": "gpt-oss-120b",
-             "hardware": {"gpu": "gb200", "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4}
-                                                    for i in range(2)]},
-             "infrastructure": {"tls": "none"},
-             "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}}}  # fmt: skip
+    graph = {
+        "name": "two-trays",
+        "model": "gpt-oss-120b",
+        "hardware": {
+            "gpu": "gb200",
+            "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4} for i in range(2)],
+        },
+        "infrastructure": {"tls": "none"},
+        "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}},
+    }
     path = tmp_path / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     _, first = plan_graph(path, tmp_path, node="tray-0")
@@ -79,8 +84,15 @@ def test_a_worker_over_two_trays_is_one_mpi_world_started_from_the_first(trtllm_
     (worker,) = first.workers()
     assert second.workers() == []
     launch = worker.argv.index("trtllm-llmapi-launch")
-    assert worker.argv[:launch][:7] == ["mpirun", "--allow-run-as-root", "-np", "8", "-H", "10.9.0.1:4,10.9.0.2:4",
-                                        "--mca"]  # fmt: skip
+    assert worker.argv[:launch][:7] == [
+        "mpirun",
+        "--allow-run-as-root",
+        "-np",
+        "8",
+        "-H",
+        "10.9.0.1:4,10.9.0.2:4",
+        "--mca",
+    ]
     forwarded = {worker.argv[i + 1] for i in range(launch) if worker.argv[i] == "-x"}
     assert {"ETCD_ENDPOINTS", "NATS_SERVER", "CUDA_VISIBLE_DEVICES", "DYN_NAMESPACE"} <= forwarded == set(worker.env)
     assert worker.env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"  # the same GPUs on each tray

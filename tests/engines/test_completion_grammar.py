@@ -87,8 +87,11 @@ def test_with_tools_a_completion_may_call_one_of_them_instead(tokenizer: LLToken
 def test_the_mocker_s_completions_pass_the_grammar_it_is_sent(tokenizer: LLTokenizer, schema: dict) -> None:
     grammar = completion_grammar(schema, [])
     for seed in range(4):
-        request = {"token_ids": PROMPT, "stop_conditions": {},
-                   "sampling_options": {"seed": seed, "guided_decoding": {"grammar": grammar}}}  # fmt: skip
+        request = {
+            "token_ids": PROMPT,
+            "stop_conditions": {},
+            "sampling_options": {"seed": seed, "guided_decoding": {"grammar": grammar}},
+        }
         text = encoding().decode(completion_for(request).tokens)
         reasoning, final = text.split("<|end|><|start|>assistant<|channel|>final<|message|>")
         assert reasoning.startswith("<|channel|>analysis<|message|>We ") and accepted(tokenizer, grammar, text)
@@ -106,8 +109,12 @@ GUIDE_CALL = (
     "<|channel|>analysis<|message|>Need to use function get_weather.<|end|><|start|>assistant"
     '<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>{"location":"San Francisco"}<|call|>'
 )
-GET_WEATHER = {"type": "object", "properties": {"location": {"type": "string"}}, "required": ["location"],
-               "additionalProperties": False}  # fmt: skip
+GET_WEATHER = {
+    "type": "object",
+    "properties": {"location": {"type": "string"}},
+    "required": ["location"],
+    "additionalProperties": False,
+}
 FORCED = {"functions.get_weather": GET_WEATHER, "files.read_file": SCHEMA}  # a namespaced tool beside a function
 
 
@@ -141,8 +148,10 @@ def test_a_forced_choice_refuses_other_tools_off_schema_arguments_and_an_answer(
 
 def test_a_forced_choice_leaves_the_reasoning_free(tokenizer: LLTokenizer) -> None:
     grammar = forced_call_grammar(FORCED)
-    thoughts = ('<|channel|>analysis<|message|>Maybe {"location": 3}? No: get_weather wants a string.\n\nOk.'
-                "<|end|><|start|>assistant")  # fmt: skip
+    thoughts = (
+        '<|channel|>analysis<|message|>Maybe {"location": 3}? No: get_weather wants a string.\n\nOk.'
+        "<|end|><|start|>assistant"
+    )
     preamble = "<|channel|>commentary<|message|>Checking the weather first.<|end|><|start|>assistant"
     assert accepted(tokenizer, grammar, thoughts + REASONING + preamble + GUIDE_CALL.split("<|start|>assistant")[1])
     assert accepted(tokenizer, grammar, GUIDE_CALL.split("<|start|>assistant")[1])  # no reasoning at all
@@ -152,8 +161,11 @@ def test_the_mocker_calls_an_allowed_tool_with_arguments_its_schema_accepts(toke
     grammar = forced_call_grammar(FORCED)
     called = set()
     for seed in range(8):
-        request = {"token_ids": PROMPT, "stop_conditions": {},
-                   "sampling_options": {"seed": seed, "guided_decoding": {"grammar": grammar}}}  # fmt: skip
+        request = {
+            "token_ids": PROMPT,
+            "stop_conditions": {},
+            "sampling_options": {"seed": seed, "guided_decoding": {"grammar": grammar}},
+        }
         text = encoding().decode(completion_for(request).tokens)
         assert text.startswith("<|channel|>analysis<|message|>We ") and accepted(tokenizer, grammar, text)
         header, arguments = text.split("<|start|>assistant<|channel|>commentary to=")[1].split("<|message|>")

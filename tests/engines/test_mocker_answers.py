@@ -140,16 +140,26 @@ def test_a_replayed_recording_is_cut_at_max_tokens(max_tokens: int | None, expec
     assert asyncio.run(collect()) == expected
 
 
-NESTED_TOOL = {"type": "function", "function": {"name": "plan_trip", "parameters": {
-    "type": "object",
-    "properties": {
-        "loc": {"type": "object", "description": "where", "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
-                "required": ["city"]},
-        "days": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
-        "mode": {"type": "string", "enum": ["car", "train"]},
+NESTED_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "plan_trip",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "loc": {
+                    "type": "object",
+                    "description": "where",
+                    "properties": {"city": {"type": "string"}, "zip": {"type": "string"}},
+                    "required": ["city"],
+                },
+                "days": {"type": "array", "items": {"type": "integer"}, "minItems": 1},
+                "mode": {"type": "string", "enum": ["car", "train"]},
+            },
+            "required": ["loc", "days"],
+        },
     },
-    "required": ["loc", "days"],
-}}}  # fmt: skip
+}
 
 
 def test_auto_tool_calls_fill_nested_objects_and_arrays_from_the_prompt() -> None:

@@ -49,18 +49,35 @@ class Node(BaseModel):
 PYDANTIC_MODELS = [Place, Forecast, Node]
 SCHEMAS = [  # tool parameters and response formats as clients write them by hand
     {"type": "object", "properties": {"city": {"type": "string", "minLength": 12}}, "required": ["city"]},
-    {"type": "object", "properties": {"n": {"type": "integer", "exclusiveMinimum": 10, "maximum": 11}}, "required": ["n"]},
-    {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 2}},
-     "required": ["tags"]},
-    {"type": "object", "properties": {"where": {"anyOf": [{"type": "object", "properties": {"lat": {"type": "number"}},
-     "required": ["lat"]}, {"type": "string"}]}}, "required": ["where"]},
+    {
+        "type": "object",
+        "properties": {"n": {"type": "integer", "exclusiveMinimum": 10, "maximum": 11}},
+        "required": ["n"],
+    },
+    {
+        "type": "object",
+        "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b"]}, "minItems": 2}},
+        "required": ["tags"],
+    },
+    {
+        "type": "object",
+        "properties": {
+            "where": {
+                "anyOf": [
+                    {"type": "object", "properties": {"lat": {"type": "number"}}, "required": ["lat"]},
+                    {"type": "string"},
+                ]
+            }
+        },
+        "required": ["where"],
+    },
     {"allOf": [{"type": "object", "properties": {"a": {"const": 3}}, "required": ["a"]}]},
     {"type": "object", "properties": {"x": {"type": ["null", "boolean"]}}, "required": ["x"]},
     {"type": "object", "properties": {"n": {"type": "integer", "multipleOf": 7, "minimum": 1}}, "required": ["n"]},
     {"type": "object", "properties": {"v": {"oneOf": [{"type": "null"}, {"type": "number", "minimum": 2.5}]}}},
     {"type": "object"},  # response_format json_object
     {"type": "array", "items": {"type": "string"}},  # a top-level array
-]  # fmt: skip
+]
 
 
 def valid(schema: dict, seeds: range = range(5)) -> None:

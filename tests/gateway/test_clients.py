@@ -81,14 +81,23 @@ def test_codex_runs_the_named_command_and_answers_its_output(
     home.mkdir()
     work.mkdir()
     (home / "config.toml").write_text(CODEX_CONFIG.format(model=MODEL, endpoint=fast_graph.endpoint))
-    command = [str(codex), "exec", "--json", "--sandbox", "read-only", "--skip-git-repo-check",
-               "Use exec_command to run: echo hello"]  # fmt: skip
+    command = [
+        str(codex),
+        "exec",
+        "--json",
+        "--sandbox",
+        "read-only",
+        "--skip-git-repo-check",
+        "Use exec_command to run: echo hello",
+    ]
     env = {**os.environ, "CODEX_HOME": str(home), "DYNAMO_API_KEY": "dummy"}
     status, stdout, stderr = run_in_own_group(command, CLIENT_TIMEOUT_S, cwd=work, env=env)
 
     def report() -> str:
-        return (f"codex exited with {status} (None: killed after {CLIENT_TIMEOUT_S} s)\n--- stdout:\n{stdout[-6000:]}\n"
-                f"--- stderr:\n{stderr[-4000:]}\n--- gateway log:\n{fast_graph.log_of('gateway')[-4000:]}")  # fmt: skip
+        return (
+            f"codex exited with {status} (None: killed after {CLIENT_TIMEOUT_S} s)\n--- stdout:\n{stdout[-6000:]}\n"
+            f"--- stderr:\n{stderr[-4000:]}\n--- gateway log:\n{fast_graph.log_of('gateway')[-4000:]}"
+        )
 
     assert status == 0, report()
     try:
@@ -98,11 +107,17 @@ def test_codex_runs_the_named_command_and_answers_its_output(
     kinds = [event.get("type") for event in events]
     completed = [(index, event["item"]) for index, event in enumerate(events) if event.get("type") == "item.completed"]
     commands = [(index, item) for index, item in completed if item.get("type") == "command_execution"]
-    answers = [(index, item) for index, item in completed
-               if item.get("type") == "agent_message" and str(item.get("text", "")).strip()]  # fmt: skip
+    answers = [
+        (index, item)
+        for index, item in completed
+        if item.get("type") == "agent_message" and str(item.get("text", "")).strip()
+    ]
     failures = [event for event in events if event.get("type") in ("turn.failed", "error")]
-    failures += [item for _, item in completed if item.get("type") == "error"
-                 and not CODEX_METADATA_WARNING.match(item.get("message", ""))]  # fmt: skip
+    failures += [
+        item
+        for _, item in completed
+        if item.get("type") == "error" and not CODEX_METADATA_WARNING.match(item.get("message", ""))
+    ]
 
     assert not failures, f"codex reported errors: {failures}\n{report()}"
     assert commands, f"the model's exec_command call was not executed\n{report()}"
@@ -144,10 +159,12 @@ async def run_agent(endpoint: str, api: str, streamed: bool) -> AgentRun:
         if api == "responses":
             model = OpenAIResponsesModel(model=MODEL, openai_client=client)
         else:  # gpt-oss wants its reasoning back with a tool's output; the SDK sends it when asked to
-            model = OpenAIChatCompletionsModel(model=MODEL, openai_client=client,
-                                               should_replay_reasoning_content=lambda context: True)  # fmt: skip
-        agent = Agent(name="weather", instructions="Answer questions about the weather.", model=model,
-                      tools=[get_weather])  # fmt: skip
+            model = OpenAIChatCompletionsModel(
+                model=MODEL, openai_client=client, should_replay_reasoning_content=lambda context: True
+            )
+        agent = Agent(
+            name="weather", instructions="Answer questions about the weather.", model=model, tools=[get_weather]
+        )
         prompt = "Use get_weather to find the weather in Paris."
         if not streamed:
             result = await asyncio.wait_for(Runner.run(agent, prompt), CLIENT_TIMEOUT_S)
@@ -201,16 +218,23 @@ def test_agents_sdk_calls_the_tool_and_sends_the_reasoning_back(
     assert len(run.requests) >= 2, context
     second = run.requests[1]
     if api == "responses":
-        sent = [[part.get("text") for part in entry.get("content") or [] if part.get("type") == "reasoning_text"]
-                for entry in second["input"] if entry.get("type") == "reasoning"]  # fmt: skip
+        sent = [
+            [part.get("text") for part in entry.get("content") or [] if part.get("type") == "reasoning_text"]
+            for entry in second["input"]
+            if entry.get("type") == "reasoning"
+        ]
         assert [thought] in sent, f"the second request's input has no reasoning item with the reasoning\n{context}"
     else:
-        sent = [message.get("reasoning_content") or message.get("reasoning") for message in second["messages"]
-                if message.get("role") == "assistant" and message.get("tool_calls")]  # fmt: skip
+        sent = [
+            message.get("reasoning_content") or message.get("reasoning")
+            for message in second["messages"]
+            if message.get("role") == "assistant" and message.get("tool_calls")
+        ]
         assert thought in sent, f"the second request's assistant message lacks the reasoning\n{context}"
 
     if streamed:
         assert isinstance(result, RunResultStreaming) and result.is_complete, context
-        deltas = [kind for kind in run.streamed_events
-                  if kind.startswith("response.reasoning") and kind.endswith(".delta")]  # fmt: skip
+        deltas = [
+            kind for kind in run.streamed_events if kind.startswith("response.reasoning") and kind.endswith(".delta")
+        ]
         assert len(deltas) >= 2, f"the reasoning was not streamed as deltas: {sorted(set(run.streamed_events))}"

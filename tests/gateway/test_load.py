@@ -28,8 +28,13 @@ async def hold_streams(endpoint: str, frontend: str, count: int, timeout_s: floa
     async with httpx.AsyncClient(timeout=120, limits=limits) as client:
 
         async def stream(index: int) -> None:
-            body = {"model": "openai/gpt-oss-20b", "stream": True, "max_tokens": 4000, "ignore_eos": True,
-                    "messages": [{"role": "user", "content": f"stream {index}"}]}  # fmt: skip
+            body = {
+                "model": "openai/gpt-oss-20b",
+                "stream": True,
+                "max_tokens": 4000,
+                "ignore_eos": True,
+                "messages": [{"role": "user", "content": f"stream {index}"}],
+            }
             async with client.stream("POST", f"{endpoint}/chat/completions", json=body) as response:
                 assert response.status_code == 200
                 await release.wait()

@@ -14,16 +14,34 @@ from pydantic import TypeAdapter
 from tests.support.served import ServedGraph
 
 MODEL = "openai/gpt-oss-20b"
-WEATHER = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
-           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}  # fmt: skip
-FILES = {"type": "namespace", "name": "files", "description": "File tools", "tools": [
-    {"type": "function", "name": "read_file", "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
-                                                             "required": ["path"]}},
-    {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch."}]}  # fmt: skip
-HOSTED = [{"type": "web_search"}, {"type": "file_search", "vector_store_ids": ["vs_1"]},
-          {"type": "code_interpreter", "container": {"type": "auto"}}, {"type": "image_generation"},
-          {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"},
-          {"type": "local_shell"}, {"type": "mcp", "server_label": "docs", "server_url": "https://example.invalid"}]  # fmt: skip
+WEATHER = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+}
+FILES = {
+    "type": "namespace",
+    "name": "files",
+    "description": "File tools",
+    "tools": [
+        {
+            "type": "function",
+            "name": "read_file",
+            "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
+        },
+        {"type": "custom", "name": "apply_patch", "description": "Edit files with a patch."},
+    ],
+}
+HOSTED = [
+    {"type": "web_search"},
+    {"type": "file_search", "vector_store_ids": ["vs_1"]},
+    {"type": "code_interpreter", "container": {"type": "auto"}},
+    {"type": "image_generation"},
+    {"type": "computer_use_preview", "display_width": 1024, "display_height": 768, "environment": "linux"},
+    {"type": "local_shell"},
+    {"type": "mcp", "server_label": "docs", "server_url": "https://example.invalid"},
+]
 EVENT = TypeAdapter(ResponseStreamEvent)
 
 
@@ -102,8 +120,9 @@ def test_the_whole_tool_loop_runs_on_sealed_reasoning_handed_back(
 ) -> None:
     """Codex's way: store false, reasoning.encrypted_content included, every item sent back."""
     ask = [{"role": "user", "content": [{"type": "input_text", "text": "Use get_weather for Paris."}]}]
-    first = client.responses.create(model=MODEL, input=ask, tools=[WEATHER], store=False,
-                                    include=["reasoning.encrypted_content"])  # fmt: skip
+    first = client.responses.create(
+        model=MODEL, input=ask, tools=[WEATHER], store=False, include=["reasoning.encrypted_content"]
+    )
     reasoning, call = first.output
     assert reasoning.encrypted_content and reasoning.content[0].text not in reasoning.encrypted_content
     sealed_only = {
@@ -188,12 +207,27 @@ def test_chat_returns_reasoning_beside_reasoning_content_unless_excluded(fast_gr
 
 def test_chat_takes_reasoning_sent_back_under_either_name(fast_graph: ServedGraph) -> None:
     def prompt_tokens(assistant: dict) -> int:
-        messages = [{"role": "user", "content": "Use get_weather for Paris."},
-                    {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function",
-                     "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'}}], **assistant},
-                    {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"}]  # fmt: skip
-        body = {**CHAT, "messages": messages, "tools": [{"type": "function", "function": {
-            k: v for k, v in WEATHER.items() if k != "type"}}]}  # fmt: skip
+        messages = [
+            {"role": "user", "content": "Use get_weather for Paris."},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_1",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city": "Paris"}'},
+                    }
+                ],
+                **assistant,
+            },
+            {"role": "tool", "tool_call_id": "call_1", "content": "Sunny"},
+        ]
+        body = {
+            **CHAT,
+            "messages": messages,
+            "tools": [{"type": "function", "function": {k: v for k, v in WEATHER.items() if k != "type"}}],
+        }
         reply = httpx.post(f"{fast_graph.endpoint}/chat/completions", json=body, timeout=60)
         assert reply.status_code == 200, reply.text
         return reply.json()["usage"]["prompt_tokens"]

@@ -36,10 +36,18 @@ class GetWeather(BaseModel):
     city: str
 
 
-RESPONSES_TOOL = {"type": "function", "name": "get_weather", "description": "Current weather for a city.",
-                  "parameters": openai.pydantic_function_tool(GetWeather)["function"]["parameters"], "strict": True}  # fmt: skip
-MESSAGES_TOOL = {"name": "get_weather", "description": "Current weather for a city.",
-                 "input_schema": GetWeather.model_json_schema()}  # fmt: skip
+RESPONSES_TOOL = {
+    "type": "function",
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "parameters": openai.pydantic_function_tool(GetWeather)["function"]["parameters"],
+    "strict": True,
+}
+MESSAGES_TOOL = {
+    "name": "get_weather",
+    "description": "Current weather for a city.",
+    "input_schema": GetWeather.model_json_schema(),
+}
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +57,9 @@ def client(fast_graph: ServedGraph) -> openai.OpenAI:
 
 @pytest.fixture(scope="module")
 def claude(fast_graph: ServedGraph) -> anthropic.Anthropic:
-    return anthropic.Anthropic(base_url=fast_graph.endpoint.removesuffix("/v1"), api_key="unused", max_retries=0,
-                               timeout=60)  # fmt: skip
+    return anthropic.Anthropic(
+        base_url=fast_graph.endpoint.removesuffix("/v1"), api_key="unused", max_retries=0, timeout=60
+    )
 
 
 def free_text(reasoning: str) -> None:
@@ -62,8 +71,9 @@ def free_text(reasoning: str) -> None:
 
 
 def test_chat_parse_gives_the_model_with_the_reasoning_in_its_own_field(client: openai.OpenAI) -> None:
-    completion = client.chat.completions.parse(model=MODEL, messages=[{"role": "user", "content": ASK}],
-                                               response_format=Weather)  # fmt: skip
+    completion = client.chat.completions.parse(
+        model=MODEL, messages=[{"role": "user", "content": ASK}], response_format=Weather
+    )
     message = completion.choices[0].message
     assert completion.choices[0].finish_reason == "stop" and isinstance(message.parsed, Weather)
     assert Weather.model_validate_json(message.content) == message.parsed
@@ -73,8 +83,9 @@ def test_chat_parse_gives_the_model_with_the_reasoning_in_its_own_field(client: 
 
 def test_chat_stream_helper_streams_the_reasoning_then_the_parsed_answer(client: openai.OpenAI) -> None:
     reasoning, content = [], []
-    with client.chat.completions.stream(model=MODEL, messages=[{"role": "user", "content": ASK}],
-                                        response_format=Weather) as stream:  # fmt: skip
+    with client.chat.completions.stream(
+        model=MODEL, messages=[{"role": "user", "content": ASK}], response_format=Weather
+    ) as stream:
         for event in stream:
             if event.type == "chunk" and event.chunk.choices:
                 reasoning.append((event.chunk.choices[0].delta.model_extra or {}).get("reasoning") or "")
@@ -89,8 +100,11 @@ def test_chat_stream_helper_streams_the_reasoning_then_the_parsed_answer(client:
 
 
 def test_chat_json_object_answers_a_json_object_streamed_or_not(client: openai.OpenAI) -> None:
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Describe Paris as JSON."}],
-            "response_format": {"type": "json_object"}}  # fmt: skip
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Describe Paris as JSON."}],
+        "response_format": {"type": "json_object"},
+    }
     message = client.chat.completions.create(**body).choices[0].message
     assert isinstance(json.loads(message.content), dict)
     free_text(message.model_extra["reasoning"])
@@ -101,8 +115,13 @@ def test_chat_json_object_answers_a_json_object_streamed_or_not(client: openai.O
 @pytest.mark.parametrize("streamed", [False, True], ids=["parse", "stream"])
 def test_chat_with_a_tool_calls_it_then_answers_its_output_in_the_format(client: openai.OpenAI, streamed: bool) -> None:
     def ask(messages: list[dict]) -> openai.types.chat.ParsedChatCompletionMessage:
-        body = {"model": MODEL, "messages": messages, "response_format": Weather,
-                "tools": [openai.pydantic_function_tool(GetWeather, name="get_weather")], "tool_choice": "auto"}  # fmt: skip
+        body = {
+            "model": MODEL,
+            "messages": messages,
+            "response_format": Weather,
+            "tools": [openai.pydantic_function_tool(GetWeather, name="get_weather")],
+            "tool_choice": "auto",
+        }
         if not streamed:
             return client.chat.completions.parse(**body).choices[0].message
         with client.chat.completions.stream(**body) as stream:
@@ -113,8 +132,16 @@ def test_chat_with_a_tool_calls_it_then_answers_its_output_in_the_format(client:
     call = called.tool_calls[0]
     assert called.parsed is None and isinstance(call.function.parsed_arguments, GetWeather)
     free_text(called.model_extra["reasoning"])
-    turn = {"role": "assistant", "tool_calls": [{"id": call.id, "type": "function",
-            "function": {"name": call.function.name, "arguments": call.function.arguments}}]}  # fmt: skip
+    turn = {
+        "role": "assistant",
+        "tool_calls": [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+        ],
+    }
     answered = ask([question, turn, {"role": "tool", "tool_call_id": call.id, "content": TOOL_OUTPUT}])
     assert isinstance(answered.parsed, Weather) and not answered.tool_calls
     free_text(answered.model_extra["reasoning"])
@@ -146,8 +173,9 @@ def test_responses_stream_helper_streams_reasoning_events_then_the_parsed_answer
 
 
 def test_responses_json_object_answers_a_json_object(client: openai.OpenAI) -> None:
-    response = client.responses.create(model=MODEL, input="Describe Paris as JSON.",
-                                       text={"format": {"type": "json_object"}})  # fmt: skip
+    response = client.responses.create(
+        model=MODEL, input="Describe Paris as JSON.", text={"format": {"type": "json_object"}}
+    )
     assert isinstance(json.loads(response.output_text), dict) and response.text.format.type == "json_object"
 
 
@@ -177,8 +205,9 @@ def test_responses_with_a_tool_calls_it_then_answers_its_output_in_the_format(
 
 
 def test_messages_parse_gives_the_model_after_a_thinking_block(claude: anthropic.Anthropic) -> None:
-    message = claude.messages.parse(model=MODEL, max_tokens=1024, messages=[{"role": "user", "content": ASK}],
-                                    output_format=Weather)  # fmt: skip
+    message = claude.messages.parse(
+        model=MODEL, max_tokens=1024, messages=[{"role": "user", "content": ASK}], output_format=Weather
+    )
     thinking, text = message.content
     assert message.stop_reason == "end_turn" and isinstance(message.parsed_output, Weather)
     assert thinking.type == "thinking" and text.type == "text"
@@ -187,12 +216,14 @@ def test_messages_parse_gives_the_model_after_a_thinking_block(claude: anthropic
 
 
 def test_messages_stream_helper_streams_thinking_then_the_parsed_answer(claude: anthropic.Anthropic) -> None:
-    with claude.messages.stream(model=MODEL, max_tokens=1024, messages=[{"role": "user", "content": ASK}],
-                                output_format=Weather) as stream:  # fmt: skip
+    with claude.messages.stream(
+        model=MODEL, max_tokens=1024, messages=[{"role": "user", "content": ASK}], output_format=Weather
+    ) as stream:
         events = list(stream)
         final = stream.get_final_message()
-    thinking = "".join(e.delta.thinking for e in events if e.type == "content_block_delta"
-                       and e.delta.type == "thinking_delta")  # fmt: skip
+    thinking = "".join(
+        e.delta.thinking for e in events if e.type == "content_block_delta" and e.delta.type == "thinking_delta"
+    )
     assert isinstance(final.parsed_output, Weather)
     free_text(thinking)
 
@@ -217,21 +248,44 @@ LOOKAHEAD = {"type": "object", "properties": {"code": {"type": "string", "patter
 @pytest.mark.parametrize(
     ("path", "body", "param", "says"),
     [
-        ("chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "W", "schema": {
-            "type": "banana"}}}}, "response_format.json_schema.schema", "not a valid JSON Schema"),
-        ("chat/completions", {"response_format": {"type": "json_schema", "json_schema": {"name": "W", "schema": LOOKAHEAD}}},
-         "response_format.json_schema.schema", "look-around"),
+        (
+            "chat/completions",
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "W", "schema": {"type": "banana"}}}},
+            "response_format.json_schema.schema",
+            "not a valid JSON Schema",
+        ),
+        (
+            "chat/completions",
+            {"response_format": {"type": "json_schema", "json_schema": {"name": "W", "schema": LOOKAHEAD}}},
+            "response_format.json_schema.schema",
+            "look-around",
+        ),
         ("chat/completions", {"response_format": {"type": "yaml"}}, "response_format.type", "'yaml'"),
         ("chat/completions", {"response_format": {"type": "json_schema"}}, "response_format.json_schema", "required"),
-        ("responses", {"text": {"format": {"type": "json_schema", "name": "W", "schema": {"type": "banana"}}}},
-         "text.format.schema", "not a valid JSON Schema"),
-        ("responses", {"text": {"format": {"type": "json_schema", "name": "W", "schema": LOOKAHEAD}}},
-         "text.format.schema", "look-around"),
+        (
+            "responses",
+            {"text": {"format": {"type": "json_schema", "name": "W", "schema": {"type": "banana"}}}},
+            "text.format.schema",
+            "not a valid JSON Schema",
+        ),
+        (
+            "responses",
+            {"text": {"format": {"type": "json_schema", "name": "W", "schema": LOOKAHEAD}}},
+            "text.format.schema",
+            "look-around",
+        ),
         ("responses", {"text": {"format": {"type": "yaml"}}}, "text.format.type", "'yaml'"),
     ],
-    ids=["chat-invalid", "chat-uncompilable", "chat-unknown-type", "chat-no-schema", "responses-invalid",
-         "responses-uncompilable", "responses-unknown-type"],
-)  # fmt: skip
+    ids=[
+        "chat-invalid",
+        "chat-uncompilable",
+        "chat-unknown-type",
+        "chat-no-schema",
+        "responses-invalid",
+        "responses-uncompilable",
+        "responses-unknown-type",
+    ],
+)
 def test_a_format_the_backend_cannot_take_is_a_400_naming_it_that_reaches_no_worker(
     fast_graph: ServedGraph, path: str, body: dict, param: str, says: str
 ) -> None:
@@ -249,8 +303,12 @@ def test_a_messages_format_the_backend_cannot_take_is_anthropic_s_400_naming_it(
 ) -> None:
     before = fast_graph.frontend_requests()
     with pytest.raises(anthropic.BadRequestError) as refused:
-        claude.messages.create(model=MODEL, max_tokens=64, messages=[{"role": "user", "content": ASK}],
-                               output_config={"format": {"type": "json_schema", "schema": LOOKAHEAD}})  # fmt: skip
+        claude.messages.create(
+            model=MODEL,
+            max_tokens=64,
+            messages=[{"role": "user", "content": ASK}],
+            output_config={"format": {"type": "json_schema", "schema": LOOKAHEAD}},
+        )
     assert refused.value.body["error"]["message"].startswith("output_config.format.schema: ")
     assert "look-around" in refused.value.body["error"]["message"]
     assert fast_graph.frontend_requests() == before

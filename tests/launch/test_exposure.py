@@ -87,8 +87,9 @@ def check(graph: Path, *args: str) -> tuple[str, str]:
     return out, err
 
 
-@pytest.mark.parametrize(("host", "open_to_network"), [("0.0.0.0", True), ("::", True), ("127.0.0.1", False),
-                                                       ("::1", False)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("host", "open_to_network"), [("0.0.0.0", True), ("::", True), ("127.0.0.1", False), ("::1", False)]
+)
 def test_check_warns_when_the_endpoint_is_open_to_the_network(tmp_path: Path, host: str, open_to_network: bool) -> None:
     graph = write_graph(tmp_path)
     spec = yaml.safe_load(graph.read_text())

@@ -35,9 +35,12 @@ def test_a_second_graph_serves_beside_the_readmes_and_its_stop_drains_a_stream_a
             assert [m.id for m in client(served).models.list()] == [model]
             assert ask(served, model).usage.completion_tokens > 0
         stream = client(second).chat.completions.create(
-            model="openai/gpt-oss-20b", messages=[{"role": "user", "content": "hi"}],
-            max_tokens=300, stream=True, extra_body={"ignore_eos": True},
-        )  # fmt: skip
+            model="openai/gpt-oss-20b",
+            messages=[{"role": "user", "content": "hi"}],
+            max_tokens=300,
+            stream=True,
+            extra_body={"ignore_eos": True},
+        )
         chunks = iter(stream)
         first = next(chunks)  # the stream is live
         second.process.send_signal(signal.SIGTERM)

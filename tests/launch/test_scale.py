@@ -50,8 +50,11 @@ def streams_in_flight(served: ServedGraph, process: str) -> float:
     except httpx.HTTPError:
         return 0.0
     namespace = 'dynamo_namespace="test_graph"'
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("dynamo_component_inflight_requests{") and namespace in line)  # fmt: skip
+    return sum(
+        float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith("dynamo_component_inflight_requests{") and namespace in line
+    )
 
 
 def stream_tokens(served: ServedGraph, results: list, index: int, tokens: int = STREAM_TOKENS) -> None:
@@ -88,8 +91,13 @@ def test_a_pool_shrinks_by_draining_and_grows_again(two_decoders: ServedGraph) -
         stream.start()
     wait_for(lambda: streams_in_flight(two_decoders, "decode-1") > 0, 30, "streams on decode-1")
     leaving_pid = two_decoders.pid_of("decode-1")
-    scale = subprocess.Popen([*DYNAMO, "scale", "decode", "1", str(two_decoders.run_dir)], cwd=REPO,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)  # fmt: skip
+    scale = subprocess.Popen(
+        [*DYNAMO, "scale", "decode", "1", str(two_decoders.run_dir)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:  # draining is a passing state, so its trace is the launcher's log, read below, not a poll
         output, _ = scale.communicate(timeout=180)
     finally:
@@ -114,8 +122,9 @@ def test_a_pool_shrinks_by_draining_and_grows_again(two_decoders: ServedGraph) -
     assert "serving: registered " in said(two_decoders, "decode-1")
     state = json.loads(run_dynamo("status", str(two_decoders.run_dir), "--json").stdout)
     assert [(p["role"], p["target"], p["live"], p["draining"]) for p in state["pools"]] == [
-        ("prefill", 1, 1, 0), ("decode", 2, 2, 0)
-    ]  # fmt: skip
+        ("prefill", 1, 1, 0),
+        ("decode", 2, 2, 0),
+    ]
     prometheus = two_decoders.state()["prometheus_url"]
 
     def scraped_workers() -> list[str] | None:

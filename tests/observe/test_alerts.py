@@ -27,14 +27,18 @@ def expected(alert: str, **labels: str) -> dict:
 
 def ttft(within_per_minute: int) -> list[dict]:
     """Ten first tokens a minute, `within_per_minute` of them within the 2.2 s bucket."""
-    return [{"series": f'{TTFT}_bucket{{{N}, le="2.2"}}', "values": f"0+{within_per_minute}x400"},
-            {"series": f"{TTFT}_count{{{N}}}", "values": "0+10x400"}]  # fmt: skip
+    return [
+        {"series": f'{TTFT}_bucket{{{N}, le="2.2"}}', "values": f"0+{within_per_minute}x400"},
+        {"series": f"{TTFT}_count{{{N}}}", "values": "0+10x400"},
+    ]
 
 
 def itl(mean_ms: int) -> list[dict]:
     """A hundred gaps a minute of `mean_ms` on average."""
-    return [{"series": f"{ITL}_sum{{{N}}}", "values": f"0+{mean_ms / 10:g}x400"},
-            {"series": f"{ITL}_count{{{N}}}", "values": "0+100x400"}]  # fmt: skip
+    return [
+        {"series": f"{ITL}_sum{{{N}}}", "values": f"0+{mean_ms / 10:g}x400"},
+        {"series": f"{ITL}_count{{{N}}}", "values": "0+100x400"},
+    ]
 
 
 def wanted(values: str) -> list[dict]:
@@ -47,8 +51,12 @@ CASES = {
     "ttft late, planner idle": (
         ttft(2) + itl(15) + wanted("2x400"),
         "90m",
-        {"TTFTBudgetBurnFast": [expected("TTFTBudgetBurnFast")], "TTFTBudgetBurnSlow": [expected("TTFTBudgetBurnSlow")],
-         "PlannerNotActing": [expected("PlannerNotActing")], "ITLAboveTargetFast": []},
+        {
+            "TTFTBudgetBurnFast": [expected("TTFTBudgetBurnFast")],
+            "TTFTBudgetBurnSlow": [expected("TTFTBudgetBurnSlow")],
+            "PlannerNotActing": [expected("PlannerNotActing")],
+            "ITLAboveTargetFast": [],
+        },
     ),
     "ttft late, planner acting": (
         ttft(2) + itl(15) + wanted(ACTING),
@@ -63,8 +71,12 @@ CASES = {
     "mean itl over its target": (
         ttft(10) + itl(30) + wanted("2x400"),
         "90m",
-        {"ITLAboveTargetFast": [expected("ITLAboveTargetFast")], "ITLAboveTargetSlow": [expected("ITLAboveTargetSlow")],
-         "TTFTBudgetBurnFast": [], "PlannerNotActing": [expected("PlannerNotActing")]},
+        {
+            "ITLAboveTargetFast": [expected("ITLAboveTargetFast")],
+            "ITLAboveTargetSlow": [expected("ITLAboveTargetSlow")],
+            "TTFTBudgetBurnFast": [],
+            "PlannerNotActing": [expected("PlannerNotActing")],
+        },
     ),
     "healthy, planner holding": (
         ttft(10) + itl(15) + wanted("1x400"),
@@ -72,26 +84,42 @@ CASES = {
         {"TTFTBudgetBurnFast": [], "ITLAboveTargetFast": [], "PlannerNotActing": []},
     ),
     "no decode worker": (
-        [{"series": f'dynamo_oss_pool_workers{{{N}, state="live", pool="decode"}}', "values": "0x10"},
-         {"series": f'dynamo_oss_pool_workers{{{N}, state="live", pool="prefill"}}', "values": "1x10"}],
+        [
+            {"series": f'dynamo_oss_pool_workers{{{N}, state="live", pool="decode"}}', "values": "0x10"},
+            {"series": f'dynamo_oss_pool_workers{{{N}, state="live", pool="prefill"}}', "values": "1x10"},
+        ],
         "5m",
         {"NoWorkerLive": [expected("NoWorkerLive", pool="decode")]},
     ),
     "kv cache full": (
-        [{"series": f'trtllm:kv_cache_usage_perc{{{N}, job="dynamo-workers", process="decode-0"}}', "values": "0.97x10"},
-         {"series": f'trtllm:kv_cache_usage_perc{{{N}, job="dynamo-workers", process="decode-1"}}', "values": "0.5x10"}],
+        [
+            {
+                "series": f'trtllm:kv_cache_usage_perc{{{N}, job="dynamo-workers", process="decode-0"}}',
+                "values": "0.97x10",
+            },
+            {
+                "series": f'trtllm:kv_cache_usage_perc{{{N}, job="dynamo-workers", process="decode-1"}}',
+                "values": "0.5x10",
+            },
+        ],
         "8m",
         {"KVCacheNearlyFull": [expected("KVCacheNearlyFull", process="decode-0")]},
     ),
     "requests failing": (
-        [{"series": f'dynamo_oss_gateway_requests_total{{{N}, key="alice", api="chat", status="503"}}',
-          "values": "0+10x20"},
-         {"series": f'dynamo_oss_gateway_requests_total{{{N}, key="alice", api="chat", status="200"}}',
-          "values": "0+10x20"}],
+        [
+            {
+                "series": f'dynamo_oss_gateway_requests_total{{{N}, key="alice", api="chat", status="503"}}',
+                "values": "0+10x20",
+            },
+            {
+                "series": f'dynamo_oss_gateway_requests_total{{{N}, key="alice", api="chat", status="200"}}',
+                "values": "0+10x20",
+            },
+        ],
         "12m",
         {"RequestsFailing": [expected("RequestsFailing")]},
     ),
-}  # fmt: skip
+}
 
 
 def test_the_committed_rules_are_current_and_valid() -> None:
@@ -104,13 +132,27 @@ def test_a_whole_bound_matches_as_either_prometheus_writes_it(tmp_path: Path) ->
     from dynamo_oss.observe.alerts import render
 
     (tmp_path / "rules.yml").write_text(render("g", 'namespace="g"', 1000, None, False))  # late past the 1 s bound
-    series = [{"series": f'{TTFT}_bucket{{namespace="g", le="1.0"}}', "values": "0+2x400"},
-              {"series": f'{TTFT}_count{{namespace="g"}}', "values": "0+10x400"}]  # fmt: skip
-    tests = {"rule_files": [str(tmp_path / "rules.yml")], "evaluation_interval": "1m",
-             "tests": [{"interval": "1m", "input_series": series,
-                        "promql_expr_test": [{"expr": 'dynamo_oss:ttft_late:ratio_rate5m{graph="g"}', "eval_time": "30m",
-                                              "exp_samples": [{"labels": 'dynamo_oss:ttft_late:ratio_rate5m{graph="g"}',
-                                                               "value": 0.8}]}]}]}  # fmt: skip
+    series = [
+        {"series": f'{TTFT}_bucket{{namespace="g", le="1.0"}}', "values": "0+2x400"},
+        {"series": f'{TTFT}_count{{namespace="g"}}', "values": "0+10x400"},
+    ]
+    tests = {
+        "rule_files": [str(tmp_path / "rules.yml")],
+        "evaluation_interval": "1m",
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "promql_expr_test": [
+                    {
+                        "expr": 'dynamo_oss:ttft_late:ratio_rate5m{graph="g"}',
+                        "eval_time": "30m",
+                        "exp_samples": [{"labels": 'dynamo_oss:ttft_late:ratio_rate5m{graph="g"}', "value": 0.8}],
+                    }
+                ],
+            }
+        ],
+    }
     (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests))
     result = subprocess.run(["promtool", "test", "rules", str(tmp_path / "tests.yml")], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
@@ -129,10 +171,16 @@ def test_each_alert_fires_when_it_should_and_not_otherwise(case: str, tmp_path: 
     tests = {
         "rule_files": [str(RULES)],
         "evaluation_interval": "1m",
-        "tests": [{"interval": "1m", "input_series": series,
-                   "alert_rule_test": [{"eval_time": at, "alertname": name, "exp_alerts": exp}
-                                       for name, exp in alerts.items()]}],
-    }  # fmt: skip
+        "tests": [
+            {
+                "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [
+                    {"eval_time": at, "alertname": name, "exp_alerts": exp} for name, exp in alerts.items()
+                ],
+            }
+        ],
+    }
     path = tmp_path / "tests.yml"
     path.write_text(yaml.safe_dump(tests, sort_keys=False))
     result = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)

@@ -14,8 +14,27 @@ from dynamo_oss.perf.layout import Layout, PoolLayout, Precision
 
 
 def test_simulate_json_has_the_figures(capsys):
-    argv = ["simulate", "--model", "gpt-oss-20b", "--hardware", "h100", "--mode", "disagg", "--prefill-tp", "1",
-            "--decode-tp", "2", "--decode-attention-dp", "--isl", "2048", "--osl", "64", "--concurrency", "1,8", "--json"]  # fmt: skip
+    argv = [
+        "simulate",
+        "--model",
+        "gpt-oss-20b",
+        "--hardware",
+        "h100",
+        "--mode",
+        "disagg",
+        "--prefill-tp",
+        "1",
+        "--decode-tp",
+        "2",
+        "--decode-attention-dp",
+        "--isl",
+        "2048",
+        "--osl",
+        "64",
+        "--concurrency",
+        "1,8",
+        "--json",
+    ]
     assert dynamo(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["gpus"] == 3 and [p["concurrency"] for p in out["points"]] == [1, 8]
@@ -26,8 +45,25 @@ def test_simulate_json_has_the_figures(capsys):
 
 
 def test_simulate_agg_flags_and_table(capsys):
-    argv = ["simulate", "--model", "gpt-oss-120b", "--hardware", "b200", "--mode", "agg", "--tp", "1", "--gpus", "8",
-            "--isl", "1024", "--osl", "32", "--concurrency", "4"]  # fmt: skip
+    argv = [
+        "simulate",
+        "--model",
+        "gpt-oss-120b",
+        "--hardware",
+        "b200",
+        "--mode",
+        "agg",
+        "--tp",
+        "1",
+        "--gpus",
+        "8",
+        "--isl",
+        "1024",
+        "--osl",
+        "32",
+        "--concurrency",
+        "4",
+    ]
     assert dynamo(argv) == 0
     out = capsys.readouterr().out
     assert "8 x B200" in out and "agg 8xTP1" in out and "tok/s/GPU" in out
@@ -51,8 +87,28 @@ def test_graph_files_round_trip(tmp_path):
 
 
 def test_plan_returns_a_feasible_layout_within_targets(capsys, tmp_path):
-    argv = ["plan", "--model", "gpt-oss-20b", "--hardware", "h100", "--gpus", "2", "--isl", "2048", "--osl", "128",
-            "--concurrency", "1,4,16", "--ttft-ms", "500", "--itl-ms", "20", "--keep", "2", "--json"]  # fmt: skip
+    argv = [
+        "plan",
+        "--model",
+        "gpt-oss-20b",
+        "--hardware",
+        "h100",
+        "--gpus",
+        "2",
+        "--isl",
+        "2048",
+        "--osl",
+        "128",
+        "--concurrency",
+        "1,4,16",
+        "--ttft-ms",
+        "500",
+        "--itl-ms",
+        "20",
+        "--keep",
+        "2",
+        "--json",
+    ]
     assert dynamo(argv) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best
@@ -65,8 +121,25 @@ def test_plan_returns_a_feasible_layout_within_targets(capsys, tmp_path):
 
 
 def test_plan_says_when_nothing_meets_the_targets(capsys):
-    argv = ["plan", "--model", "gpt-oss-120b", "--hardware", "h100", "--gpus", "2", "--isl", "4096", "--osl", "64",
-            "--concurrency", "1", "--itl-ms", "0.5", "--keep", "1"]  # fmt: skip
+    argv = [
+        "plan",
+        "--model",
+        "gpt-oss-120b",
+        "--hardware",
+        "h100",
+        "--gpus",
+        "2",
+        "--isl",
+        "4096",
+        "--osl",
+        "64",
+        "--concurrency",
+        "1",
+        "--itl-ms",
+        "0.5",
+        "--keep",
+        "1",
+    ]
     assert dynamo(argv) == 1
     assert "No replayed layout meets the targets" in capsys.readouterr().out
 

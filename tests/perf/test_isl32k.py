@@ -14,15 +14,24 @@ def _case(speedup: float) -> dict:
     `speedup` scales every figure."""
 
     def point(mode: str, layout: str, concurrency: int, gpu: float, user: float, ttft: float = 100) -> dict:
-        return {"mode": mode, "layout": layout, "concurrency": concurrency, "tok_s_gpu": gpu * speedup,
-                "tok_s_user": user * speedup, "ttft_p50_ms": ttft / speedup}  # fmt: skip
+        return {
+            "mode": mode,
+            "layout": layout,
+            "concurrency": concurrency,
+            "tok_s_gpu": gpu * speedup,
+            "tok_s_user": user * speedup,
+            "ttft_p50_ms": ttft / speedup,
+        }
 
     agg = [point("agg", "agg A", 8, 400, 50), point("agg", "agg A", 1, 100, 200)]
     disagg = [point("disagg", "disagg D", 8, 400, 25), point("disagg", "disagg D", 1, 100, 100)]
     slow_alone = point("agg", "agg B", 1, 90, 150, ttft=900)  # replayed, off the front, slower alone
     fronts = {"agg": agg, "disagg": disagg}
-    return {"osl": 256, "points": [slow_alone, *agg, *disagg], "limited": {"mean": {"fronts": fronts, **SUMMARY},
-            "p99": SUMMARY}}  # fmt: skip
+    return {
+        "osl": 256,
+        "points": [slow_alone, *agg, *disagg],
+        "limited": {"mean": {"fronts": fronts, **SUMMARY}, "p99": SUMMARY},
+    }
 
 
 def test_speed_at_interpolates_log_linearly_inside_the_front():

@@ -34,8 +34,17 @@ def replay(pool: PoolLayout, rows: list[tuple[int, int, int]], folder: Path) -> 
     with trace.open("w") as out:
         for at, isl, osl in rows:
             blocks = -(-isl // 32)
-            out.write(json.dumps({"timestamp": at, "input_length": isl, "output_length": osl,
-                                  "hash_ids": list(range(block, block + blocks))}) + "\n")  # fmt: skip
+            out.write(
+                json.dumps(
+                    {
+                        "timestamp": at,
+                        "input_length": isl,
+                        "output_length": osl,
+                        "hash_ids": list(range(block, block + blocks)),
+                    }
+                )
+                + "\n"
+            )
             block += blocks
     args = replay_args(layout, Workload(isl=16384, osl=2), folder, fitted_factors())
     report = run_trace_replay([str(trace)], trace_block_size=32, capture_per_request=True, **args)

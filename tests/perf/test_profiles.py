@@ -78,10 +78,16 @@ def test_mocker_args_carry_the_pool_layout(tmp_path):
 
     def argv(role, timing):
         ctx = WorkerContext(
-            role=role, served_name="m", model_path="m", model_folder=tmp_path, max_context=None,
-            engine_args_file=None, shape=MockerEngine().read_shape(None, 1), endpoint="dyn://n.c.generate",
+            role=role,
+            served_name="m",
+            model_path="m",
+            model_folder=tmp_path,
+            max_context=None,
+            engine_args_file=None,
+            shape=MockerEngine().read_shape(None, 1),
+            endpoint="dyn://n.c.generate",
             timing=timing,
-        )  # fmt: skip
+        )
         return MockerEngine().worker_argv(ctx)
 
     flags = argv("decode", decode_timing)

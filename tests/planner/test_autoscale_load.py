@@ -53,8 +53,11 @@ def test_the_planner_grows_decode_under_load_and_shrinks_it_after(
         assert decode_pool(autoscaled)["live"] >= 2
         fall = time.monotonic()
         load.users = 1  # a trickle goes on, so requests are in flight while workers drain
-        wait_for(lambda: decided(autoscaled, 1) and decode_pool(autoscaled)["live"] == 1, 180,
-                 "the planner to shrink decode back to 1")  # fmt: skip
+        wait_for(
+            lambda: decided(autoscaled, 1) and decode_pool(autoscaled)["live"] == 1,
+            180,
+            "the planner to shrink decode back to 1",
+        )
         record_property("seconds_from_fall_to_decode_shrunk", round(time.monotonic() - fall, 1))
     finally:
         load.stopping.set()
@@ -78,8 +81,12 @@ def test_the_planner_grows_decode_under_load_and_shrinks_it_after(
 def test_a_decision_past_the_gpu_budget_is_refused_and_logged(autoscaled: ServedGraph) -> None:
     state = autoscaled.state()
     token = Path(state["control_token_file"]).read_text().strip()
-    refused = httpx.post(f"{state['control_url']}/v1/decisions", headers={"Authorization": f"Bearer {token}"},
-                         json={"decision_id": 999, "workers": {"decode": 3}}, timeout=30)  # fmt: skip
+    refused = httpx.post(
+        f"{state['control_url']}/v1/decisions",
+        headers={"Authorization": f"Bearer {token}"},
+        json={"decision_id": 999, "workers": {"decode": 3}},
+        timeout=30,
+    )
     assert refused.status_code == 409
     why = "the pools would need 4 GPUs (prefill 1 x 1, decode 3 x 1) but the GPU budget is 3"
     assert refused.json()["error"]["message"] == why

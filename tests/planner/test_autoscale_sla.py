@@ -55,8 +55,9 @@ def test_the_sla_planner_grows_both_pools_for_the_targets_and_shrinks_them_after
     assert len(load.completed) >= 20 and set(load.completed) == {SLA_TOKENS}
     # The launcher logged each decision with the planner's reason, and `dynamo status` shows the last.
     output = sla_scaled.output.read_text()
-    assert re.search(r"planner decision \d+: (decode|prefill) 2[^,]*, (decode|prefill) 2[^,]* for [\d.]+ req/s of ISL \d+",
-                     output)  # fmt: skip
+    assert re.search(
+        r"planner decision \d+: (decode|prefill) 2[^,]*, (decode|prefill) 2[^,]* for [\d.]+ req/s of ISL \d+", output
+    )
     status = run_dynamo("status", str(sla_scaled.run_dir)).stdout
     assert "    why: " in status and "planner's latest look (sla), at " in status
     # The planner's own series reach the graph's Prometheus.

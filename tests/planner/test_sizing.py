@@ -21,8 +21,11 @@ from tests.support.graphs import SLA_HIGH, SLA_LOW, SLA_PROMPT_WORDS, SLA_SLOW, 
 from tests.support.ports import free_port_run
 
 README_GRAPH = REPO / "graphs" / "disagg.yaml"
-LOADS = [Load(requests_per_s=rate, isl=isl, osl=osl, kv_hit_rate=hit)
-         for rate in (0.2, 1, 3, 6, 12) for isl, osl, hit in ((32768, 1024, 0.0), (8192, 512, 0.5), (1024, 256, 0.0))]  # fmt: skip
+LOADS = [
+    Load(requests_per_s=rate, isl=isl, osl=osl, kv_hit_rate=hit)
+    for rate in (0.2, 1, 3, 6, 12)
+    for isl, osl, hit in ((32768, 1024, 0.0), (8192, 512, 0.5), (1024, 256, 0.0))
+]
 
 
 def sizer_of(graph: Path, time_scale: float = 1.0) -> Sizer:
@@ -101,10 +104,12 @@ def test_the_backlog_is_read_from_each_engines_forward_pass_metrics(dynamo_plann
     from dynamo_oss.planner.backlog import backlog_of
 
     def engine(queued_tokens: int = 0, decoding: int = 0, preempted: int = 0) -> bytes:
-        return encode(ForwardPassMetrics(
-            scheduled_requests=ScheduledRequestMetrics(num_decode_requests=decoding),
-            queued_requests=QueuedRequestMetrics(sum_prefill_tokens=queued_tokens, num_decode_requests=preempted),
-        ))  # fmt: skip
+        return encode(
+            ForwardPassMetrics(
+                scheduled_requests=ScheduledRequestMetrics(num_decode_requests=decoding),
+                queued_requests=QueuedRequestMetrics(sum_prefill_tokens=queued_tokens, num_decode_requests=preempted),
+            )
+        )
 
     fpm = FpmData(
         prefill_engines={"a/0": engine(queued_tokens=4096), "b/0": engine(queued_tokens=1000), "c/0": b"not msgpack"},
@@ -244,8 +249,11 @@ def test_the_propose_stage_sizes_with_the_graphs_headroom(propose) -> None:  # n
     """The low rate plus 20% stays at one worker each; a rate one worker keeps only without the 20% gets two."""
     sizer = propose.stage.sizer
     load = Load(requests_per_s=SLA_LOW, isl=3080, osl=SLA_TOKENS)
-    rate = next(r / 100 for r in range(20, 250) if sizer.size(load.model_copy(update={"requests_per_s": r / 100 * 1.2}))
-                .workers != {"prefill": 1, "decode": 1})  # fmt: skip
+    rate = next(
+        r / 100
+        for r in range(20, 250)
+        if sizer.size(load.model_copy(update={"requests_per_s": r / 100 * 1.2})).workers != {"prefill": 1, "decode": 1}
+    )
     assert sizer.size(load.model_copy(update={"requests_per_s": rate})).workers == {"prefill": 1, "decode": 1}
     assert propose(SLA_LOW, (1, 1)) == {"prefill": 1, "decode": 1}
     assert propose(rate, (1, 1)) != {"prefill": 1, "decode": 1}

@@ -330,9 +330,16 @@ def markdown(rows: list[dict], world: int) -> str:
     base = {(r["layer"], r["batch"]): r for r in rows if r["scenario"] == "decode"}
     both = {(r["layer"], r["chunk"], r["batch"]): r for r in rows if r["scenario"] == "chunk_all"}
     last = world - 1
-    headers = ["layer", "chunk on rank 0", "batch per rank", f"rank {last}, nobody has a chunk (us)",
-               f"rank {last}, rank 0 has a chunk (us)", f"rank {last} slowdown", "rank 0 (us)",
-               "every rank has a chunk (us)"]  # fmt: skip
+    headers = [
+        "layer",
+        "chunk on rank 0",
+        "batch per rank",
+        f"rank {last}, nobody has a chunk (us)",
+        f"rank {last}, rank 0 has a chunk (us)",
+        f"rank {last} slowdown",
+        "rank 0 (us)",
+        "every rank has a chunk (us)",
+    ]
     cells = []
     for r in rows:
         b = base.get((r["layer"], r["batch"]))
@@ -350,7 +357,7 @@ def markdown(rows: list[dict], world: int) -> str:
                 f"{t1 / b[f'rank{last}_step_us']:.2f}x",
                 f"{t0:.0f}",
                 f"{a[f'rank{last}_step_us'] if a else float('nan'):.0f}",
-            ]  # fmt: skip
+            ]
         )
     return markdown_table(headers, cells)
 

@@ -54,7 +54,7 @@ def predicted_terms_ms(cost: CostModel, row: dict) -> dict[str, float]:
     full, window = attention_spans(0, prompt, GPT_OSS_120B.sliding_window)
     terms = cost.step_terms(
         prefill_tokens=prompt / chunks, prefill_full_span=full, prefill_window_span=window, prefill_seqs=1 / chunks
-    )  # fmt: skip  (prompt_ms's own arguments)
+    )  # prompt_ms's own arguments
     return {name: 1e3 * chunks * float(value) for name, value in terms.items()}
 
 
@@ -62,8 +62,11 @@ def compare(rows: list[dict]) -> list[dict]:
     """Each measured step beside the model's, now and before the MXFP4 factor; the measured experts' part
     is the step less its `_no_experts` twin."""
     models = {"model": cost_model(fitted_factors()), "before": cost_model(before_mxfp4_factor())}
-    without = {(r["kind"].removesuffix("_no_experts"), r["batch"], r["context"]): r["time_ms"]
-               for r in rows if r["kind"].endswith("_no_experts") and "time_ms" in r}  # fmt: skip
+    without = {
+        (r["kind"].removesuffix("_no_experts"), r["batch"], r["context"]): r["time_ms"]
+        for r in rows
+        if r["kind"].endswith("_no_experts") and "time_ms" in r
+    }
     out = []
     for row in rows:
         if "skipped" in row or row["kind"] not in ("decode", "prefill"):
@@ -79,9 +82,9 @@ def compare(rows: list[dict]) -> list[dict]:
             entry[f"{prefix}_over_measured"] = total / row["time_ms"]
             entry[f"{prefix}_device_over_measured"] = (total - terms[HOST]) / row["time_ms"]
             measured_experts = entry["measured_experts_ms"]
-            entry[f"{prefix}_experts_over_measured"] = None if measured_experts is None else (
-                terms["experts"] / measured_experts
-            )  # fmt: skip
+            entry[f"{prefix}_experts_over_measured"] = (
+                None if measured_experts is None else (terms["experts"] / measured_experts)
+            )
             entry[f"{prefix}_terms_ms"] = terms
         out.append(entry)
     return out
@@ -92,18 +95,42 @@ def _ratio(value: float | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    headers = ["step", "batch", "context / prompt", "measured (ms)", "model (ms)", "model / measured",
-               "model without host (ms)", "without host / measured", "before: without host / measured",
-               "measured experts (ms)", "model experts (ms)", "model / measured experts", "before: model experts (ms)",
-               "before: model / measured experts"]  # fmt: skip
+    headers = [
+        "step",
+        "batch",
+        "context / prompt",
+        "measured (ms)",
+        "model (ms)",
+        "model / measured",
+        "model without host (ms)",
+        "without host / measured",
+        "before: without host / measured",
+        "measured experts (ms)",
+        "model experts (ms)",
+        "model / measured experts",
+        "before: model experts (ms)",
+        "before: model / measured experts",
+    ]
     cells = []
     for r in rows:
-        cells.append([r["kind"], r["batch"], r["context"], f"{r['time_ms']:.2f}", f"{r['model_ms']:.2f}",
-                      f"{r['model_over_measured']:.2f}", f"{r['model_device_ms']:.2f}",
-                      f"{r['model_device_over_measured']:.2f}", f"{r['before_device_over_measured']:.2f}",
-                      "-" if r["measured_experts_ms"] is None else f"{r['measured_experts_ms']:.2f}",
-                      f"{r['model_terms_ms']['experts']:.2f}", _ratio(r["model_experts_over_measured"]),
-                      f"{r['before_terms_ms']['experts']:.2f}", _ratio(r["before_experts_over_measured"])])  # fmt: skip
+        cells.append(
+            [
+                r["kind"],
+                r["batch"],
+                r["context"],
+                f"{r['time_ms']:.2f}",
+                f"{r['model_ms']:.2f}",
+                f"{r['model_over_measured']:.2f}",
+                f"{r['model_device_ms']:.2f}",
+                f"{r['model_device_over_measured']:.2f}",
+                f"{r['before_device_over_measured']:.2f}",
+                "-" if r["measured_experts_ms"] is None else f"{r['measured_experts_ms']:.2f}",
+                f"{r['model_terms_ms']['experts']:.2f}",
+                _ratio(r["model_experts_over_measured"]),
+                f"{r['before_terms_ms']['experts']:.2f}",
+                _ratio(r["before_experts_over_measured"]),
+            ]
+        )
     return markdown_table(headers, cells)
 
 
@@ -111,8 +138,12 @@ def main() -> None:
     measured = json.loads((HERE / "results.json").read_text())
     rows = compare(measured["rows"])
     efficiencies = {"model": fitted_factors().hopper, "before": before_mxfp4_factor().hopper}
-    document = {"about": __doc__, "measured_on": measured["device"],
-                "hopper": {name: e.model_dump() for name, e in efficiencies.items()}, "rows": rows}  # fmt: skip
+    document = {
+        "about": __doc__,
+        "measured_on": measured["device"],
+        "hopper": {name: e.model_dump() for name, e in efficiencies.items()},
+        "rows": rows,
+    }
     (HERE / "comparison.json").write_text(json.dumps(document, indent=1) + "\n")
     write_csv(HERE / "comparison.csv", [{k: v for k, v in r.items() if not k.endswith("terms_ms")} for r in rows])
     print(table(rows))

@@ -90,8 +90,13 @@ def decode_case(
     if batch * context > KV_CAPACITY:
         if with_experts:
             kv = batch * m.kv_bytes(context) / GIB
-            results.add({**dims, "skipped": f"KV of {batch} x {context} tokens is {kv:.0f} GiB: past the ~70 GiB the "
-                         f"{torch.cuda.get_device_name()} has beside the weights (pool: {KV_CAPACITY} tokens a layer)"})  # fmt: skip
+            results.add(
+                {
+                    **dims,
+                    "skipped": f"KV of {batch} x {context} tokens is {kv:.0f} GiB: past the ~70 GiB the "
+                    f"{torch.cuda.get_device_name()} has beside the weights (pool: {KV_CAPACITY} tokens a layer)",
+                }
+            )
         return
     tokens = torch.randint(0, m.vocab_size, (batch,), device=DEVICE)
     steps = decode_steps(model, caches, tokens, context)
@@ -103,9 +108,15 @@ def decode_case(
     )
     if timing is None:
         return
-    row = {**dims, "time_ms": timing.median_s * 1e3, "p10_ms": timing.p10_s * 1e3, "p90_ms": timing.p90_s * 1e3,
-           "timing": timing.method, "tokens_per_s": batch / timing.median_s,
-           **memory(batch * m.kv_bytes(context))}  # fmt: skip
+    row = {
+        **dims,
+        "time_ms": timing.median_s * 1e3,
+        "p10_ms": timing.p10_s * 1e3,
+        "p90_ms": timing.p90_s * 1e3,
+        "timing": timing.method,
+        "tokens_per_s": batch / timing.median_s,
+        **memory(batch * m.kv_bytes(context)),
+    }
     results.add(row)
     print(
         f"{dims['kind']} batch {batch:4d} context {context:6d}: {row['time_ms']:8.2f} ms ({timing.method})", flush=True
@@ -136,23 +147,38 @@ def prefill_case(
             return
         times.append(timing.median_s * 1e3)
         methods.append(timing.method)
-    row = {**dims, "chunks": [c for _, c in parts], "chunk_ms": times, "time_ms": sum(times),
-           "timing": "+".join(methods), "tokens_per_s": prompt / (sum(times) / 1e3),
-           **memory(m.kv_bytes(prompt))}  # fmt: skip
+    row = {
+        **dims,
+        "chunks": [c for _, c in parts],
+        "chunk_ms": times,
+        "time_ms": sum(times),
+        "timing": "+".join(methods),
+        "tokens_per_s": prompt / (sum(times) / 1e3),
+        **memory(m.kv_bytes(prompt)),
+    }
     results.add(row)
     print(f"{dims['kind']} {prompt:6d} in chunks {row['chunks']}: {row['time_ms']:9.1f} ms", flush=True)
 
 
 def table(rows: list[dict]) -> str:
-    headers = ["step", "batch", "context / prompt", "time (ms)", "tok/s", "case KV (GiB)", "held (GiB)",
-               "peak (GiB)"]  # fmt: skip
+    headers = ["step", "batch", "context / prompt", "time (ms)", "tok/s", "case KV (GiB)", "held (GiB)", "peak (GiB)"]
     cells = []
     for r in rows:
         if "skipped" in r:
             cells.append([r["kind"], r["batch"], r["context"], "skipped: does not fit", "-", "-", "-", "-"])
             continue
-        cells.append([r["kind"], r["batch"], r["context"], f"{r['time_ms']:.2f}", f"{r['tokens_per_s']:.0f}",
-                      f"{r['case_kv_gib']:.2f}", f"{r['allocated_gib']:.1f}", f"{r['peak_allocated_gib']:.1f}"])  # fmt: skip
+        cells.append(
+            [
+                r["kind"],
+                r["batch"],
+                r["context"],
+                f"{r['time_ms']:.2f}",
+                f"{r['tokens_per_s']:.0f}",
+                f"{r['case_kv_gib']:.2f}",
+                f"{r['allocated_gib']:.1f}",
+                f"{r['peak_allocated_gib']:.1f}",
+            ]
+        )
     return markdown_table(headers, cells)
 
 

@@ -115,8 +115,10 @@ def mixed_step() -> tuple[list[dict], dict]:
             if not cached:  # the mocker charges every chunk its whole prompt's mean attention span
                 rules["mocker"] = mocker_us(cost, chunk, batch, context)
             if prefix == "model":
-                row |= {"model_chunk_us": one_pass_us(cost, chunk, cached, 0, 0),
-                        "model_decode_us": one_pass_us(cost, 0, 0, batch, context)}  # fmt: skip
+                row |= {
+                    "model_chunk_us": one_pass_us(cost, chunk, cached, 0, 0),
+                    "model_decode_us": one_pass_us(cost, 0, 0, batch, context),
+                }
             for rule, us in rules.items():
                 row[f"{prefix}_{rule}_ratio"] = us / alone
                 if prefix == "model":
@@ -126,9 +128,17 @@ def mixed_step() -> tuple[list[dict], dict]:
         rows.append(row)
 
     first = [r for r in rows if r["cached"] == 0]
-    keys = ("measured_ratio", "model_one_pass_ratio", "model_mocker_ratio", "one_pass_ratio_vs_measured_ratio",
-            "mocker_ratio_vs_measured_ratio", "one_pass_vs_measured", "mocker_vs_measured", "mxfp4_one_pass_ratio",
-            "mxfp4_mocker_ratio")  # fmt: skip
+    keys = (
+        "measured_ratio",
+        "model_one_pass_ratio",
+        "model_mocker_ratio",
+        "one_pass_ratio_vs_measured_ratio",
+        "mocker_ratio_vs_measured_ratio",
+        "one_pass_vs_measured",
+        "mocker_vs_measured",
+        "mxfp4_one_pass_ratio",
+        "mxfp4_mocker_ratio",
+    )
     summary: dict = {key: _spread([r[key] for r in first]) for key in keys}
     summary["cases"] = len(first)
     for rule in ("one_pass", "mocker"):
@@ -190,8 +200,10 @@ def main() -> None:
     (HERE / "model_compare.json").write_text(
         json.dumps({"about": __doc__, "mixed_step": rows, "summary": summary, "lockstep": locks}, indent=1) + "\n"
     )
-    print("| chunk | after | batch | context | measured mixed/sum | model one-pass mixed/sum | one-pass / measured "
-          "| model mocker mixed/sum | mocker / measured | MXFP4 one-pass | MXFP4 mocker |")  # fmt: skip
+    print(
+        "| chunk | after | batch | context | measured mixed/sum | model one-pass mixed/sum | one-pass / measured "
+        "| model mocker mixed/sum | mocker / measured | MXFP4 one-pass | MXFP4 mocker |"
+    )
     print("|" + "---:|" * 11)
     for r in rows:
         mocker = [f"{r[k]:.2f}" if k in r else "-" for k in MOCKER_COLUMNS]
@@ -201,10 +213,12 @@ def main() -> None:
             f"| {mocker[1]} | {r['mxfp4_one_pass_ratio']:.2f} | {mocker[2]} |"
         )
     print(json.dumps(summary, indent=1))
-    print("\n| chunk on rank 0 | batch per rank | measured: rank 1, no chunk | measured: rank 1, rank 0 has a chunk "
-          "| measured slowdown | model: decode step | model: rank 1 (lockstep, mocker rule) | model slowdown "
-          "| model / measured, rank 1 with the chunk beside | model / measured, no chunk "
-          "| model / measured slowdown |")  # fmt: skip
+    print(
+        "\n| chunk on rank 0 | batch per rank | measured: rank 1, no chunk | measured: rank 1, rank 0 has a chunk "
+        "| measured slowdown | model: decode step | model: rank 1 (lockstep, mocker rule) | model slowdown "
+        "| model / measured, rank 1 with the chunk beside | model / measured, no chunk "
+        "| model / measured slowdown |"
+    )
     print("|" + "---:|" * 11)
     for r in locks:
         print(

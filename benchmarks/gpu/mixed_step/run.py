@@ -265,8 +265,18 @@ def main() -> None:
 
 def markdown(rec: Results) -> str:
     comparison = rec.tables["comparison"]
-    headers = ["layer", "chunk", "after", "batch", "context", "chunk alone (us)", "decode alone (us)", "sum (us)",
-               "mixed (us)", "mixed / sum"]  # fmt: skip
+    headers = [
+        "layer",
+        "chunk",
+        "after",
+        "batch",
+        "context",
+        "chunk alone (us)",
+        "decode alone (us)",
+        "sum (us)",
+        "mixed (us)",
+        "mixed / sum",
+    ]
     cells = [
         [
             c["layer"],
@@ -279,7 +289,7 @@ def markdown(rec: Results) -> str:
             f"{c['sum_us']:.0f}",
             f"{c['mixed_us']:.0f}",
             f"{c['ratio']:.3f}",
-        ]  # fmt: skip
+        ]
         for c in comparison
     ]
     lines = [markdown_table(headers, cells)]

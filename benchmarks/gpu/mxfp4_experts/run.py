@@ -40,8 +40,11 @@ DEVICE = "cuda"
 TOKENS = [1, 4, 16, 64, 256, 1024, 4096, 16384]
 ROUTINGS = ("uniform", "skewed")
 BF16_RESULTS = Path(__file__).parent.parent / "kernels" / "results.json"
-BF16_OPS = {"mxfp4_gate_up": "moe_gate_up_grouped_mm", "mxfp4_down": "moe_down_grouped_mm",
-            "mxfp4_moe_block": "moe_block_eager"}  # fmt: skip
+BF16_OPS = {
+    "mxfp4_gate_up": "moe_gate_up_grouped_mm",
+    "mxfp4_down": "moe_down_grouped_mm",
+    "mxfp4_moe_block": "moe_block_eager",
+}
 
 
 def router(m: ModelShape, routing: str) -> dense.Linear:
@@ -88,8 +91,17 @@ def bf16_rows() -> dict[tuple[str, int], dict]:
     return {(r["op"], r["tokens"]): r for r in document["rows"] if r["op"] in BF16_OPS.values()}
 
 
-def case(results: Results, ceilings: Ceilings, op: str, dims: dict, cost: Cost, weight_bytes: float,
-         step: Callable[[int], object], sets: int, bf16: dict | None) -> None:  # fmt: skip
+def case(
+    results: Results,
+    ceilings: Ceilings,
+    op: str,
+    dims: dict,
+    cost: Cost,
+    weight_bytes: float,
+    step: Callable[[int], object],
+    sets: int,
+    bf16: dict | None,
+) -> None:
     timing = results.attempt(f"{op} {dims}", lambda: measure(step, sets=sets), torch.cuda.empty_cache)
     if timing is None:
         return
@@ -164,8 +176,18 @@ def bench(m: ModelShape, hopper: kernel.Experts, ceilings: Ceilings, results: Re
 
 
 def table(rows: list[dict]) -> str:
-    headers = ["op", "routing", "tokens", "experts touched", "time (us)", "of MXFP4 weight floor", "of memory floor",
-               "of bf16 GEMM ceiling", "BF16 grouped_mm (us), same tokens", "BF16 / MXFP4"]  # fmt: skip
+    headers = [
+        "op",
+        "routing",
+        "tokens",
+        "experts touched",
+        "time (us)",
+        "of MXFP4 weight floor",
+        "of memory floor",
+        "of bf16 GEMM ceiling",
+        "BF16 grouped_mm (us), same tokens",
+        "BF16 / MXFP4",
+    ]
     cells = [
         [
             r["op"],
@@ -178,7 +200,7 @@ def table(rows: list[dict]) -> str:
             f"{r['of_gemm_ceiling']:.0%}",
             "-" if r["bf16_time_us"] is None else f"{r['bf16_time_us']:.1f}",
             "-" if r["bf16_over_mxfp4"] is None else f"{r['bf16_over_mxfp4']:.2f}x",
-        ]  # fmt: skip
+        ]
         for r in rows
     ]
     return markdown_table(headers, cells, left=2)

@@ -91,27 +91,36 @@ def every_cell() -> list[Cell]:
 def chat_request(cell: Cell, model: str, nonce: str) -> dict[str, Any]:
     choice: Any = {"type": "function", "function": {"name": NAMED_TOOL["name"]}}
     request: dict[str, Any] = {
-        "model": model, "max_tokens": MAX_TOKENS, "stream": cell.stream, "reasoning_effort": cell.effort,
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "stream": cell.stream,
+        "reasoning_effort": cell.effort,
         "messages": [{"role": "user", "content": question(nonce)}],
         "tools": [{"type": "function", "function": tool} for tool in TOOLS],
         "tool_choice": choice if cell.tool_choice == "named" else cell.tool_choice,
-    }  # fmt: skip
+    }
     if cell.stream:
         request["stream_options"] = {"include_usage": True}
     if cell.output == "json_schema":
-        request["response_format"] = {"type": "json_schema",
-                                      "json_schema": {"name": REPORT_NAME, "schema": REPORT, "strict": True}}  # fmt: skip
+        request["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": REPORT_NAME, "schema": REPORT, "strict": True},
+        }
     return request
 
 
 def responses_request(cell: Cell, model: str, nonce: str) -> dict[str, Any]:
     choice: Any = {"type": "function", "name": NAMED_TOOL["name"]}
     request: dict[str, Any] = {
-        "model": model, "max_output_tokens": MAX_TOKENS, "stream": cell.stream, "store": False,
-        "reasoning": {"effort": cell.effort}, "input": question(nonce),
+        "model": model,
+        "max_output_tokens": MAX_TOKENS,
+        "stream": cell.stream,
+        "store": False,
+        "reasoning": {"effort": cell.effort},
+        "input": question(nonce),
         "tools": [{"type": "function", **tool} for tool in TOOLS],
         "tool_choice": choice if cell.tool_choice == "named" else cell.tool_choice,
-    }  # fmt: skip
+    }
     if cell.output == "json_schema":
         request["text"] = {"format": {"type": "json_schema", "name": REPORT_NAME, "schema": REPORT, "strict": True}}
     return request
@@ -119,15 +128,24 @@ def responses_request(cell: Cell, model: str, nonce: str) -> dict[str, Any]:
 
 def messages_request(cell: Cell, model: str, nonce: str) -> dict[str, Any]:
     """Anthropic's words: `any` is required, `tool` a named tool; effort and format in `output_config`."""
-    choice = {"none": {"type": "none"}, "auto": {"type": "auto"}, "required": {"type": "any"},
-              "named": {"type": "tool", "name": NAMED_TOOL["name"]}}[cell.tool_choice]  # fmt: skip
+    choice = {
+        "none": {"type": "none"},
+        "auto": {"type": "auto"},
+        "required": {"type": "any"},
+        "named": {"type": "tool", "name": NAMED_TOOL["name"]},
+    }[cell.tool_choice]
     output_config: dict[str, Any] = {"effort": cell.effort}
     if cell.output == "json_schema":
         output_config["format"] = {"type": "json_schema", "schema": REPORT}
     return {
-        "model": model, "max_tokens": MAX_TOKENS, "stream": cell.stream, "output_config": output_config,
+        "model": model,
+        "max_tokens": MAX_TOKENS,
+        "stream": cell.stream,
+        "output_config": output_config,
         "messages": [{"role": "user", "content": question(nonce)}],
-        "tools": [{"name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}
-                  for tool in TOOLS],
+        "tools": [
+            {"name": tool["name"], "description": tool["description"], "input_schema": tool["parameters"]}
+            for tool in TOOLS
+        ],
         "tool_choice": choice,
-    }  # fmt: skip
+    }

@@ -59,9 +59,10 @@ def clients(base_url: str, api_key: str, timeout_s: float) -> Clients:
     """Both clients against one endpoint; `base_url` ends in /v1, as the openai client takes it."""
     return Clients(
         openai=openai.OpenAI(base_url=base_url, api_key=api_key, max_retries=0, timeout=timeout_s),
-        anthropic=anthropic.Anthropic(base_url=base_url.removesuffix("/v1"), api_key=api_key, max_retries=0,
-                                      timeout=timeout_s),
-    )  # fmt: skip
+        anthropic=anthropic.Anthropic(
+            base_url=base_url.removesuffix("/v1"), api_key=api_key, max_retries=0, timeout=timeout_s
+        ),
+    )
 
 
 def exchange(clients: Clients, cell: Cell, model: str, nonce: str) -> Answer:
@@ -146,8 +147,11 @@ def _chat_stream(events: list[tuple[str | None, str]]) -> Answer:
     answer = Answer()
     if not events or events[-1][1] != "[DONE]":
         answer.shape.append("the stream does not end with data: [DONE]")
-    chunks = [_decoded(ChatCompletionChunk, data, "chat.completion.chunk", answer.shape)
-              for _, data in events if data != "[DONE]"]  # fmt: skip
+    chunks = [
+        _decoded(ChatCompletionChunk, data, "chat.completion.chunk", answer.shape)
+        for _, data in events
+        if data != "[DONE]"
+    ]
     finishes = [choice.finish_reason for chunk in chunks if chunk for choice in chunk.choices if choice.finish_reason]
     if len(finishes) != 1:
         answer.shape.append(f"{len(finishes)} chunks carry a finish_reason, expected 1")
@@ -171,8 +175,13 @@ def _response_stream(events: list[tuple[str | None, str]]) -> Answer:
     return answer
 
 
-def _framed(models: dict[str, type[BaseModel]], events: list[tuple[str | None, str]], first: str,
-            last: tuple[str, ...], shape: list[str]) -> list[Any]:  # fmt: skip
+def _framed(
+    models: dict[str, type[BaseModel]],
+    events: list[tuple[str | None, str]],
+    first: str,
+    last: tuple[str, ...],
+    shape: list[str],
+) -> list[Any]:
     """A stream's events as the client's types, each named by its type, the first `first` and the
     last one of `last`."""
     parsed = [(name, _decoded(models, data, f"event {name}", shape)) for name, data in events]
@@ -192,8 +201,13 @@ def _message(raw: bytes) -> Answer:
 def _message_stream(events: list[tuple[str | None, str]]) -> Answer:
     """Anthropic's stream, validated event by event and folded into the Message it describes."""
     answer = Answer()
-    typed = _framed(_MESSAGE_EVENTS, [(name, data) for name, data in events if name != "ping"], "message_start",
-                    ("message_stop",), answer.shape)  # fmt: skip
+    typed = _framed(
+        _MESSAGE_EVENTS,
+        [(name, data) for name, data in events if name != "ping"],
+        "message_start",
+        ("message_stop",),
+        answer.shape,
+    )
     try:
         snapshot = _folded(typed)
     except ValueError as err:
@@ -232,8 +246,12 @@ def _folded(events: Iterable[Any]) -> dict[str, Any]:
     return message
 
 
-_DELTA_FIELDS = {"text_delta": "text", "thinking_delta": "thinking", "signature_delta": "signature",
-                 "input_json_delta": "partial_json"}  # fmt: skip
+_DELTA_FIELDS = {
+    "text_delta": "text",
+    "thinking_delta": "thinking",
+    "signature_delta": "signature",
+    "input_json_delta": "partial_json",
+}
 
 
 def _apply(open_blocks: dict[int, dict[str, Any]], index: int, delta: dict[str, Any]) -> None:

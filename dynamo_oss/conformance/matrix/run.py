@@ -47,13 +47,21 @@ class CellResult(BaseModel):
         return any(tally.held < tally.asked for tally in self.tallies.values())
 
 
-def run_matrix(base_url: str, model: str, api_key: str, repeat: int, concurrency: int, timeout_s: float = 300,
-               progress: Callable[[int, int], None] | None = None) -> list[CellResult]:  # fmt: skip
+def run_matrix(
+    base_url: str,
+    model: str,
+    api_key: str,
+    repeat: int,
+    concurrency: int,
+    timeout_s: float = 300,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[CellResult]:
     both = clients(base_url, api_key, timeout_s)
     cells = every_cell()
     runs = [(cell, f"{uuid.uuid4().hex[:10]}-{n}") for n in range(repeat) for cell in cells]
-    results = {cell: CellResult(cell=cell, runs=repeat, tallies={name: Tally() for name in PROPERTIES})
-               for cell in cells}  # fmt: skip
+    results = {
+        cell: CellResult(cell=cell, runs=repeat, tallies={name: Tally() for name in PROPERTIES}) for cell in cells
+    }
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         answers = pool.map(lambda run: (run[0], exchange(both, run[0], model, run[1])), runs)
         for done, (cell, answer) in enumerate(answers, 1):
@@ -74,13 +82,17 @@ def _judge(result: CellResult, answer: Answer) -> None:
 def markdown_table(results: list[CellResult]) -> str:
     """One row per cell: `3/3` held, `2/3 ✗` failed in some runs, `-` not asked; then the reasons."""
     names = list(PROPERTIES)
-    lines = ["| API | stream | tool choice | output | effort | " + " | ".join(names) + " |",
-             "|---|---|---|---|---|" + "---|" * len(names)]  # fmt: skip
+    lines = [
+        "| API | stream | tool choice | output | effort | " + " | ".join(names) + " |",
+        "|---|---|---|---|---|" + "---|" * len(names),
+    ]
     for result in results:
         cell = result.cell
         marks = [_mark(result.tallies[name]) for name in names]
-        lines.append(f"| {cell.api} | {'yes' if cell.stream else 'no'} | {cell.tool_choice} | {cell.output} | "
-                     f"{cell.effort} | " + " | ".join(marks) + " |")  # fmt: skip
+        lines.append(
+            f"| {cell.api} | {'yes' if cell.stream else 'no'} | {cell.tool_choice} | {cell.output} | "
+            f"{cell.effort} | " + " | ".join(marks) + " |"
+        )
     failed = [result for result in results if result.failed]
     lines.append("")
     lines.append(f"{len(results) - len(failed)} of {len(results)} combinations held every property in every run.")
@@ -99,8 +111,11 @@ def _reasons(failed: list[CellResult]) -> list[str]:
                 example, cells = where.setdefault(QUOTED.sub("'…'", reason), (reason, []))
                 if result.cell.label() not in cells:
                     cells.append(result.cell.label())
-    return [f"- {example} ({len(cells)} combination{'s' * (len(cells) > 1)}: {', '.join(cells[:3])}"
-            f"{', ...' if len(cells) > 3 else ''})" for example, cells in where.values()]  # fmt: skip
+    return [
+        f"- {example} ({len(cells)} combination{'s' * (len(cells) > 1)}: {', '.join(cells[:3])}"
+        f"{', ...' if len(cells) > 3 else ''})"
+        for example, cells in where.values()
+    ]
 
 
 def _mark(tally: Tally) -> str:

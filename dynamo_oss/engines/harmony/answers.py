@@ -157,8 +157,14 @@ def encoding() -> HarmonyEncoding:
 
 
 # The fixed pieces of every answer, found in the token table (harmony/token_table.py) without the ranks.
-_FIXED_TEXTS = ("<|start|>developer", "<|end|><|start|>assistant<|channel|>final<|message|>", "Here", ".",
-                "<|channel|>analysis<|message|>", "We")  # fmt: skip
+_FIXED_TEXTS = (
+    "<|start|>developer",
+    "<|end|><|start|>assistant<|channel|>final<|message|>",
+    "Here",
+    ".",
+    "<|channel|>analysis<|message|>",
+    "We",
+)
 
 
 @cache

@@ -48,9 +48,10 @@ CALL_HEADER = '<|channel|> "commentary to=" {} (" " <|constrain|> "json")? <|mes
 # One allowed call of a forced choice, as `forced_call_grammar` writes it: the mocker reads back the
 # recipient (a JSON string) and the schema its arguments follow.
 FORCED_CALL = re.compile(
-    r"^forced_call_\d+: " + re.escape(CALL_HEADER).replace(re.escape("{}"), r'("(?:[^"\\]|\\.)*")')
+    r"^forced_call_\d+: "
+    + re.escape(CALL_HEADER).replace(re.escape("{}"), r'("(?:[^"\\]|\\.)*")')
     + r" %json (.*) <\|call\|>$"
-)  # fmt: skip
+)
 
 
 def completion_grammar(schema: dict[str, Any], recipients: list[str]) -> str:
@@ -86,12 +87,14 @@ def _whole_completion(ends: list[str], preambles: bool, rules: list[str]) -> str
     """Any number of reasoning messages (and preambles, where a call may follow), each closed and the
     next assistant message begun, then one of the `ends` rules."""
     before = [REASONING, PREAMBLE] if preambles else [REASONING]
-    return "\n".join([
-        'start: (before <|start|> "assistant")* (' + " | ".join(ends) + ")",
-        "before: " + "\n      | ".join(before),
-        *rules,
-        r"TEXT: /(.|\n)*/",
-    ])  # fmt: skip
+    return "\n".join(
+        [
+            'start: (before <|start|> "assistant")* (' + " | ".join(ends) + ")",
+            "before: " + "\n      | ".join(before),
+            *rules,
+            r"TEXT: /(.|\n)*/",
+        ]
+    )
 
 
 def compile_problem(schema: dict[str, Any]) -> str | None:

@@ -17,9 +17,18 @@ from typing import Any
 WORDS = ["alpha", "blue", "city", "delta", "green", "harbor", "river", "summit", "valley", "north"]
 MAX_DEPTH = 6  # a recursive schema (a tree of itself) stops growing here: no array item or union past it
 LAST_DEPTH = 3 * MAX_DEPTH  # a schema that cannot end (a required property of its own type) is cut here
-FORMATTED = {"date-time": "2026-01-02T03:04:05Z", "date": "2026-01-02", "time": "03:04:05Z",
-             "duration": "P1D", "email": "river@example.com", "hostname": "example.com", "ipv4": "10.0.0.1",
-             "ipv6": "::1", "uuid": "00000000-0000-4000-8000-000000000000", "uri": "https://example.com/"}  # fmt: skip
+FORMATTED = {
+    "date-time": "2026-01-02T03:04:05Z",
+    "date": "2026-01-02",
+    "time": "03:04:05Z",
+    "duration": "P1D",
+    "email": "river@example.com",
+    "hostname": "example.com",
+    "ipv4": "10.0.0.1",
+    "ipv6": "::1",
+    "uuid": "00000000-0000-4000-8000-000000000000",
+    "uri": "https://example.com/",
+}
 
 
 def instance_of(schema: dict[str, Any], rng: random.Random) -> Any:

@@ -35,8 +35,10 @@ def token_table(texts: tuple[str, ...], words: tuple[str, ...], special: Encode,
     """The table for `texts` (encoded by `special`) and `words` (' word' encoded by `plain`), built on
     first use by whichever process comes first and read by the others."""
     version = content_version(*texts, "\0", *words)
-    folder = build_once(resolve_cache_root() / f"token-table-{version}",
-                        lambda tmp: _write(tmp / TABLE_FILE, texts, words, special, plain))  # fmt: skip
+    folder = build_once(
+        resolve_cache_root() / f"token-table-{version}",
+        lambda tmp: _write(tmp / TABLE_FILE, texts, words, special, plain),
+    )
     table = json.loads((folder / TABLE_FILE).read_text())
     return TokenTable(table["texts"], table["words"])
 

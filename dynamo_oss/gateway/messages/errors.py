@@ -14,10 +14,16 @@ from pydantic import ValidationError
 from dynamo_oss.gateway.errors import ApiError, field_segments
 
 ERROR_TYPES = {
-    400: "invalid_request_error", 401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-    408: "timeout_error", 413: "request_too_large", 429: "rate_limit_error", 503: "overloaded_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
     529: "overloaded_error",
-}  # fmt: skip
+}
 
 
 def anthropic_error(status: int, message: str) -> dict:
