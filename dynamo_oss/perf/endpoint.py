@@ -57,10 +57,10 @@ class MeasuredCpu(_Model):
 MEASURED_CPU = MeasuredCpu(
     source="benchmarks/gateway_cpu/results.json",
     machine="AMD EPYC (2 cores)",
-    date="2026-12-01",
-    code="fce3b7e",
-    gateway_us_per_token={"chat": 14.16, "responses": 18.43, "completions": 10.13},
-    frontend_us_per_token={"chat": 21.97, "responses": 25.15, "completions": 24.54},
+    date="2026-12-02",
+    code="3e6bf67",
+    gateway_us_per_token={"chat": 21.36, "responses": 23.56, "completions": 20.14},
+    frontend_us_per_token={"chat": 33.45, "responses": 33.69, "completions": 38.57},
 )
 
 

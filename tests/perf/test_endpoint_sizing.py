@@ -83,12 +83,13 @@ def test_the_measured_figures_are_the_committed_benchmark_results() -> None:
 def test_a_host_with_cores_enough_gets_what_the_peak_needs() -> None:
     sizing = size_endpoint(deployment("disagg.yaml"), cores=64)
     peak = sizing.peak.tok_s
-    # Sized on the dearest API per token of each: Responses, for the gateway and for the frontend.
-    assert sizing.gateway_processes.value == math.ceil(peak * 18.43e-6) == 2
-    assert sizing.frontend_replicas.value == math.ceil(peak * 25.15e-6) == 3
+    # Sized on the dearest API per token of each: Responses for the gateway, completions for the frontend.
+    gateway_us, frontend_us = MEASURED_CPU.gateway_us_per_token, MEASURED_CPU.frontend_us_per_token
+    assert sizing.gateway_processes.value == math.ceil(peak * gateway_us["responses"] / 1e6) == 3
+    assert sizing.frontend_replicas.value == math.ceil(peak * frontend_us["completions"] / 1e6) == 4
     assert sizing.gateway_processes.sized and sizing.frontend_replicas.sized and sizing.warnings == []
     chat = next(need for need in sizing.needs if need.api == "chat")
-    assert chat.gateway_processes == math.ceil(peak * 14.16e-6)
+    assert chat.gateway_processes == math.ceil(peak * gateway_us["chat"] / 1e6)
 
 
 def test_sizing_caps_at_the_hosts_cores_and_says_so() -> None:
@@ -96,9 +97,9 @@ def test_sizing_caps_at_the_hosts_cores_and_says_so() -> None:
     assert sizing.gateway_processes.value + sizing.frontend_replicas.value == 2
     problems = {problem.path: problem.message for problem in sizing.warnings}
     assert set(problems) == {"gateway.processes", "frontend.replicas"}
-    assert "of the 2 that the pools' peak of 88," in problems["gateway.processes"]
+    assert "of the 3 that the pools' peak of 88," in problems["gateway.processes"]
     assert (
-        "this host's 2 cores" in problems["gateway.processes"] and "serve on 5 cores" in problems["gateway.processes"]
+        "this host's 2 cores" in problems["gateway.processes"] and "serve on 7 cores" in problems["gateway.processes"]
     )
 
 
@@ -113,14 +114,14 @@ def test_explicit_values_stand_and_warn_when_they_cannot_carry_the_peak(tmp_path
     assert sizing.gateway_processes.why == "given by the graph" and sizing.frontend_replicas.value == 9
     assert [problem.path for problem in sizing.warnings] == ["gateway.processes"]  # 9 frontends carry it
     message = sizing.warnings[0].message
-    assert message.startswith("is 1: 1 gateway processes carry about 54,259 tok/s") and message.endswith("needs 2")
+    assert message.startswith("is 1: 1 gateway processes carry about 42,445 tok/s") and message.endswith("needs 3")
 
 
 def test_sized_fills_only_what_the_graph_left_to_sizing() -> None:
-    given = with_endpoint(deployment("disagg.yaml"), processes=3)
+    given = with_endpoint(deployment("disagg.yaml"), processes=5)
     sizing = size_endpoint(given, cores=64)
     result = sized(given, sizing)
-    assert result.gateway.processes == 3 and result.frontend.replicas == 3 == sizing.frontend_replicas.value
+    assert result.gateway.processes == 5 and result.frontend.replicas == 4 == sizing.frontend_replicas.value
     unchanged = {"frontend": {"replicas"}, "gateway": {"processes"}}
     assert result.model_dump(exclude=unchanged) == given.model_dump(exclude=unchanged)
     assert result.gateway.processes_sized is False and result.frontend.replicas_sized is True
@@ -136,10 +137,11 @@ def test_a_cluster_sizes_frontend_pods_and_processes_per_pod() -> None:
         }
     )
     sizing = size_endpoint(rack, cores=None)
-    need = math.ceil(sizing.peak.tok_s * 18.43e-6)
+    need = math.ceil(sizing.peak.tok_s * MEASURED_CPU.gateway_us_per_token["responses"] / 1e6)
     assert sizing.on_cluster and sizing.gateway_processes.value == MOST_PROCESSES_PER_POD
-    assert sizing.frontend_replicas.value == math.ceil(need / MOST_PROCESSES_PER_POD) == 5
-    assert sizing.frontend_cores_per_pod == math.ceil(math.ceil(sizing.peak.tok_s * 25.15e-6) / 5)
+    assert sizing.frontend_replicas.value == math.ceil(need / MOST_PROCESSES_PER_POD) == 6
+    frontend_cores = math.ceil(sizing.peak.tok_s * MEASURED_CPU.frontend_us_per_token["completions"] / 1e6)
+    assert sizing.frontend_cores_per_pod == math.ceil(frontend_cores / 6)
     assert sizing.warnings == []  # no host cap on a cluster
     # An autoscaled frontend keeps its min and max, and says when max pods cannot carry the peak.
     frontend = rack.frontend.model_copy(
@@ -149,7 +151,7 @@ def test_a_cluster_sizes_frontend_pods_and_processes_per_pod() -> None:
     assert autoscaled.frontend_replicas.value == 2 and not autoscaled.frontend_replicas.sized
     assert [problem.path for problem in autoscaled.warnings] == ["frontend.autoscale.max"]
     assert autoscaled.warnings[0].message.startswith("is 4: 4 pods of 8 gateway processes")
-    assert autoscaled.warnings[0].message.endswith(": set it to 5")
+    assert autoscaled.warnings[0].message.endswith(": set it to 6")
 
 
 def test_a_slowed_mocker_needs_less_and_an_untimed_model_keeps_one_of_each() -> None:
@@ -172,7 +174,7 @@ def test_check_prints_the_endpoint_of_a_cluster_graph() -> None:
         in section
     )
     assert "gateway.processes  8 a pod  (given by the graph)" in section
-    assert "responses                18.4         38" in section  # the graph's 6 to 24 pods of 8 carry these 38
+    assert "responses                23.6         48" in section  # the graph's 6 to 24 pods of 8 carry these 48
     code, out, err = dynamo("check", str(REPO / "graphs" / "gb200-nvl72.yaml"), "--json")
     endpoint = json.loads(out)["endpoint_sizing"]
     assert endpoint["frontend_replicas"]["value"] == 6 and endpoint["peak"]["gpus"] == 72
@@ -181,12 +183,12 @@ def test_check_prints_the_endpoint_of_a_cluster_graph() -> None:
 def test_check_and_serve_start_the_sized_endpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(os, "cpu_count", lambda: 64)
     built, plan = plan_graph(REPO / "graphs" / "disagg.yaml", tmp_path)
-    assert built.gateway.processes == 2 and built.frontend.replicas == 3
-    assert len([process for process in plan.processes if process.kind == "frontend"]) == 3
+    assert built.gateway.processes == 3 and built.frontend.replicas == 4
+    assert len([process for process in plan.processes if process.kind == "frontend"]) == 4
     code, out, err = dynamo("check", "graphs/disagg.yaml", "--json")
     checked = json.loads(out)
     frontends = [process for process in checked["processes"] if process["kind"] == "frontend"]
-    assert len(frontends) == checked["endpoint_sizing"]["frontend_replicas"]["value"] == 3
+    assert len(frontends) == checked["endpoint_sizing"]["frontend_replicas"]["value"] == 4
 
 
 def test_plan_prints_the_endpoint_each_layout_needs() -> None:
@@ -211,5 +213,5 @@ def test_plan_prints_the_endpoint_each_layout_needs() -> None:
     )
     assert code == 0, err
     endpoint = [line for line in out.splitlines() if line.startswith("# endpoint: ")]
-    assert endpoint and "gateway processes (responses)" in endpoint[0] and "frontends (responses)" in endpoint[0]
+    assert endpoint and "gateway processes (responses)" in endpoint[0] and "frontends (completions)" in endpoint[0]
     assert "modelled at 2,048 input + 128 output tokens" in endpoint[0]
