@@ -65,6 +65,14 @@ def test_the_answer_parser_reads_the_same_messages_however_the_ids_are_cut(piece
     assert events[4][1] == '{"city": "Paris"}' and events[5][1] == "<|call|>"
 
 
+def test_a_feed_gives_each_message_s_text_as_one_event() -> None:
+    """However many tokens of a message one feed carries (a read of many), its builder writes one delta."""
+    ids = harmony_ids(COMPLETION)
+    events = AnswerParser(DECLARED).feed(ids)
+    assert [kind for kind, _ in events] == ["begin", "text", "end", "begin", "text", "end"]
+    assert events == parsed(ids, 1000)
+
+
 def test_the_answer_parser_takes_the_recipient_before_the_channel_and_closes_an_unended_message() -> None:
     events = parsed(harmony_ids(" to=ns.read<|channel|>commentary json<|message|>{}"), 1, ("ns.read",))
     assert events[0][1].recipient == "ns.read" and events[0][1].content_type == "json"
