@@ -15,6 +15,7 @@ from dynamo_oss.deployment.kubernetes import ClusterTarget, render_manifests
 from dynamo_oss.deployment.model import build_deployment
 from dynamo_oss.graph.loader import load_graph
 from tests.support.commands import REPO, dynamo, run_dynamo
+from tests.support.graphs import two_trays
 from tests.support.manifest_schemas import manifest_errors
 
 
@@ -224,16 +225,7 @@ def test_bare_metal_refuses_what_it_cannot_run(tmp_path: Path) -> None:
         "resizes pools only on its own node (head): pin the pool there"
         in err
     ), out + err
-    rack = {
-        "name": "trays",
-        "model": "gpt-oss-20b",
-        "hardware": {
-            "gpu": "gb200",
-            "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4} for i in range(2)],
-        },
-        "infrastructure": {"tls": "none"},
-        "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine": "mocker"}},
-    }
+    rack = two_trays("trays", "gpt-oss-20b", {"workers": 1, "gpus_per_worker": 8, "engine": "mocker"})
     code, out, err = dynamo("check", str(write(tmp_path, rack)))
     assert (
         code == 2

@@ -14,6 +14,7 @@ import yaml
 
 from dynamo_oss.cli.check import plan_graph
 from tests.support.commands import REPO
+from tests.support.graphs import two_trays
 
 SHIPPED = sorted((REPO / "graphs").glob("*.yaml"))
 
@@ -67,16 +68,7 @@ def test_a_worker_over_two_trays_is_one_mpi_world_started_from_the_first(trtllm_
     """As Dynamo documents a multi-node TensorRT-LLM worker: mpirun over both nodes' GPUs, each rank
     under trtllm-llmapi-launch; the second node starts nothing of its own for it."""
     (tmp_path / "tp8.yaml").write_text("tensor_parallel_size: 8\nmoe_expert_parallel_size: 8\nmax_batch_size: 64\n")
-    graph = {
-        "name": "two-trays",
-        "model": "gpt-oss-120b",
-        "hardware": {
-            "gpu": "gb200",
-            "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4} for i in range(2)],
-        },
-        "infrastructure": {"tls": "none"},
-        "pools": {"agg": {"workers": 1, "gpus_per_worker": 8, "engine_args": "tp8.yaml"}},
-    }
+    graph = two_trays("two-trays", "gpt-oss-120b", {"workers": 1, "gpus_per_worker": 8, "engine_args": "tp8.yaml"})
     path = tmp_path / "graph.yaml"
     path.write_text(yaml.safe_dump(graph))
     _, first = plan_graph(path, tmp_path, node="tray-0")

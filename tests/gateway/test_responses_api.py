@@ -11,15 +11,10 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
+from tests.support.keyed import MODEL
+from tests.support.keyed import RESPONSES_WEATHER as WEATHER
 from tests.support.served import ServedGraph
 
-MODEL = "openai/gpt-oss-20b"
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city.",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-}
 FILES = {
     "type": "namespace",
     "name": "files",

@@ -87,28 +87,8 @@ def test_graph_files_round_trip(tmp_path):
 
 
 def test_plan_returns_a_feasible_layout_within_targets(capsys, tmp_path):
-    argv = [
-        "plan",
-        "--model",
-        "gpt-oss-20b",
-        "--hardware",
-        "h100",
-        "--gpus",
-        "2",
-        "--isl",
-        "2048",
-        "--osl",
-        "128",
-        "--concurrency",
-        "1,4,16",
-        "--ttft-ms",
-        "500",
-        "--itl-ms",
-        "20",
-        "--keep",
-        "2",
-        "--json",
-    ]
+    argv = "plan --model gpt-oss-20b --hardware h100 --gpus 2 --isl 2048 --osl 128 --concurrency 1,4,16".split()
+    argv += "--ttft-ms 500 --itl-ms 20 --keep 2 --json".split()
     assert dynamo(argv) == 0
     best = json.loads(capsys.readouterr().out)["best"]
     assert best
@@ -121,25 +101,8 @@ def test_plan_returns_a_feasible_layout_within_targets(capsys, tmp_path):
 
 
 def test_plan_says_when_nothing_meets_the_targets(capsys):
-    argv = [
-        "plan",
-        "--model",
-        "gpt-oss-120b",
-        "--hardware",
-        "h100",
-        "--gpus",
-        "2",
-        "--isl",
-        "4096",
-        "--osl",
-        "64",
-        "--concurrency",
-        "1",
-        "--itl-ms",
-        "0.5",
-        "--keep",
-        "1",
-    ]
+    argv = "plan --model gpt-oss-120b --hardware h100 --gpus 2 --isl 4096 --osl 64 --concurrency 1".split()
+    argv += "--itl-ms 0.5 --keep 1".split()
     assert dynamo(argv) == 1
     assert "No replayed layout meets the targets" in capsys.readouterr().out
 

@@ -192,25 +192,8 @@ def test_check_and_serve_start_the_sized_endpoint(tmp_path: Path, monkeypatch: p
 
 
 def test_plan_prints_the_endpoint_each_layout_needs() -> None:
-    code, out, err = dynamo(
-        "plan",
-        "--model",
-        "gpt-oss-20b",
-        "--hardware",
-        "h100",
-        "--gpus",
-        "2",
-        "--isl",
-        "2048",
-        "--osl",
-        "128",
-        "--concurrency",
-        "1,4,16",
-        "--keep",
-        "1",
-        "--top",
-        "1",
-    )
+    plan = "plan --model gpt-oss-20b --hardware h100 --gpus 2 --isl 2048 --osl 128 --concurrency 1,4,16"
+    code, out, err = dynamo(*plan.split(), "--keep", "1", "--top", "1")
     assert code == 0, err
     endpoint = [line for line in out.splitlines() if line.startswith("# endpoint: ")]
     assert endpoint and "gateway processes (responses)" in endpoint[0] and "frontends (completions)" in endpoint[0]

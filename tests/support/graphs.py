@@ -68,6 +68,21 @@ def write_graph(folder: Path, **sections: object) -> Path:
     return path
 
 
+def two_trays(name: str, model: str, agg: dict) -> dict:
+    """A graph of one aggregated pool (`agg`, its section) over two GB200 trays of 4 GPUs at 10.9.0.1 and
+    10.9.0.2, without TLS: a worker of 8 GPUs spans both."""
+    return {
+        "name": name,
+        "model": model,
+        "hardware": {
+            "gpu": "gb200",
+            "nodes": [{"name": f"tray-{i}", "address": f"10.9.0.{i + 1}", "gpus": 4} for i in range(2)],
+        },
+        "infrastructure": {"tls": "none"},
+        "pools": {"agg": agg},
+    }
+
+
 # The API keys of write_keyed_graph's graph: alice and carol are one tenant, every other key one each.
 KEYS = {
     "alice": "sk-alice-7f3a",
