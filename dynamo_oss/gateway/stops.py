@@ -17,8 +17,8 @@ class StopSequences:
             return text, None
         held = self.held + text
         found = [(held.find(stop), stop) for stop in self.stops if stop in held]
-        if found:
-            at, stop = min(found)
+        if found:  # the match that ends first, as if the text came a character at a time: however it was cut
+            at, stop = min(found, key=lambda match: (match[0] + len(match[1]), match[0]))
             self.held = ""
             return held[:at], stop
         keep = min(self.hold, len(held))

@@ -217,6 +217,16 @@ def test_a_stop_sequence_in_the_answer_ends_the_message_and_never_streams_past_i
     assert untouched["stop_reason"] == "end_turn" and untouched["content"][1]["text"] == "Hello, world."
 
 
+@pytest.mark.parametrize("pieces", [1, 1000])
+def test_nothing_follows_the_stop_sequence_that_ends_a_message_however_the_read_is_bunched(pieces: int) -> None:
+    """A read that carries the stop sequence and the start of a next message: the message ends at the stop."""
+    more = ANSWER.replace("<|return|>", "<|end|><|start|>assistant<|channel|>final<|message|>More.<|return|>")
+    stream, final = built(more, pieces, streaming=True, stop_sequences=["o, w"])
+    kinds = [e["type"] for e in events(stream)]
+    assert kinds[-1] == "message_stop" and kinds.count("message_stop") == 1
+    assert [block.get("text") for block in final["content"][1:]] == ["Hell"]
+
+
 def test_thinking_can_be_omitted_or_turned_off() -> None:
     _, omitted = built(ANSWER, 4, streaming=False, thinking={"type": "adaptive", "display": "omitted"})
     assert omitted["content"][0]["thinking"] == "" and SEAL.open(omitted["content"][0]["signature"]) == "Think <b>."

@@ -59,7 +59,12 @@ class MessageBuilder:
 
     def feed(self, token_ids: list[int]) -> bytes:
         self.tokens += len(token_ids)
-        return b"".join([self._on(kind, value) for kind, value in self.harmony.feed(token_ids)])
+        out = []
+        for kind, value in self.harmony.feed(token_ids):
+            if self.done:  # a stop sequence ended the answer: the rest of the read is not the client's
+                break
+            out.append(self._on(kind, value))
+        return b"".join(out)
 
     def finish(self, finish_reason: str | None, usage: dict[str, Any] | None) -> bytes:
         self.harmony.finish()
