@@ -64,7 +64,7 @@ def describe_endpoint(sizing: EndpointSizing) -> list[str]:
     if sizing.frontend_cores_per_pod is not None:
         lines.append(
             f"    each pod's one Dynamo frontend needs about {sizing.frontend_cores_per_pod} cores at the peak "
-            "(measured as one process; give the pod those cores)"
+            "(measured as one process; `dynamo deploy` has its container request them)"
         )
     lines += [f"    warning: {problem}" for problem in sizing.warnings]
     return lines

@@ -330,8 +330,9 @@ def _frontend_component(deployment: Deployment, target: ClusterTarget) -> dict[s
     else:
         config = [{"name": "dynamo-oss-config", "configMap": {"name": _config_name(deployment)}}]
         spec = {"containers": containers, **({"volumes": config} if tracing_of(deployment) else {})}
-    # Dynamo's frontend spends about what the gateway does per token (benchmarks/gateway_cpu).
-    main["resources"] = {"requests": {"cpu": str(deployment.gateway.processes if deployment.gateway else 1)}}
+    # What the pod's Dynamo frontend needs at the pools' peak (perf/endpoint.py), else a core a gateway process.
+    cores = deployment.frontend.cores_per_pod or (deployment.gateway.processes if deployment.gateway else 1)
+    main["resources"] = {"requests": {"cpu": str(cores)}}
     component: dict[str, Any] = {"name": "frontend", "type": "frontend", "replicas": deployment.frontend.replicas}
     if deployment.frontend.autoscale is not None:  # the operator's adapter, whose /scale the HPA drives
         component["scalingAdapter"] = {"enabled": True}

@@ -80,6 +80,11 @@ class FrontendComponent(Frozen):
     autoscale: FrontendAutoscaleSection | None = Field(description="on a cluster, an HPA resizes the pods")
     replica_sync: bool = Field(description="several frontends share the sequences each routes")
     session_affinity_s: int | None = Field(default=None, description="idle seconds a session keeps its worker")
+    cores_per_pod: int | None = Field(
+        default=None,
+        description="on a cluster, the cores a pod's Dynamo frontend requests: the endpoint's sizing (None: one a "
+        "gateway process)",
+    )
 
 
 class GatewayComponent(Frozen):

@@ -417,10 +417,12 @@ def _on_cluster(
 
 
 def sized(deployment: Deployment, sizing: EndpointSizing) -> Deployment:
-    """`deployment` with the gateway processes and frontend replicas the graph left to sizing filled in."""
+    """`deployment` with the gateway processes and frontend replicas the graph left to sizing filled in, and on
+    a cluster the cores each pod's frontend needs at the peak."""
     frontend, gateway = deployment.frontend, deployment.gateway
     if frontend.replicas_sized:
         frontend = frontend.model_copy(update={"replicas": sizing.frontend_replicas.value})
+    frontend = frontend.model_copy(update={"cores_per_pod": sizing.frontend_cores_per_pod})
     if gateway is not None and gateway.processes_sized and sizing.gateway_processes is not None:
         gateway = gateway.model_copy(update={"processes": sizing.gateway_processes.value})
     return deployment.model_copy(update={"frontend": frontend, "gateway": gateway})

@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from dynamo_oss.cli.check import plan_graph
+from dynamo_oss.cli.endpoint import sized_deployment
 from dynamo_oss.deployment.commands import frontend_config
 from dynamo_oss.deployment.kubernetes import CONFIG_MOUNT, ClusterTarget, render_manifests
 from dynamo_oss.deployment.model import build_deployment
@@ -300,6 +301,22 @@ def test_the_kept_crd_schema_accepts_the_dynamo_1_6_wheels_own_templates() -> No
     assert len(templates) >= 5
     for template in templates:
         assert manifest_errors(yaml.safe_load(template.read_text())) == [], template
+
+
+def test_a_frontend_pod_requests_the_cores_its_dynamo_frontend_needs_at_the_peak() -> None:
+    """What `dynamo deploy` renders: each pod's Dynamo frontend asks for the cores the sizing gives it (the
+    "about 14 cores" `dynamo check` prints for the rack), not a core a gateway process, since the frontend
+    spends more per token than the gateway does."""
+    deployment, sizing = sized_deployment(
+        build_deployment(load_graph(REPO / "graphs" / "gb200-nvl72.yaml")), on_cluster=True
+    )
+    manifests = render_manifests(
+        deployment, ClusterTarget(image="registry.example/dynamo-oss:test"), planner_config(deployment)
+    )
+    (graph,) = by_kind(manifests, "DynamoGraphDeployment")
+    frontend = next(c for c in graph["spec"]["components"] if c["name"] == "frontend")
+    cpu = {c["name"]: c["resources"]["requests"]["cpu"] for c in frontend["podTemplate"]["spec"]["containers"]}
+    assert sizing.frontend_cores_per_pod == 14 and cpu == {"main": "14", "gateway": "8"}
 
 
 def test_the_rack_s_frontend_pods_autoscale_on_cpu_and_share_one_gateway_configuration() -> None:
