@@ -237,4 +237,5 @@ def test_agents_sdk_calls_the_tool_and_sends_the_reasoning_back(
         deltas = [
             kind for kind in run.streamed_events if kind.startswith("response.reasoning") and kind.endswith(".delta")
         ]
-        assert len(deltas) >= 2, f"the reasoning was not streamed as deltas: {sorted(set(run.streamed_events))}"
+        # At least one: a read of several of its tokens is one delta, so a short reasoning may come in one.
+        assert deltas, f"the reasoning was not streamed as deltas: {sorted(set(run.streamed_events))}"

@@ -8,8 +8,9 @@ when the request says `reasoning: {"exclude": true}`; a message to a declared to
 streamed as OpenAI streams one (its id, name and empty arguments first, then the arguments as they
 come); anything else is the answer's `content`. Stop sequences apply to the content only (stops.py).
 
-Deltas are the hot path (one per token): a chunk is a fixed prefix and suffix around the escaped
-text, written without building a dict, in as few Python calls as the token's kind allows.
+Deltas are the hot path (one for each message's text in a read: a token's where tokens come a read
+each): a chunk is a fixed prefix and suffix around the escaped text, written without building a
+dict, in as few Python calls as the text's kind allows.
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ class ChatBuilder:
 
     def feed(self, token_ids: list[int]) -> bytes:
         self.tokens += len(token_ids)
-        out = b""  # one event a token, mostly: joining a list would cost more than adding to b""
+        out = b""  # an event or two a read, mostly: joining a list would cost more than adding to b""
         for kind, value in self.harmony.feed(token_ids):
             if self.done:  # a stop sequence ended the answer: the rest is not the client's
                 break

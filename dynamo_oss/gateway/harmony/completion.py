@@ -175,8 +175,8 @@ class CompletionAnswer:
         return len(self.builder.prompt.token_ids) + self.generated
 
     def feed(self, body: bytes) -> bytes:
-        """One read's events: their token ids go to the builder in one call (the events it writes are the
-        same, a chunk a token; the calls a read, not a token, are what a read of many events saves)."""
+        """One read's events: their token ids go to the builder in one call, which writes one delta for each
+        message's text in them (a read of many events costs a call and a delta, not one a token)."""
         if self.builder.done or self.failed:
             return b""
         out = b"" if self.started else self._start()

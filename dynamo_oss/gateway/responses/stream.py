@@ -8,9 +8,9 @@ event with a rising `sequence_number`, in OpenAI's order: `response.created`, `i
 item `output_item.added`, its part and deltas, `output_item.done`, then `response.completed` (or
 `response.incomplete` when max_output_tokens cut it) carrying the whole response and its usage.
 
-Deltas are the hot path (one per token): a delta's JSON is a fixed prefix per item plus the
-escaped text, written without building a dict. Reasoning tokens are the analysis messages' tokens
-as the parser counts them.
+Deltas are the hot path (one for each message's text in a read: a token's where tokens come a read
+each): a delta's JSON is a fixed prefix per item plus the escaped text, written without building a
+dict. Reasoning tokens are the analysis messages' tokens as the parser counts them.
 """
 
 from __future__ import annotations
