@@ -553,14 +553,15 @@ def rounds(ratio: dict) -> str:
     return ", ".join(f"{r:.2f}" for r in ratio["per_round"])
 
 
-def code_version() -> str:
-    """The commit measured, marked when dynamo_oss/ differs from it."""
+def code_version(checkout: Path = HERE.parents[1]) -> str:
+    """The commit measured (of this checkout, or of the one whose dynamo_oss/ is measured), marked when
+    its dynamo_oss/ differs from it."""
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=HERE, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(["git", *args], cwd=checkout, capture_output=True, text=True).stdout.strip()
 
     return git("rev-parse", "--short", "HEAD") + (
-        " + uncommitted dynamo_oss/ changes" if git("status", "--porcelain", "--", "../../dynamo_oss") else ""
+        " + uncommitted dynamo_oss/ changes" if git("status", "--porcelain", "--", "dynamo_oss") else ""
     )
 
 
