@@ -75,34 +75,38 @@ class NaglingFrontend:
 def test_a_frontend_writing_with_nagle_s_algorithm_on_is_acknowledged_at_once_on_a_kept_connection() -> None:
     """Sending the request turns delayed ACKs on (the kernel takes the connection for request and answer), and a
     kept connection's next request follows an answer at once: unless the gateway asks for quick ACKs after each
-    request, the frontend's second event of every answer waits for a delayed ACK."""
+    request, the frontend's first event of every answer, written after the answer's head, waits for a delayed
+    ACK. What is timed is that wait alone, from the head's arrival to the first event's: a round trip through
+    the gateway when it acknowledges at once, at least DELAYED_ACK_S when it does not, however slow the host
+    runs the rest of the exchange."""
 
-    async def run() -> list[float]:
+    async def run() -> list[float]:  # each answer's wait for its first event after its head
         frontend = NaglingFrontend()
         gateway = Gateway([await frontend.start()], None, GraphKey(b"g" * 32))
         gateway.routes.exact[(b"POST", b"/v1/paced")] = PassThrough(b"/v1/paced")
         stop, port = asyncio.Event(), free_ports(1)[0]
         serving = asyncio.ensure_future(serve(gateway, "127.0.0.1", port, 5, stop))
-        took = []
+        first_waits = []
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=DEADLINE_S) as client:
             await _listening(port)
             for _ in range(EXCHANGES):
-                started, events = time.monotonic(), 0
+                arrivals = []  # when each event reached the client
                 async with client.stream("POST", "/v1/paced", content=b"{}") as answer:
+                    headed = time.monotonic()
                     async for piece in answer.aiter_raw():
                         for _ in range(piece.count(b"data: ")):
-                            events += 1
+                            arrivals.append(time.monotonic())
                             frontend.read.put_nowait(None)
-                took.append(time.monotonic() - started)
-                assert events == PACED_EVENTS
+                assert len(arrivals) == PACED_EVENTS
+                first_waits.append(arrivals[0] - headed)
         assert len(gateway.idle[gateway.frontends.all[0].base]) == 1  # every exchange on the one kept connection
         stop.set()
         await asyncio.wait_for(serving, DEADLINE_S)
         frontend.server.close()
-        return took
+        return first_waits
 
-    took = asyncio.run(run())
-    assert statistics.median(took) < DELAYED_ACK_S, f"exchanges took {[round(s * 1e3) for s in took]} ms"
+    waits = asyncio.run(run())
+    assert statistics.median(waits) < DELAYED_ACK_S, f"first events waited {[round(s * 1e3) for s in waits]} ms"
 
 
 async def _listening(port: int) -> None:
