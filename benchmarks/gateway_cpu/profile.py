@@ -40,6 +40,7 @@ import run as gateway_cpu  # noqa: E402 - run.py beside this file: its graph, ga
 import psutil  # noqa: E402
 
 from dynamo_oss.bench.served import served_graph  # noqa: E402
+from dynamo_oss.launch.state import RunState  # noqa: E402
 
 HERE = gateway_cpu.HERE
 COMMAND = "uv run python benchmarks/gateway_cpu/profile.py"
@@ -108,7 +109,9 @@ def syscalls(process: psutil.Process) -> tuple[int, int]:
     return counters.read_count, counters.write_count
 
 
-def profile_run(path: str, state, pids: dict, beside: dict, folder: Path) -> dict:
+def profile_run(
+    path: str, state: RunState, pids: dict[str, int], beside: dict[str, gateway_cpu.Beside], folder: Path
+) -> dict:
     """One run of REQUESTS streams of `path` with its gateway process sampled: run.measure()'s row, each
     part's us per token, and the process's read and write syscalls per token."""
     top = beside[path].pid if path in beside else pids["gateway"]
