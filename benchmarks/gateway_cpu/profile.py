@@ -22,6 +22,7 @@ root. Writes profile.json and profile.md beside this file (or STEM.* with --stem
 from __future__ import annotations
 
 import argparse
+import platform
 import re
 import shutil
 import signal
@@ -42,7 +43,6 @@ import psutil  # noqa: E402
 from dynamo_oss.bench.served import served_graph  # noqa: E402
 from dynamo_oss.launch.state import RunState  # noqa: E402
 
-HERE = gateway_cpu.HERE
 COMMAND = "uv run python benchmarks/gateway_cpu/profile.py"
 PATHS = (gateway_cpu.PASSTHROUGH, "chat", gateway_cpu.COALESCED)
 REQUESTS = 160  # per profiled run: 40,960 tokens
@@ -76,14 +76,18 @@ def sampled(pid: int, output: Path) -> Iterator[None]:
     )
     try:
         deadline = time.monotonic() + PERF_READY_S
-        while not (output.exists() and output.stat().st_size):  # perf writes its header once it samples
+        while not (output.exists() and output.stat().st_size):  # perf writes its header as it starts sampling
             if perf.poll() is not None or time.monotonic() > deadline:
+                perf.kill()
                 sys.exit(f"perf record did not start: {perf.communicate()[1].decode(errors='replace')}")
             time.sleep(0.05)  # polling the file against the deadline above
         yield
     finally:
         perf.send_signal(signal.SIGINT)
-        perf.wait(60)
+        try:
+            perf.wait(60)
+        except subprocess.TimeoutExpired:
+            perf.kill()
 
 
 def module_shares(recording: Path) -> dict[str, float]:
@@ -101,10 +105,13 @@ def module_shares(recording: Path) -> dict[str, float]:
             module = found.group(2)
             part = next((name for name, pattern in PARTS if re.search(pattern, module)), OTHER)
             shares[part] += float(found.group(1)) / 100
+    if not shares["kernel"]:  # perf fell back to user samples only: the kernel's time would go to the modules
+        sys.exit("perf recorded no kernel samples: run as root, or with kernel.perf_event_paranoid at 1 or below")
     return shares
 
 
 def syscalls(process: psutil.Process) -> tuple[int, int]:
+    """The process's read and write syscalls so far (/proc/PID/io)."""
     counters = process.io_counters()
     return counters.read_count, counters.write_count
 
@@ -156,13 +163,14 @@ LABELS = {
 
 def markdown(summary: dict, settings: dict) -> str:
     parts = list(summary["chat"]["parts_us_per_token"])
-    median = {path: summary[path]["parts_us_per_token"] for path in PATHS}
+    spreads = {path: summary[path]["parts_us_per_token"] for path in PATHS}
 
     def row(name: str, values: dict[str, dict]) -> str:
         return f"| {name} | " + " | ".join(f"{values[path]['median']:.2f}" for path in PATHS) + " |"
 
-    gap = {part: median["chat"][part]["median"] - median[gateway_cpu.PASSTHROUGH][part]["median"] for part in parts}
-    total_gap = sum(gap.values())
+    gap = {part: spreads["chat"][part]["median"] - spreads[gateway_cpu.PASSTHROUGH][part]["median"] for part in parts}
+    total = {path: summary[path]["gateway_us_per_token"]["median"] for path in PATHS}
+    total_gap = total["chat"] - total[gateway_cpu.PASSTHROUGH]
     largest = sorted(parts, key=lambda part: -gap[part])[:3]
     lines = [
         f"Command: `{settings['command']}`",
@@ -180,12 +188,12 @@ def markdown(summary: dict, settings: dict) -> str:
         "| | " + " | ".join(LABELS[path] for path in PATHS) + " |",
         "|---|" + "---:|" * len(PATHS),
         row("**gateway CPU, all of it**", {path: summary[path]["gateway_us_per_token"] for path in PATHS}),
-        *(row(part, {path: median[path][part] for path in PATHS}) for part in parts),
+        *(row(part, {path: spreads[path][part] for path in PATHS}) for part in parts),
         row("read syscalls a token", {path: summary[path]["reads_per_token"] for path in PATHS}),
         row("write syscalls a token", {path: summary[path]["writes_per_token"] for path in PATHS}),
         "",
-        f"Chat over the pass-through, by part (the medians' difference): {total_gap:.2f} us a token in all, most "
-        "of it in " + ", ".join(f"{part} {gap[part]:+.2f}" for part in largest) + ". The kernel's part is the "
+        f"Chat over the pass-through, by part (medians' differences): {total_gap:.2f} us a token in all, the "
+        "largest parts " + ", ".join(f"{part} {gap[part]:+.2f}" for part in largest) + ". The kernel's part is the "
         "gateway's socket reads and writes (on loopback, a write also carries the receiving side's TCP work), "
         "the event loop's its wakeups and callbacks; the interpreter runs the gateway's own code, the transform "
         f"included. Failed requests: {summary['failed_requests']}. Ranges (min-max over the rounds) are in "
@@ -209,7 +217,7 @@ def main() -> None:
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "host_cpu": gateway_cpu.host_cpu(),
         "cores": gateway_cpu.CORES,
-        "python": sys.version.split()[0],
+        "python": platform.python_version(),
         "code": gateway_cpu.code_version(),
         "requests_per_run": REQUESTS,
         "rounds": ROUNDS,
