@@ -14,7 +14,7 @@ ROUNDS rounds run each path in turn: `perf record` samples the gateway process t
 FREQUENCY Hz over one run of REQUESTS streams, `perf report --sort dso` gives each module's share of the
 samples, and that share of the run's CPU per token is the module's. Read and write syscalls are the
 process's /proc/PID/io counts over the run. Needs Linux's perf (Debian: `apt-get install linux-perf`) and
-root. Writes profile.json and profile.md beside this file (or STEM.* with --stem); about 4 minutes here:
+root, or kernel.perf_event_paranoid at 1 or below. Writes profile.json and profile.md beside this file (or STEM.* with --stem); about 4 minutes here:
 
     uv run python benchmarks/gateway_cpu/profile.py
 """
@@ -28,7 +28,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -40,7 +39,6 @@ import run as gateway_cpu  # noqa: E402 - run.py beside this file: its graph, ga
 
 import psutil  # noqa: E402
 
-from dynamo_oss.bench.served import served_graph  # noqa: E402
 from dynamo_oss.launch.state import RunState  # noqa: E402
 
 COMMAND = "uv run python benchmarks/gateway_cpu/profile.py"
@@ -110,30 +108,28 @@ def module_shares(recording: Path) -> dict[str, float]:
     return shares
 
 
-def syscalls(process: psutil.Process) -> tuple[int, int]:
-    """The process's read and write syscalls so far (/proc/PID/io)."""
-    counters = process.io_counters()
-    return counters.read_count, counters.write_count
+def write_calls(process: psutil.Process) -> int:
+    """The process's write syscalls so far (/proc/PID/io); run.measure() counts its reads."""
+    return process.io_counters().write_count
 
 
 def profile_run(
     path: str, state: RunState, pids: dict[str, int], beside: dict[str, gateway_cpu.Beside], folder: Path
 ) -> dict:
     """One run of REQUESTS streams of `path` with its gateway process sampled: run.measure()'s row, each
-    part's us per token, and the process's read and write syscalls per token."""
+    part's us per token, and the process's write syscalls per token (the row has its reads)."""
     top = beside[path].pid if path in beside else pids["gateway"]
     (serving,) = gateway_cpu.serving(psutil.Process(top))  # one serving process on every path here
     recording = folder / f"{path}.perf"
-    before = syscalls(serving)
+    before = write_calls(serving)
     with sampled(serving.pid, recording):
         row = gateway_cpu.measure(path, state, pids, REQUESTS, beside)
-    after = syscalls(serving)
+    after = write_calls(serving)
     tokens = max(row["tokens"], 1)
     shares = module_shares(recording)
     recording.unlink()
     row["parts_us_per_token"] = {part: round(share * row["gateway_us_per_token"], 2) for part, share in shares.items()}
-    row["reads_per_token"] = round((after[0] - before[0]) / tokens, 3)
-    row["writes_per_token"] = round((after[1] - before[1]) / tokens, 3)
+    row["writes_per_token"] = round((after - before) / tokens, 3)
     return row
 
 
@@ -143,7 +139,7 @@ def summarize(rows: list[dict]) -> dict:
         runs = [row for row in rows if row["api"] == path]
         summary[path] = {
             "gateway_us_per_token": gateway_cpu.spread([r["gateway_us_per_token"] for r in runs]),
-            "reads_per_token": gateway_cpu.spread([r["reads_per_token"] for r in runs]),
+            "reads_per_token": gateway_cpu.spread([r["gateway_reads_per_token"] for r in runs]),
             "writes_per_token": gateway_cpu.spread([r["writes_per_token"] for r in runs]),
             "parts_us_per_token": {
                 part: gateway_cpu.spread([r["parts_us_per_token"][part] for r in runs])
@@ -224,23 +220,12 @@ def main() -> None:
         "frequency_hz": FREQUENCY,
         "loop_seconds_before": gateway_cpu.loop_seconds(),
     }
-    with tempfile.TemporaryDirectory(prefix="gateway-profile-") as scratch:
-        folder = Path(scratch)
-        print(f"serving a mocker graph (logs in {folder})", flush=True)
-        graph = gateway_cpu.write_graph(folder, 1)
-        with served_graph(graph, folder / "run", engine="mocker", time_scale=gateway_cpu.TIME_SCALE) as state:
-            pids = {name: gateway_cpu.pid_of(state, name) for name in ("gateway", "frontend")}
-            frontend_port = next(p for p in state.processes if p.name == "frontend").ports[0]
-            with (
-                gateway_cpu.baseline_gateway(folder, frontend_port) as baseline,
-                gateway_cpu.coalescing_gateway(folder, folder / "run") as coalescing,
-            ):
-                beside = {gateway_cpu.PASSTHROUGH: baseline, gateway_cpu.COALESCED: coalescing}
-                print("warm-up", flush=True)
-                for path in PATHS:
-                    gateway_cpu.measure(path, state, pids, WARMUP_REQUESTS, beside)
-                print("profiling", flush=True)
-                rows = [profile_run(path, state, pids, beside, folder) for _ in range(ROUNDS) for path in PATHS]
+    with gateway_cpu.served_beside(1, gateway_cpu.TIME_SCALE) as (state, pids, beside, folder):
+        print("warm-up", flush=True)
+        for path in PATHS:
+            gateway_cpu.measure(path, state, pids, WARMUP_REQUESTS, beside)
+        print("profiling", flush=True)
+        rows = [profile_run(path, state, pids, beside, folder) for _ in range(ROUNDS) for path in PATHS]
     summary = summarize(rows)
     settings["loop_seconds_after"] = gateway_cpu.loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)

@@ -233,6 +233,27 @@ def gateway_beside(arguments: list[str], source: Path, port: int, log_path: Path
             process.kill()
 
 
+@contextmanager
+def served_beside(
+    processes: int, time_scale: float
+) -> Iterator[tuple[RunState, dict[str, int], dict[str, Beside], Path]]:
+    """The measured graph (write_graph's, on the mocker at `time_scale`) in a scratch folder, with BASELINE's
+    gateway and the coalescing one beside it: the run's state, the pids of its gateway and frontend, the
+    gateways beside it by the API each serves, and the folder; all stopped afterwards."""
+    with tempfile.TemporaryDirectory(prefix="gateway-cpu-") as scratch:
+        folder = Path(scratch)
+        print(f"serving a mocker graph (logs in {folder})", flush=True)
+        graph = write_graph(folder, processes)
+        with served_graph(graph, folder / "run", engine="mocker", time_scale=time_scale) as state:
+            pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
+            frontend_port = next(p for p in state.processes if p.name == "frontend").ports[0]
+            with (
+                baseline_gateway(folder, frontend_port) as baseline,
+                coalescing_gateway(folder, folder / "run") as coalescing,
+            ):
+                yield state, pids, {PASSTHROUGH: baseline, COALESCED: coalescing}, folder
+
+
 def listening(port: int) -> bool:
     with socket.socket() as probe:
         return probe.connect_ex(("127.0.0.1", port)) == 0
@@ -630,27 +651,12 @@ def main() -> None:
         "mocker_time_scale": time_scale,
         "loop_seconds_before": loop_seconds(),
     }
-    with tempfile.TemporaryDirectory(prefix="gateway-cpu-") as scratch:
-        folder = Path(scratch)
-        print(f"serving a mocker graph (logs in {folder})", flush=True)
-        with served_graph(
-            write_graph(folder, processes), folder / "run", engine="mocker", time_scale=time_scale
-        ) as state:
-            pids = {name: pid_of(state, name) for name in ("gateway", "frontend")}
-            frontend_port = next(p for p in state.processes if p.name == "frontend").ports[0]
-            with (
-                baseline_gateway(folder, frontend_port) as baseline,
-                coalescing_gateway(folder, folder / "run") as coalescing,
-            ):
-                beside = {PASSTHROUGH: baseline, COALESCED: coalescing}
-                print(
-                    f"served in {time.monotonic() - started:.0f} s, and {BASELINE}'s gateway beside it; warm-up",
-                    flush=True,
-                )
-                for api in APIS:
-                    measure(api, state, pids, settings["warmup_requests_per_api"], beside)
-                print("measuring", flush=True)
-                rows = [measure(api, state, pids, requests, beside) for _ in range(repeats) for api in APIS]
+    with served_beside(processes, time_scale) as (state, pids, beside, _):
+        print(f"served in {time.monotonic() - started:.0f} s, and {BASELINE}'s gateway beside it; warm-up", flush=True)
+        for api in APIS:
+            measure(api, state, pids, settings["warmup_requests_per_api"], beside)
+        print("measuring", flush=True)
+        rows = [measure(api, state, pids, requests, beside) for _ in range(repeats) for api in APIS]
     summary = summarize(rows)
     settings["loop_seconds_after"] = loop_seconds()
     settings["total_s"] = round(time.monotonic() - started)
